@@ -1,0 +1,130 @@
+"""Plain records that flow from capture to the store.
+
+The recorder builds these and the store persists them; neither side imports the other. Keeping the contract
+in dataclasses (not ORM objects) lets the recorder stay free of SQL and lets tests build records by hand.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    import torch
+
+ArgKind = Literal["tensor", "scalar", "constexpr", "none", "other"]
+LaunchStatus = Literal["ok", "error"]
+LaunchRole = Literal["launch", "autotune-trial"]
+
+
+def utcnow() -> _dt.datetime:
+    return _dt.datetime.now(_dt.timezone.utc)
+
+
+@dataclass(frozen=True)
+class KernelIdentity:
+    """Who a kernel is, independent of any process: enough to find it again and to notice that it changed."""
+
+    module: str
+    qualname: str
+    file: str
+    def_line: int
+    source: str
+    source_sha256: str
+    cache_key: str | None
+
+    @property
+    def name(self) -> str:
+        return f"{self.module}.{self.qualname}"
+
+
+@dataclass
+class ArgumentRecord:
+    """One kernel parameter as it was bound at launch.
+
+    For tensors, ``before``/``after`` hold host copies of the argument view (same dtype, shape, strides and
+    storage offset); ``after`` is None when the launch did not change the tensor. Arguments with the same
+    ``storage_group`` shared one storage at record time; ``storage_offset`` is in elements of that storage.
+    """
+
+    position: int
+    name: str
+    kind: ArgKind
+    dtype: str | None = None
+    shape: tuple[int, ...] | None = None
+    strides: tuple[int, ...] | None = None
+    storage_offset: int | None = None
+    storage_group: int | None = None
+    device: str | None = None
+    value: Any = None  # JSON-able value for scalars / constexprs / other
+    before: torch.Tensor | None = None
+    after: torch.Tensor | None = None
+
+
+@dataclass
+class AccessSummary:
+    """Per-launch counts over the whole access trace (also stored per argument in ``per_arg``)."""
+
+    loads: int = 0
+    stores: int = 0
+    atomics: int = 0
+    load_lanes: int = 0
+    store_lanes: int = 0
+    atomic_lanes: int = 0
+    bytes_loaded: int = 0
+    bytes_stored: int = 0
+    oob_lanes: int = 0
+    events: int = 0
+    lanes: int = 0  # total lanes of all events, active or masked off
+
+    @property
+    def active_lanes(self) -> int:
+        return self.load_lanes + self.store_lanes + self.atomic_lanes
+
+
+@dataclass
+class LaunchRecord:
+    """Everything TileLens knows about one launch; written by one call of ``History.write_launch``."""
+
+    kernel: KernelIdentity
+    grid: tuple[int, int, int]
+    args: list[ArgumentRecord]
+    status: LaunchStatus = "ok"
+    error: str | None = None
+    backend: str = "interpreter"
+    device: str = "cpu"
+    role: LaunchRole = "launch"
+    config: dict[str, Any] = field(default_factory=dict)
+    tuning_key: str | None = None
+    summary: AccessSummary = field(default_factory=AccessSummary)
+    trace: pa.Table | None = None  # access trace, see tilelens.core.access.TRACE_SCHEMA
+    started_at: _dt.datetime = field(default_factory=utcnow)
+    duration_s: float = 0.0
+    seq: int = 0  # order within its run, assigned by the recorder
+
+
+@dataclass
+class AutotuneEvent:
+    """One tuning decision of an autotuner: what it considered and what it chose."""
+
+    kernel: KernelIdentity
+    tuning_key: str
+    configs: list[dict[str, Any]]
+    chosen: dict[str, Any]
+    timings: list[list[float] | None] | None = None  # None when timings were dummies
+    cache_hit: bool = False
+    created_at: _dt.datetime = field(default_factory=utcnow)
+
+
+@dataclass
+class RunInfo:
+    """One recording session: a ``tilelens record`` invocation or a ``tilelens.record()`` block."""
+
+    argv: list[str]
+    cwd: str
+    host: str
+    versions: dict[str, str]
+    tag: str | None = None
+    started_at: _dt.datetime = field(default_factory=utcnow)
