@@ -1,0 +1,114 @@
+"""Where a TileLens history lives.
+
+Every entry point (CLI, Python API, Alembic's own CLI, tests) resolves the location through
+:func:`resolve_location`, so a history written by ``tilelens record`` is the one that ``tilelens ls`` reads,
+whatever mix of flags, environment variables and working directories was involved.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError
+
+ENV_DB = "TILELENS_DB"
+ENV_BLOBS = "TILELENS_BLOBS"
+DEFAULT_DIR = ".tilelens"
+DEFAULT_DB_FILE = "tilelens.db"
+DEFAULT_BLOBS_DIR = "blobs"
+
+# A SQLAlchemy URL starts with "dialect[+driver]://"; anything else is taken as a filesystem path.
+_URL_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://")
+
+
+class LocationError(ValueError):
+    """The given location cannot name a history (bad URL syntax)."""
+
+
+@dataclass(frozen=True)
+class Location:
+    """A resolved history: the database holding rows and the folder holding the blobs they reference."""
+
+    db_url: str
+    blobs_dir: Path
+
+    @property
+    def url(self) -> URL:
+        return make_url(self.db_url)
+
+    @property
+    def sqlite_path(self) -> Path | None:
+        """The database file, for file-backed SQLite; None for servers and in-memory databases."""
+        return _sqlite_file(self.url)
+
+    def display_url(self) -> str:
+        """The URL safe to print: passwords are masked."""
+        return self.url.render_as_string(hide_password=True)
+
+
+def _sqlite_file(url: URL) -> Path | None:
+    if url.get_backend_name() != "sqlite":
+        return None
+    database = url.database
+    if not database or database == ":memory:" or database.startswith("file:"):
+        return None
+    return Path(database)
+
+
+def _absolute(path: str | Path, cwd: Path) -> Path:
+    p = Path(path).expanduser()
+    if not p.is_absolute():
+        p = cwd / p
+    # Normalise ".." without resolving symlinks: the user's spelling of a linked folder is kept.
+    return Path(os.path.normpath(p))
+
+
+def _normalise_db(db: str, cwd: Path) -> str:
+    if not _URL_RE.match(db):
+        return URL.create("sqlite", database=str(_absolute(db, cwd))).render_as_string(hide_password=False)
+    try:
+        url = make_url(db)
+    except ArgumentError as exc:
+        raise LocationError(f"not a database URL: {db!r} ({exc})") from None
+    path = _sqlite_file(url)
+    if path is not None and not path.is_absolute():
+        # A relative sqlite URL would mean a different file in every working directory; pin it now.
+        url = url.set(database=str(_absolute(path, cwd)))
+    return url.render_as_string(hide_password=False)
+
+
+def resolve_location(
+    db: str | None = None,
+    blobs: str | Path | None = None,
+    *,
+    env: Mapping[str, str] | None = None,
+    cwd: str | Path | None = None,
+) -> Location:
+    """Resolve explicit arguments, then ``TILELENS_DB``/``TILELENS_BLOBS``, then ``./.tilelens``.
+
+    ``db`` is a SQLAlchemy URL or a plain filesystem path (taken as a SQLite file). When the blobs folder is
+    not given and the database is a SQLite file, blobs live in ``blobs/`` beside that file, so that moving
+    or copying the folder moves the whole history. ``env`` and ``cwd`` exist for tests.
+    """
+    env = os.environ if env is None else env
+    base = Path.cwd() if cwd is None else Path(cwd)
+    db = db or env.get(ENV_DB) or None
+    blobs = blobs or env.get(ENV_BLOBS) or None
+
+    if db is None:
+        db_url = _normalise_db(str(base / DEFAULT_DIR / DEFAULT_DB_FILE), base)
+    else:
+        db_url = _normalise_db(str(db), base)
+
+    if blobs is not None:
+        blobs_dir = _absolute(blobs, base)
+    else:
+        sqlite_file = _sqlite_file(make_url(db_url))
+        parent = sqlite_file.parent if sqlite_file is not None else base / DEFAULT_DIR
+        blobs_dir = _absolute(parent / DEFAULT_BLOBS_DIR, base)
+    return Location(db_url=db_url, blobs_dir=blobs_dir)

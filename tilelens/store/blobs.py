@@ -1,0 +1,156 @@
+"""Content-addressed blob store: large payloads (tensors, access traces) as files named by their sha256.
+
+Blobs are written before any row references them and each one appears atomically (temp file, fsync, rename,
+fsync of the folder), so a crash can leave an unreferenced blob or a stray temp file but never a row pointing
+at a missing or half-written file. Naming by content makes a blob immutable and deduplicates it for free: an
+unchanged tensor recorded a thousand times is one file. Reads re-hash, so disk corruption is reported with the
+blob's name instead of surfacing as a wrong replay.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from tilelens.store.errors import BlobCorruptError, BlobMissingError
+
+if TYPE_CHECKING:
+    import torch
+
+_SHA_RE = re.compile(r"^[0-9a-f]{64}$")
+PARQUET_COMPRESSION = "zstd"
+
+
+@dataclass(frozen=True)
+class BlobRef:
+    """What the ``blobs`` table records about a stored blob."""
+
+    sha256: str
+    kind: str
+    size: int
+    rows: int | None = None
+
+
+def _fsync_dir(path: Path) -> None:
+    # Makes the new directory entry itself durable; without it a power cut can lose a renamed file.
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def table_to_parquet(table: pa.Table, **write_options: Any) -> pa.Buffer:
+    """Serialise deterministically: the same table always gives the same bytes, hence the same blob."""
+    sink = pa.BufferOutputStream()
+    options: dict[str, Any] = {"compression": PARQUET_COMPRESSION}
+    options.update(write_options)
+    pq.write_table(table, sink, **options)
+    return sink.getvalue()
+
+
+class BlobStore:
+    """Blobs under ``root/<sha[:2]>/<sha>``; ``put_*`` return the sha256, ``store_*`` a full :class:`BlobRef`."""
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+
+    def __repr__(self) -> str:
+        return f"BlobStore({str(self.root)!r})"
+
+    def path(self, sha256: str) -> Path:
+        if not _SHA_RE.match(sha256):
+            # Also what keeps a crafted name from escaping the root.
+            raise ValueError(f"not a sha256 hex digest: {sha256!r}")
+        return self.root / sha256[:2] / sha256
+
+    def exists(self, sha256: str) -> bool:
+        return self.path(sha256).is_file()
+
+    # -- writing -------------------------------------------------------------------------------------------
+
+    def store_bytes(
+        self, data: bytes | bytearray | memoryview | pa.Buffer, kind: str, rows: int | None = None
+    ) -> BlobRef:
+        view = memoryview(data).cast("B")
+        sha = hashlib.sha256(view).hexdigest()
+        path = self.path(sha)
+        size = view.nbytes
+        try:
+            if path.stat().st_size == size:
+                return BlobRef(sha, kind, size, rows)
+        except FileNotFoundError:
+            pass
+        self._write_atomic(path, view)
+        return BlobRef(sha, kind, size, rows)
+
+    def _write_atomic(self, path: Path, view: memoryview) -> None:
+        folder = path.parent
+        if not folder.is_dir():
+            folder.mkdir(parents=True, exist_ok=True)
+            _fsync_dir(folder.parent)
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{path.name[:16]}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(view)
+                f.flush()
+                os.fsync(f.fileno())
+            # Read-only: a blob is immutable by construction, so nothing should ever open it for writing.
+            os.chmod(tmp, 0o444)
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        _fsync_dir(folder)
+
+    def store_table(self, table: pa.Table, kind: str, **write_options: Any) -> BlobRef:
+        """Parquet with zstd; ``write_options`` go to ``pyarrow.parquet.write_table`` (e.g. column_encoding)."""
+        return self.store_bytes(table_to_parquet(table, **write_options), kind, rows=table.num_rows)
+
+    def store_tensor(self, tensor: torch.Tensor, kind: str = "tensor") -> BlobRef:
+        from tilelens.store.tensors import tensor_to_table
+
+        # Raw tensor bytes rarely compress; dictionary pages and statistics over a 1 MB value are pure cost.
+        table = tensor_to_table(tensor)
+        return self.store_table(table, kind, use_dictionary=False, write_statistics=False)
+
+    def put_bytes(self, data: bytes | bytearray | memoryview | pa.Buffer, kind: str) -> str:
+        return self.store_bytes(data, kind).sha256
+
+    def put_table(self, table: pa.Table, kind: str, **write_options: Any) -> str:
+        return self.store_table(table, kind, **write_options).sha256
+
+    def put_tensor(self, tensor: torch.Tensor) -> str:
+        return self.store_tensor(tensor).sha256
+
+    # -- reading -------------------------------------------------------------------------------------------
+
+    def get_bytes(self, sha256: str) -> bytes:
+        path = self.path(sha256)
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            raise BlobMissingError(sha256, path) from None
+        actual = hashlib.sha256(data).hexdigest()
+        if actual != sha256:
+            raise BlobCorruptError(sha256, path, actual)
+        return data
+
+    def verify(self, sha256: str) -> None:
+        self.get_bytes(sha256)
+
+    def get_table(self, sha256: str) -> pa.Table:
+        return pq.read_table(pa.BufferReader(self.get_bytes(sha256)))
+
+    def get_tensor(self, sha256: str) -> torch.Tensor:
+        from tilelens.store.tensors import table_to_tensor
+
+        return table_to_tensor(self.get_table(sha256))

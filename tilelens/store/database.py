@@ -1,0 +1,262 @@
+"""Engines, SQLite settings, schema migration on open, and every piece of dialect-specific SQL.
+
+Keeping dialect knowledge here lets the rest of the store speak plain SQLAlchemy, so adding PostgreSQL means
+touching this module only.
+
+SQLite is used by several recording processes at once, which shapes three choices:
+
+* WAL journal (readers never block the writer), a 30 s busy timeout (writers queue instead of failing),
+  foreign keys on (SQLite ignores them otherwise), ``synchronous=NORMAL`` (durable against process crashes;
+  a power cut may lose the last commits but never corrupts or leaves a row without its blob, because blobs
+  are fsync'd before their rows are written).
+* Write transactions start with ``BEGIN IMMEDIATE``: a deferred transaction that reads and then writes can
+  fail at once with "database is locked" when another process committed in between, and the busy timeout
+  cannot help it. Read sessions stay deferred, so readers never queue behind writers.
+* pysqlite's own implicit transaction handling is switched off (``isolation_level = None``) so that the BEGIN
+  we emit is the one that runs, and DDL in migrations is transactional.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Connection, Engine, Table, create_engine, event, func, inspect, select, table
+from sqlalchemy import exc as sa_exc
+from sqlalchemy.engine import make_url
+from sqlalchemy.orm import Session
+
+from tilelens.store.errors import HistoryError, NotAHistoryError, SchemaTooNewError
+
+BUSY_TIMEOUT_S = 30.0
+MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
+_BEGIN_OPTION = "tilelens_begin"
+VERSION_TABLE = "alembic_version"
+
+
+# -- engines ---------------------------------------------------------------------------------------------
+
+
+def _sqlite_on_connect(dbapi_conn: sqlite3.Connection, _record: Any) -> None:
+    dbapi_conn.isolation_level = None
+    cur = dbapi_conn.cursor()
+    try:
+        # busy_timeout first: the journal-mode switch below may have to wait for another process.
+        cur.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+        cur.execute("PRAGMA foreign_keys = ON")
+        cur.execute("PRAGMA synchronous = NORMAL")
+        mode = cur.execute("PRAGMA journal_mode").fetchone()[0]
+        if mode.lower() != "wal" and _sqlite_is_ours_or_empty(cur):
+            _set_wal(cur)
+    finally:
+        cur.close()
+
+
+def _sqlite_is_ours_or_empty(cur: sqlite3.Cursor) -> bool:
+    """Only switch files we own to WAL: a foreign database is refused later and must stay as it was."""
+    names = {row[0] for row in cur.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    return not names or VERSION_TABLE in names
+
+
+def _set_wal(cur: sqlite3.Cursor) -> None:
+    # The switch needs a moment of exclusive access; with several processes creating one history at once
+    # it can report "locked" without consulting the busy handler, so retry briefly.
+    deadline = time.monotonic() + BUSY_TIMEOUT_S
+    while True:
+        try:
+            cur.execute("PRAGMA journal_mode = WAL").fetchone()
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
+def _sqlite_on_begin(conn: Connection) -> None:
+    mode = conn.get_execution_options().get(_BEGIN_OPTION, "DEFERRED")
+    conn.exec_driver_sql(f"BEGIN {mode}")
+
+
+def create_history_engine(db_url: str) -> Engine:
+    url = make_url(db_url)
+    if url.get_backend_name() == "sqlite":
+        engine = create_engine(url, connect_args={"timeout": BUSY_TIMEOUT_S})
+        event.listen(engine, "connect", _sqlite_on_connect)
+        event.listen(engine, "begin", _sqlite_on_begin)
+        return engine
+    return create_engine(url, pool_pre_ping=True)
+
+
+def is_sqlite(engine: Engine | Connection) -> bool:
+    return engine.dialect.name == "sqlite"
+
+
+@contextlib.contextmanager
+def write_session(engine: Engine) -> Iterator[Session]:
+    """One short write transaction; commits on success, rolls back on any error."""
+    bind = engine.execution_options(**{_BEGIN_OPTION: "IMMEDIATE"}) if is_sqlite(engine) else engine
+    with Session(bind, expire_on_commit=False) as session, session.begin():
+        yield session
+
+
+# -- dialect-specific statements -------------------------------------------------------------------------
+
+
+def insert_ignore(
+    session: Session, table: Table, rows: Sequence[dict[str, Any]], keys: Sequence[str]
+) -> None:
+    """Insert rows, skipping those whose ``keys`` already exist (blobs, kernels are shared by many rows)."""
+    if not rows:
+        return
+    dialect = session.get_bind().dialect.name
+    if dialect in ("sqlite", "postgresql"):
+        if dialect == "sqlite":
+            from sqlalchemy.dialects.sqlite import insert
+        else:
+            from sqlalchemy.dialects.postgresql import insert
+        session.execute(insert(table).on_conflict_do_nothing(index_elements=list(keys)), list(rows))
+        return
+    if dialect in ("mysql", "mariadb"):
+        session.execute(table.insert().prefix_with("IGNORE"), list(rows))
+        return
+    # Portable fallback: fine under the single-writer lock a write transaction holds on most engines.
+    for row in rows:
+        where = [table.c[k] == row[k] for k in keys]
+        if session.execute(select(func.count()).select_from(table).where(*where)).scalar_one() == 0:
+            session.execute(table.insert(), [row])
+
+
+# -- schema ----------------------------------------------------------------------------------------------
+
+
+@lru_cache(maxsize=8)
+def _script(script_location: str) -> ScriptDirectory:
+    return ScriptDirectory.from_config(alembic_config(script_location=Path(script_location)))
+
+
+def script_heads(script_location: Path | None = None) -> list[str]:
+    return list(_script(str(script_location or MIGRATIONS_DIR)).get_heads())
+
+
+def alembic_config(
+    db_url: str | None = None, connection: Connection | None = None, script_location: Path | None = None
+) -> Config:
+    """Alembic configured from code, so migrations run wherever the package is, whatever the cwd."""
+    cfg = Config()
+    cfg.set_main_option("script_location", str(script_location or MIGRATIONS_DIR))
+    if db_url is not None:
+        cfg.set_main_option("sqlalchemy.url", db_url.replace("%", "%%"))
+    if connection is not None:
+        cfg.attributes["connection"] = connection
+    return cfg
+
+
+@dataclass(frozen=True)
+class SchemaState:
+    """Where a database stands relative to the migrations this code ships."""
+
+    current: tuple[str, ...]  # revisions stamped in the database; () for a fresh one
+    heads: tuple[str, ...]
+    foreign_tables: bool  # tables exist but no alembic_version: not a TileLens history
+
+    @property
+    def up_to_date(self) -> bool:
+        return set(self.current) == set(self.heads)
+
+
+def _state(conn: Connection, script: ScriptDirectory, label: str) -> SchemaState:
+    names = set(inspect(conn).get_table_names())
+    current = tuple(MigrationContext.configure(conn).get_current_heads()) if VERSION_TABLE in names else ()
+    known = {rev.revision for rev in script.walk_revisions()}
+    heads = tuple(script.get_heads())
+    unknown = [rev for rev in current if rev not in known]
+    if unknown:
+        raise SchemaTooNewError(label, unknown, ", ".join(heads))
+    return SchemaState(
+        current=current, heads=heads, foreign_tables=bool(names) and VERSION_TABLE not in names
+    )
+
+
+def inspect_schema(engine: Engine, label: str, script_location: Path | None = None) -> SchemaState:
+    """Read-only look at the schema; raises SchemaTooNewError for a revision this code does not know."""
+    script = _script(str(script_location or MIGRATIONS_DIR))
+    with translate_errors(label), engine.connect() as conn:
+        return _state(conn, script, label)
+
+
+def ensure_schema(
+    engine: Engine, label: str, script_location: Path | None = None
+) -> tuple[SchemaState, SchemaState]:
+    """Upgrade the database to head; returns the state before and after.
+
+    A database at head is left untouched, and a newer or foreign one is refused before anything is written.
+    The upgrade runs in one write transaction that re-checks the revision, so concurrent openers of a fresh
+    history queue up and the later ones find it already migrated.
+    """
+    script = _script(str(script_location or MIGRATIONS_DIR))
+    before = inspect_schema(engine, label, script_location)
+    if before.foreign_tables:
+        raise NotAHistoryError(
+            f"{label} is a database of another program (it has tables but no TileLens schema)"
+        )
+    if before.up_to_date:
+        return before, before
+
+    with translate_errors(label), engine.connect() as conn:
+        sqlite = is_sqlite(conn)
+        raw = conn.connection.driver_connection
+        if sqlite:
+            # SQLite cannot alter tables in place; batch migrations copy and drop them, which with foreign
+            # keys on would cascade-delete child rows. SQLite's documented procedure: keys off, migrate,
+            # foreign_key_check, commit. The pragma is a no-op inside a transaction, so set it first.
+            raw.execute("PRAGMA foreign_keys = OFF")
+        try:
+            conn.execution_options(**{_BEGIN_OPTION: "IMMEDIATE"})
+            with conn.begin():
+                state = _state(conn, script, label)
+                if state.foreign_tables:
+                    raise NotAHistoryError(f"{label} is a database of another program")
+                if not state.up_to_date:
+                    command.upgrade(alembic_config(connection=conn, script_location=script_location), "heads")
+                    if sqlite:
+                        bad = conn.exec_driver_sql("PRAGMA foreign_key_check").fetchall()
+                        if bad:
+                            raise HistoryError(f"migrating {label} would break foreign keys: {bad[:5]}")
+                after = _state(conn, script, label)
+        finally:
+            if sqlite:
+                raw.execute("PRAGMA foreign_keys = ON")
+    return before, after
+
+
+def row_counts(engine: Engine, tables: Sequence[str]) -> dict[str, int]:
+    with engine.connect() as conn:
+        present = set(inspect(conn).get_table_names())
+        return {
+            name: conn.execute(select(func.count()).select_from(table(name))).scalar_one()
+            for name in tables
+            if name in present
+        }
+
+
+@contextlib.contextmanager
+def translate_errors(label: str) -> Iterator[None]:
+    """Turn driver errors about the file itself into one-line HistoryErrors that name the location."""
+    try:
+        yield
+    except sa_exc.DBAPIError as exc:
+        orig = exc.orig if exc.orig is not None else exc
+        message = str(orig).splitlines()[0] if str(orig) else type(orig).__name__
+        if isinstance(exc, sa_exc.DatabaseError) and "not a database" in message:
+            raise NotAHistoryError(f"{label} is not a database ({message})") from exc
+        raise HistoryError(f"cannot use history database {label}: {message}") from exc

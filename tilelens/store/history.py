@@ -1,0 +1,381 @@
+"""The one object the recorder, the CLI and replay use to read and write a history.
+
+Write order is what keeps a history consistent under crashes and concurrent writers: a call first writes every
+blob it needs (each atomically, each fsync'd), then all of its rows in one short transaction. If the process
+dies before the commit, the blobs stay behind unreferenced and no row exists; after the commit, every blob a
+row names is on disk. No row ever points at nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime as dt
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from sqlalchemy import Engine, select, update
+from sqlalchemy.orm import Session
+
+from tilelens.config import Location, resolve_location
+from tilelens.records import AccessSummary, AutotuneEvent, KernelIdentity, LaunchRecord, RunInfo, utcnow
+from tilelens.store import database
+from tilelens.store.blobs import BlobRef, BlobStore
+from tilelens.store.errors import HistoryError, NotAHistoryError
+from tilelens.store.jsonvalues import to_json
+from tilelens.store.models import (
+    TABLES,
+    AutotuneEventRow,
+    Blob,
+    Kernel,
+    Launch,
+    LaunchArg,
+    Replay,
+    Run,
+)
+
+RunStatus = Literal["ok", "failed", "interrupted"]
+ReplayOutcome = Literal["match", "mismatch", "error"]
+RUN_STATUSES = ("ok", "failed", "interrupted")
+REPLAY_OUTCOMES = ("match", "mismatch", "error")
+
+
+@dataclass(frozen=True)
+class HistoryStatus:
+    """What ``tilelens db current`` reports; gathered without migrating or creating anything."""
+
+    location: Location
+    exists: bool
+    revisions: tuple[str, ...]
+    heads: tuple[str, ...]
+    counts: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def up_to_date(self) -> bool:
+        return self.exists and set(self.revisions) == set(self.heads)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "db": self.location.display_url(),
+            "blobs": str(self.location.blobs_dir),
+            "exists": self.exists,
+            "revision": ", ".join(self.revisions) or None,
+            "head": ", ".join(self.heads),
+            "up_to_date": self.up_to_date,
+            "counts": dict(self.counts),
+        }
+
+
+def _label(location: Location) -> str:
+    path = location.sqlite_path
+    return str(path) if path is not None else location.display_url()
+
+
+def inspect_history(location: Location, script_location: Path | None = None) -> HistoryStatus:
+    """Read-only status: never creates the database, never migrates, refuses a newer schema."""
+    path = location.sqlite_path
+    heads = tuple(database.script_heads(script_location))
+    if path is not None and not path.exists():
+        return HistoryStatus(location, exists=False, revisions=(), heads=heads)
+    engine = database.create_history_engine(location.db_url)
+    try:
+        label = _label(location)
+        state = database.inspect_schema(engine, label, script_location)
+        if state.foreign_tables:
+            raise NotAHistoryError(f"{label} is a database of another program, not a TileLens history")
+        with database.translate_errors(label):
+            counts = database.row_counts(engine, TABLES)
+        return HistoryStatus(location, exists=True, revisions=state.current, heads=state.heads, counts=counts)
+    finally:
+        engine.dispose()
+
+
+class History:
+    """An open history: a database engine plus the blob store beside it.
+
+    Thread-safe for writes (each call uses its own session), and safe for many processes writing one SQLite
+    file at once. Use :meth:`open`; the constructor takes already-prepared parts.
+    """
+
+    #: Parquet options for access-trace blobs (the recorder may tune encodings for its trace schema).
+    trace_write_options: dict[str, Any]
+
+    def __init__(self, location: Location, engine: Engine, blobs: BlobStore) -> None:
+        self.location = location
+        self.engine = engine
+        self.blobs = blobs
+        self.trace_write_options = {}
+        self.migrated_from: tuple[str, ...] = ()
+
+    @classmethod
+    def open(
+        cls,
+        db: str | None = None,
+        blobs: str | Path | None = None,
+        *,
+        location: Location | None = None,
+        script_location: Path | None = None,
+    ) -> History:
+        """Open (creating if missing) and upgrade to the newest schema; refuse a schema newer than the code."""
+        location = location or resolve_location(db, blobs)
+        label = _label(location)
+        path = location.sqlite_path
+        if path is not None:
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise HistoryError(f"cannot create the folder of history {label}: {exc.strerror}") from exc
+        engine = database.create_history_engine(location.db_url)
+        try:
+            before, _after = database.ensure_schema(engine, label, script_location)
+        except BaseException:
+            engine.dispose()
+            raise
+        history = cls(location, engine, BlobStore(location.blobs_dir))
+        history.migrated_from = before.current
+        return history
+
+    # -- lifecycle -----------------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    def __enter__(self) -> History:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"History(db={self.location.display_url()!r}, blobs={str(self.location.blobs_dir)!r})"
+
+    @contextlib.contextmanager
+    def session(self, write: bool = False) -> Iterator[Session]:
+        """A session for queries; with ``write=True`` one short transaction that commits on exit."""
+        if write:
+            with database.write_session(self.engine) as session:
+                yield session
+        else:
+            with Session(self.engine, expire_on_commit=False) as session:
+                yield session
+
+    def revision(self) -> tuple[str, ...]:
+        return database.inspect_schema(self.engine, _label(self.location)).current
+
+    def counts(self) -> dict[str, int]:
+        return database.row_counts(self.engine, TABLES)
+
+    # -- writes --------------------------------------------------------------------------------------------
+
+    def begin_run(self, info: RunInfo) -> int:
+        run = Run(
+            argv=[str(a) for a in info.argv],
+            cwd=info.cwd,
+            host=info.host,
+            pid=os.getpid(),
+            tag=info.tag,
+            versions=to_json(dict(info.versions)),
+            status="running",
+            exit_code=None,
+            started_at=info.started_at,
+            finished_at=None,
+        )
+        with database.write_session(self.engine) as s:
+            s.add(run)
+            s.flush()
+            return run.id
+
+    def finish_run(self, run_id: int, status: RunStatus, exit_code: int | None = None) -> None:
+        if status not in RUN_STATUSES:
+            raise ValueError(f"run status must be one of {RUN_STATUSES}, got {status!r}")
+        with database.write_session(self.engine) as s:
+            result = s.execute(
+                update(Run)
+                .where(Run.id == run_id)
+                .values(status=status, exit_code=exit_code, finished_at=utcnow())
+            )
+            if result.rowcount != 1:
+                raise HistoryError(f"no run {run_id} in history {_label(self.location)}")
+
+    def write_launch(self, run_id: int, rec: LaunchRecord) -> int:
+        refs: dict[str, BlobRef] = {}
+
+        def keep(ref: BlobRef) -> str:
+            refs.setdefault(ref.sha256, ref)
+            return ref.sha256
+
+        per_arg = getattr(rec, "per_arg", None) or {}
+        args: list[LaunchArg] = []
+        for a in rec.args:
+            before = keep(self.blobs.store_tensor(a.before)) if a.before is not None else None
+            after = keep(self.blobs.store_tensor(a.after)) if a.after is not None else before
+            tensor = a.before if a.before is not None else a.after
+            args.append(
+                LaunchArg(
+                    position=a.position,
+                    name=a.name,
+                    kind=a.kind,
+                    dtype=a.dtype if a.dtype is not None or tensor is None else str(tensor.dtype),
+                    shape=_ints(a.shape if a.shape is not None or tensor is None else tensor.shape),
+                    strides=_ints(a.strides if a.strides is not None or tensor is None else tensor.stride()),
+                    storage_offset=a.storage_offset
+                    if a.storage_offset is not None or tensor is None
+                    else tensor.storage_offset(),
+                    storage_group=a.storage_group,
+                    device=a.device,
+                    value=to_json(a.value),
+                    access=_summary(per_arg.get(a.position)),
+                    before_blob=before,
+                    after_blob=after,
+                )
+            )
+        trace_ref = (
+            keep(self.blobs.store_table(rec.trace, "trace", **self.trace_write_options))
+            if rec.trace is not None
+            else None
+        )
+        trace = refs[trace_ref] if trace_ref is not None else None
+
+        s_ = rec.summary
+        grid = tuple(rec.grid) + (1,) * (3 - len(rec.grid))
+        launch = Launch(
+            run_id=run_id,
+            seq=rec.seq,
+            role=rec.role,
+            status=rec.status,
+            error=rec.error,
+            backend=rec.backend,
+            device=rec.device,
+            grid_x=int(grid[0]),
+            grid_y=int(grid[1]),
+            grid_z=int(grid[2]),
+            config=to_json(dict(rec.config)),
+            tuning_key=rec.tuning_key,
+            cache_key=rec.kernel.cache_key,
+            loads=s_.loads,
+            stores=s_.stores,
+            atomics=s_.atomics,
+            load_lanes=s_.load_lanes,
+            store_lanes=s_.store_lanes,
+            atomic_lanes=s_.atomic_lanes,
+            bytes_loaded=s_.bytes_loaded,
+            bytes_stored=s_.bytes_stored,
+            oob_lanes=s_.oob_lanes,
+            events=s_.events,
+            lanes=s_.lanes,
+            unattributed=_summary(per_arg.get(-1)),
+            trace_blob=trace.sha256 if trace else None,
+            trace_rows=trace.rows if trace else None,
+            trace_bytes=trace.size if trace else None,
+            started_at=rec.started_at,
+            duration_s=float(rec.duration_s),
+            created_at=utcnow(),
+        )
+        launch.args = args
+        with database.write_session(self.engine) as s:
+            self._register_blobs(s, refs.values())
+            launch.kernel_id = self._kernel_id(s, rec.kernel)
+            s.add(launch)
+            s.flush()
+            return launch.id
+
+    def write_autotune_event(self, run_id: int, ev: AutotuneEvent, launch_id: int | None = None) -> int:
+        row = AutotuneEventRow(
+            run_id=run_id,
+            launch_id=launch_id,
+            tuning_key=ev.tuning_key,
+            configs=to_json(list(ev.configs)),
+            timings=to_json(ev.timings) if ev.timings is not None else None,
+            chosen=to_json(dict(ev.chosen)),
+            cache_hit=bool(ev.cache_hit),
+            created_at=ev.created_at,
+        )
+        with database.write_session(self.engine) as s:
+            row.kernel_id = self._kernel_id(s, ev.kernel)
+            s.add(row)
+            s.flush()
+            return row.id
+
+    def write_replay(
+        self,
+        launch_id: int,
+        *,
+        outcome: ReplayOutcome,
+        device: str,
+        backend: str,
+        max_abs_err: float | None = None,
+        max_rel_err: float | None = None,
+        trace_equal: bool | None = None,
+        message: str | None = None,
+        duration_s: float | None = None,
+        versions: dict[str, str] | None = None,
+        created_at: dt.datetime | None = None,
+    ) -> int:
+        if outcome not in REPLAY_OUTCOMES:
+            raise ValueError(f"replay outcome must be one of {REPLAY_OUTCOMES}, got {outcome!r}")
+        row = Replay(
+            launch_id=launch_id,
+            device=device,
+            backend=backend,
+            outcome=outcome,
+            max_abs_err=_finite_or_none(max_abs_err),
+            max_rel_err=_finite_or_none(max_rel_err),
+            trace_equal=trace_equal,
+            message=message,
+            duration_s=duration_s,
+            versions=to_json(versions) if versions is not None else None,
+            created_at=created_at or utcnow(),
+        )
+        with database.write_session(self.engine) as s:
+            s.add(row)
+            s.flush()
+            return row.id
+
+    # -- helpers -------------------------------------------------------------------------------------------
+
+    def _register_blobs(self, s: Session, refs: Any) -> None:
+        now = utcnow()
+        rows = [
+            {"sha256": r.sha256, "kind": r.kind, "size": r.size, "rows": r.rows, "created_at": now}
+            for r in refs
+        ]
+        database.insert_ignore(s, Blob.__table__, rows, keys=("sha256",))
+
+    def _kernel_id(self, s: Session, k: KernelIdentity) -> int:
+        row = {
+            "module": k.module,
+            "qualname": k.qualname,
+            "file": k.file,
+            "def_line": int(k.def_line),
+            "source_sha256": k.source_sha256,
+            "cache_key": k.cache_key,
+            "source": k.source,
+            "created_at": utcnow(),
+        }
+        keys = ("module", "qualname", "source_sha256")
+        database.insert_ignore(s, Kernel.__table__, [row], keys=keys)
+        return s.execute(
+            select(Kernel.id).where(
+                Kernel.module == k.module,
+                Kernel.qualname == k.qualname,
+                Kernel.source_sha256 == k.source_sha256,
+            )
+        ).scalar_one()
+
+
+def _summary(summary: AccessSummary | None) -> dict[str, int] | None:
+    return None if summary is None else {k: int(v) for k, v in dataclasses.asdict(summary).items()}
+
+
+def _ints(values: Any) -> list[int] | None:
+    return None if values is None else [int(v) for v in values]
+
+
+def _finite_or_none(value: float | None) -> float | None:
+    # SQLite silently stores NaN as NULL; make that explicit so every backend agrees.
+    if value is None or value != value:
+        return None
+    return float(value)

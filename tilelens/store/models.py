@@ -1,0 +1,248 @@
+"""SQLAlchemy models of a history: what was run, which kernels, every launch and its arguments.
+
+The schema is created and changed only by the Alembic migrations in ``migrations/versions``; these models are
+what the code reads and writes through, and a test keeps the two in agreement. Columns the CLI filters or sorts
+by are indexed. Large payloads never live in rows: rows hold the sha256 of a blob, and the foreign key to
+``blobs`` makes "every referenced blob is known" a database guarantee.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    TypeDecorator,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+# Deterministic constraint names: SQLite batch migrations and PostgreSQL both need names to alter constraints.
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+SHA256 = String(64)
+
+
+class UTCDateTime(TypeDecorator[dt.datetime]):
+    """Timestamps go in as UTC and come out timezone-aware on every backend.
+
+    SQLite has no timezone type and returns naive values; without this, comparing a stored time with
+    ``datetime.now(timezone.utc)`` would raise on SQLite and work on PostgreSQL.
+    """
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: dt.datetime | None, dialect: Any) -> dt.datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError(f"naive datetime {value!r}: TileLens stores timezone-aware times only")
+        return value.astimezone(dt.timezone.utc)
+
+    def process_result_value(self, value: dt.datetime | None, dialect: Any) -> dt.datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            return value.replace(tzinfo=dt.timezone.utc)
+        return value.astimezone(dt.timezone.utc)
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+    type_annotation_map = {
+        dt.datetime: UTCDateTime(),
+        # none_as_null: Python None is SQL NULL (so "IS NULL" finds it), not the JSON text 'null'.
+        dict[str, Any]: JSON(none_as_null=True),
+        list[Any]: JSON(none_as_null=True),
+        Any: JSON(none_as_null=True),
+    }
+
+
+class Blob(Base):
+    __tablename__ = "blobs"
+
+    sha256: Mapped[str] = mapped_column(SHA256, primary_key=True)
+    kind: Mapped[str] = mapped_column(String(32), index=True)  # tensor | trace | ...
+    size: Mapped[int] = mapped_column(BigInteger)  # bytes on disk
+    rows: Mapped[int | None] = mapped_column(BigInteger)
+    created_at: Mapped[dt.datetime]
+
+
+class Run(Base):
+    __tablename__ = "runs"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    argv: Mapped[list[Any]]
+    cwd: Mapped[str] = mapped_column(Text)
+    host: Mapped[str] = mapped_column(String(255))
+    pid: Mapped[int | None] = mapped_column(Integer)
+    tag: Mapped[str | None] = mapped_column(String(255), index=True)
+    versions: Mapped[dict[str, Any]]
+    status: Mapped[str] = mapped_column(String(16), index=True)  # running | ok | failed | interrupted
+    exit_code: Mapped[int | None] = mapped_column(Integer)
+    started_at: Mapped[dt.datetime] = mapped_column(index=True)
+    finished_at: Mapped[dt.datetime | None]
+
+    launches: Mapped[list[Launch]] = relationship(back_populates="run", viewonly=True)
+
+
+class Kernel(Base):
+    __tablename__ = "kernels"
+    __table_args__ = (UniqueConstraint("module", "qualname", "source_sha256"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    module: Mapped[str] = mapped_column(String(255))
+    qualname: Mapped[str] = mapped_column(String(255), index=True)
+    file: Mapped[str] = mapped_column(Text)
+    def_line: Mapped[int] = mapped_column(Integer)
+    source_sha256: Mapped[str] = mapped_column(SHA256)
+    cache_key: Mapped[str | None] = mapped_column(String(128))  # first seen; launches keep their own
+    source: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[dt.datetime]
+
+    @property
+    def name(self) -> str:
+        return f"{self.module}.{self.qualname}"
+
+
+class Launch(Base):
+    __tablename__ = "launches"
+    __table_args__ = (Index("ix_launches_run_id_seq", "run_id", "seq"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    run_id: Mapped[int] = mapped_column(
+        ForeignKey("runs.id", ondelete="CASCADE")
+    )  # see ix_launches_run_id_seq
+    kernel_id: Mapped[int] = mapped_column(ForeignKey("kernels.id"), index=True)
+    seq: Mapped[int] = mapped_column(Integer)
+    role: Mapped[str] = mapped_column(String(16), index=True)  # launch | autotune-trial
+    status: Mapped[str] = mapped_column(String(16), index=True)  # ok | error
+    error: Mapped[str | None] = mapped_column(Text)
+    backend: Mapped[str] = mapped_column(String(32))  # interpreter | compiled
+    device: Mapped[str] = mapped_column(String(64))
+    grid_x: Mapped[int] = mapped_column(Integer)
+    grid_y: Mapped[int] = mapped_column(Integer)
+    grid_z: Mapped[int] = mapped_column(Integer)
+    config: Mapped[dict[str, Any]]
+    tuning_key: Mapped[str | None] = mapped_column(Text)
+    cache_key: Mapped[str | None] = mapped_column(String(128))  # Triton's key: changes with callees too
+
+    # Access summary over the whole trace.
+    loads: Mapped[int] = mapped_column(BigInteger)
+    stores: Mapped[int] = mapped_column(BigInteger)
+    atomics: Mapped[int] = mapped_column(BigInteger)
+    load_lanes: Mapped[int] = mapped_column(BigInteger)
+    store_lanes: Mapped[int] = mapped_column(BigInteger)
+    atomic_lanes: Mapped[int] = mapped_column(BigInteger)
+    bytes_loaded: Mapped[int] = mapped_column(BigInteger)
+    bytes_stored: Mapped[int] = mapped_column(BigInteger)
+    oob_lanes: Mapped[int] = mapped_column(BigInteger, index=True)
+    events: Mapped[int] = mapped_column(BigInteger)
+    lanes: Mapped[int] = mapped_column(BigInteger)
+
+    # Summary of memory events that hit no argument (the recorder's per_arg[-1]); None when there were none.
+    unattributed: Mapped[dict[str, Any] | None]
+
+    trace_blob: Mapped[str | None] = mapped_column(ForeignKey("blobs.sha256"))
+    trace_rows: Mapped[int | None] = mapped_column(BigInteger)
+    trace_bytes: Mapped[int | None] = mapped_column(BigInteger)
+
+    started_at: Mapped[dt.datetime] = mapped_column(index=True)
+    duration_s: Mapped[float] = mapped_column(Float)
+    created_at: Mapped[dt.datetime] = mapped_column(index=True)
+
+    run: Mapped[Run] = relationship(back_populates="launches")
+    kernel: Mapped[Kernel] = relationship()
+    args: Mapped[list[LaunchArg]] = relationship(
+        back_populates="launch", order_by="LaunchArg.position", cascade="all, delete-orphan"
+    )
+
+    @property
+    def grid(self) -> tuple[int, int, int]:
+        return (self.grid_x, self.grid_y, self.grid_z)
+
+
+class LaunchArg(Base):
+    __tablename__ = "launch_args"
+    __table_args__ = (UniqueConstraint("launch_id", "position"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    launch_id: Mapped[int] = mapped_column(ForeignKey("launches.id", ondelete="CASCADE"))
+    position: Mapped[int] = mapped_column(Integer)
+    name: Mapped[str] = mapped_column(String(255))
+    kind: Mapped[str] = mapped_column(String(16))  # tensor | scalar | constexpr | none | other
+    dtype: Mapped[str | None] = mapped_column(String(64))
+    shape: Mapped[list[Any] | None]
+    strides: Mapped[list[Any] | None]
+    storage_offset: Mapped[int | None] = mapped_column(BigInteger)
+    storage_group: Mapped[int | None] = mapped_column(Integer)
+    device: Mapped[str | None] = mapped_column(String(64))
+    value: Mapped[Any | None]
+    access: Mapped[dict[str, Any] | None]  # this argument's AccessSummary fields; None when not traced
+    before_blob: Mapped[str | None] = mapped_column(ForeignKey("blobs.sha256"))
+    after_blob: Mapped[str | None] = mapped_column(
+        ForeignKey("blobs.sha256")
+    )  # == before_blob when unchanged
+
+    launch: Mapped[Launch] = relationship(back_populates="args")
+
+    @property
+    def changed(self) -> bool:
+        return self.after_blob is not None and self.after_blob != self.before_blob
+
+
+class AutotuneEventRow(Base):
+    __tablename__ = "autotune_events"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
+    kernel_id: Mapped[int] = mapped_column(ForeignKey("kernels.id"), index=True)
+    launch_id: Mapped[int | None] = mapped_column(ForeignKey("launches.id", ondelete="SET NULL"), index=True)
+    tuning_key: Mapped[str] = mapped_column(Text)
+    configs: Mapped[list[Any]]
+    timings: Mapped[list[Any] | None]  # None when the timings were dummies
+    chosen: Mapped[dict[str, Any]]
+    cache_hit: Mapped[bool] = mapped_column(Boolean)
+    created_at: Mapped[dt.datetime] = mapped_column(index=True)
+
+    kernel: Mapped[Kernel] = relationship()
+
+
+class Replay(Base):
+    __tablename__ = "replays"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    launch_id: Mapped[int] = mapped_column(ForeignKey("launches.id", ondelete="CASCADE"), index=True)
+    device: Mapped[str] = mapped_column(String(64))
+    backend: Mapped[str] = mapped_column(String(32))
+    outcome: Mapped[str] = mapped_column(String(16), index=True)  # match | mismatch | error
+    max_abs_err: Mapped[float | None] = mapped_column(Float)
+    max_rel_err: Mapped[float | None] = mapped_column(Float)
+    trace_equal: Mapped[bool | None] = mapped_column(Boolean)
+    message: Mapped[str | None] = mapped_column(Text)
+    duration_s: Mapped[float | None] = mapped_column(Float)
+    versions: Mapped[dict[str, Any] | None]
+    created_at: Mapped[dt.datetime] = mapped_column(index=True)
+
+    launch: Mapped[Launch] = relationship()
+
+
+TABLES = ("runs", "kernels", "launches", "launch_args", "autotune_events", "blobs", "replays")
