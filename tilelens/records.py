@@ -99,6 +99,7 @@ class LaunchRecord:
     config: dict[str, Any] = field(default_factory=dict)
     tuning_key: str | None = None
     summary: AccessSummary = field(default_factory=AccessSummary)
+    per_arg: dict[int, AccessSummary] = field(default_factory=dict)  # by parameter position; -1: no argument
     trace: pa.Table | None = None  # access trace, see tilelens.core.access.TRACE_SCHEMA
     started_at: _dt.datetime = field(default_factory=utcnow)
     duration_s: float = 0.0

@@ -1,0 +1,151 @@
+"""Exact access traces of small kernels, checked against offsets computed by hand."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import triton
+
+from tests import kernels
+from tilelens.core.access import lane_mask, lane_offsets, lane_oob
+from tilelens.core.trace import TritonTrace
+
+
+def rows(record):
+    return record.trace.to_pylist()
+
+
+def test_masked_vector_add_counts_exact_lanes():
+    n, block = 1000, 256
+    x, y, out = torch.randn(n), torch.randn(n), torch.empty(n)
+    traced = TritonTrace(kernels.add_kernel, in_place=False)
+    traced[(triton.cdiv(n, block),)](x, y, out, n, BLOCK=block)
+    assert torch.equal(out, x + y)
+    rec = traced.records[-1]
+    assert rec.grid == (4, 1, 1)
+    assert rec.per_arg[0].load_lanes == n and rec.per_arg[0].loads == 4
+    assert rec.per_arg[1].load_lanes == n and rec.per_arg[1].loads == 4
+    assert rec.per_arg[2].store_lanes == n and rec.per_arg[2].stores == 4
+    assert rec.summary.load_lanes == 2 * n and rec.summary.store_lanes == n
+    assert rec.summary.lanes == 12 * block
+    assert rec.summary.bytes_loaded == 2 * n * 4 and rec.summary.bytes_stored == n * 4
+    assert rec.summary.oob_lanes == 0
+    for row in rows(rec):
+        offs = lane_offsets(row)
+        np.testing.assert_array_equal(offs, row["pid_x"] * block + np.arange(block))
+        np.testing.assert_array_equal(lane_mask(row), offs < n)
+        assert row["offsets"] is None, "affine blocks are stored as base + strides"
+    lines = {r["op"]: r["line"] for r in rows(rec)}
+    src = kernels.add_kernel.fn.__code__
+    with open(src.co_filename) as f:
+        body = f.read().splitlines()
+    assert "tl.store(out_ptr" in body[lines["store"] - 1]
+
+
+def test_tiled_matmul_offsets_match_hand_computed():
+    M = N = K = 64
+    B = 32
+    a, b, c = torch.randn(M, K), torch.randn(K, N), torch.empty(M, N)
+    traced = TritonTrace(kernels.matmul_kernel, in_place=False)
+    traced[(M // B, N // B)](a, b, c, M, N, K, BM=B, BN=B, BK=B)
+    torch.testing.assert_close(c, a @ b, rtol=1e-4, atol=1e-4)
+    rec = traced.records[-1]
+    assert rec.grid == (2, 2, 1)
+    i = np.arange(B)[:, None]
+    j = np.arange(B)[None, :]
+    seen = {0: 0, 1: 0, 2: 0}
+    for row in rows(rec):
+        pm, pn, ev = row["pid_x"], row["pid_y"], row["event"]
+        offs = lane_offsets(row)
+        if row["op"] == "load" and row["arg"] == 0:
+            k = (ev // 2) * B
+            expected = (pm * B + i) * K + k + j
+        elif row["op"] == "load" and row["arg"] == 1:
+            k = (ev // 2) * B
+            expected = (k + i) * N + pn * B + j
+        else:
+            assert row["op"] == "store" and row["arg"] == 2 and ev == 4
+            expected = (pm * B + i) * N + pn * B + j
+        np.testing.assert_array_equal(offs, expected)
+        assert row["strides"] is not None
+        seen[row["arg"]] += 1
+    assert seen == {0: 8, 1: 8, 2: 4}
+    assert rec.summary.load_lanes == 2 * 4 * 2 * B * B and rec.summary.store_lanes == M * N
+
+
+def test_out_of_bounds_lanes_are_exact():
+    buf = torch.arange(256, dtype=torch.float32)
+    x = buf[:100]  # the kernel reads 28 elements past x, into memory no argument owns
+    out = torch.empty(100)
+    traced = TritonTrace(kernels.unmasked_copy_kernel, in_place=False)
+    traced[(1,)](x, out, 100, BLOCK=128)
+    rec = traced.records[-1]
+    assert rec.summary.oob_lanes == 28
+    assert rec.per_arg[0].oob_lanes == 28 and rec.per_arg[1].oob_lanes == 0
+    load = next(r for r in rows(rec) if r["op"] == "load")
+    oob = lane_oob(load)
+    np.testing.assert_array_equal(np.nonzero(oob)[0], np.arange(100, 128))
+    np.testing.assert_array_equal(lane_offsets(load)[oob], np.arange(100, 128))
+    assert load["oob"] == 28 and load["active"] == 128
+    assert torch.equal(out, x)
+
+
+def test_nested_jit_helpers_and_tl_sum_run_interpreted():
+    x = torch.randn(3, 16)
+    out = torch.empty(3)
+    traced = TritonTrace(kernels.row_sum_of_squares, in_place=False)
+    traced[(3,)](x, out, N=16)
+    torch.testing.assert_close(out, (x * x).sum(1))
+    assert traced.records[-1].summary.load_lanes == 48
+
+
+def test_atomics_are_recorded_with_their_op():
+    idx = torch.tensor([0, 1, 1, 3, 3, 3], dtype=torch.int32)
+    counts = torch.zeros(4, dtype=torch.int32)
+    traced = TritonTrace(kernels.histogram_kernel, in_place=False)
+    traced[(1,)](idx, counts, 6, BLOCK=8)
+    assert counts.tolist() == [1, 2, 0, 3]
+    rec = traced.records[-1]
+    atomic = next(r for r in rows(rec) if r["op"].startswith("atomic"))
+    assert atomic["op"] == "atomic_add" and atomic["arg"] == 1
+    assert atomic["active"] == 6 and atomic["offsets"] is not None
+    np.testing.assert_array_equal(lane_offsets(atomic)[lane_mask(atomic)], [0, 1, 1, 3, 3, 3])
+    assert rec.summary.atomics == 1 and rec.summary.atomic_lanes == 6
+
+
+def test_gather_keeps_every_lane_offset():
+    src = torch.arange(32, dtype=torch.float32)
+    idx = torch.tensor([5, 3, 31, 0, 7, 7, 1, 2], dtype=torch.int64)
+    out = torch.empty(8)
+    traced = TritonTrace(kernels.gather_kernel, in_place=False)
+    traced[(1,)](src, idx, out, BLOCK=8)
+    assert torch.equal(out, src[idx])
+    gather = [r for r in rows(traced.records[-1]) if r["arg"] == 0][0]
+    assert gather["strides"] is None
+    np.testing.assert_array_equal(lane_offsets(gather), idx.numpy())
+
+
+def test_block_pointers_are_traced():
+    M, N = 10, 8
+    x = torch.randn(M, N)
+    out = torch.zeros(M, N)
+    traced = TritonTrace(kernels.block_ptr_copy, in_place=False)
+    traced[(3,)](x, out, M, N, BM=4, BN=8)
+    assert torch.equal(out, x)
+    rec = traced.records[-1]
+    assert rec.summary.load_lanes == M * N and rec.summary.store_lanes == M * N
+    assert rec.summary.oob_lanes == 0
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float64, torch.int8])
+def test_element_size_follows_dtype(dtype):
+    n = 100
+    x = torch.ones(n, dtype=dtype)
+    y = torch.ones(n, dtype=dtype)
+    out = torch.empty(n, dtype=dtype)
+    traced = TritonTrace(kernels.add_kernel, in_place=False)
+    traced[(1,)](x, y, out, n, BLOCK=128)
+    rec = traced.records[-1]
+    assert rec.summary.bytes_loaded == 2 * n * x.element_size()
+    assert rec.trace.column("elem_bytes").to_pylist()[0] == x.element_size()

@@ -1,0 +1,195 @@
+"""Binding a launch's arguments to kernel parameters, and snapshotting its tensors.
+
+A snapshot is the flat byte span a tensor view can reach, copied to the host (so a strided view costs what it
+can touch, not its whole storage); the view's real geometry (shape, strides, storage offset) stays on the
+``ArgumentRecord``, which is all replay needs to rebuild it, aliasing included.
+"""
+
+from __future__ import annotations
+
+import enum
+import inspect
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from tilelens.core import compat
+from tilelens.core.access import ArgSpan, SpanTable
+from tilelens.records import ArgumentRecord
+
+
+@dataclass(frozen=True)
+class Param:
+    position: int
+    name: str
+    constexpr: bool
+    default: Any
+
+
+def kernel_params(pyfn: Any) -> list[Param]:
+    params = []
+    for i, p in enumerate(inspect.signature(pyfn).parameters.values()):
+        ann = p.annotation
+        is_constexpr = ann is compat.tl.constexpr or (isinstance(ann, str) and "constexpr" in ann)
+        params.append(Param(i, p.name, is_constexpr, p.default))
+    return params
+
+
+def bind(
+    params: list[Param], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Split a launch into {parameter: value} (defaults applied) and {option: value} (num_warps, ...)."""
+    names = {p.name for p in params}
+    bound: dict[str, Any] = {}
+    for p, value in zip(params, args):
+        bound[p.name] = value
+    options = {}
+    for k, v in kwargs.items():
+        if k in names:
+            bound[k] = v
+        elif k not in ("grid", "warmup"):
+            options[k] = v
+    for p in params:
+        if p.name not in bound and p.default is not inspect.Parameter.empty:
+            bound[p.name] = p.default
+    return bound, options
+
+
+def resolve_grid(grid: Any, bound: dict[str, Any]) -> tuple[int, int, int]:
+    """The grid as compiled Triton computes it: a callable grid sees the bound arguments."""
+    if callable(grid):
+        grid = grid(bound)
+    if not isinstance(grid, (tuple, list)):
+        grid = (grid,)
+    dims = [int(g) for g in grid]
+    if not 1 <= len(dims) <= 3:
+        raise ValueError(f"grid must have 1 to 3 dimensions, got {grid!r}")
+    return tuple(dims + [1] * (3 - len(dims)))  # type: ignore[return-value]
+
+
+def _unwrap(value: Any) -> Any:
+    base = getattr(value, "base", None)
+    if isinstance(base, torch.Tensor) and not isinstance(value, torch.Tensor):
+        return base  # triton.reinterpret's TensorWrapper
+    return value
+
+
+def is_tensor(value: Any) -> bool:
+    return isinstance(_unwrap(value), torch.Tensor)
+
+
+def extent(t: torch.Tensor) -> int:
+    """Number of elements from the view's first to its last reachable element."""
+    if t.numel() == 0:
+        return 0
+    return 1 + sum((n - 1) * s for n, s in zip(t.shape, t.stride()))
+
+
+def span_copy(t: torch.Tensor) -> torch.Tensor:
+    """Host copy of the contiguous element span a view can reach (1-D, same dtype)."""
+    n = extent(t)
+    if n == 0:
+        return torch.empty(0, dtype=t.dtype)
+    flat = t.detach().as_strided((n,), (1,))
+    return flat.to("cpu", copy=True)
+
+
+def same_bytes(a: torch.Tensor, b: torch.Tensor) -> bool:
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if a.numel() == 0:
+        return True
+    return torch.equal(a.view(torch.uint8), b.view(torch.uint8))
+
+
+def jsonable(value: Any) -> Any:
+    """A JSON-safe stand-in for a scalar, constexpr or option value."""
+    value = getattr(value, "value", value) if type(value).__name__ == "constexpr" else value
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        if math.isfinite(value):
+            return value
+        return {"float": repr(value)}
+    if isinstance(value, enum.Enum):
+        return str(value)
+    if isinstance(value, (np.integer, np.floating, np.bool_)):
+        return value.item()
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    return {"repr": repr(value)}
+
+
+def describe_arguments(params: list[Param], bound: dict[str, Any]) -> list[ArgumentRecord]:
+    """One record per parameter, with a 'before' snapshot of every tensor."""
+    groups: dict[int, int] = {}
+    records = []
+    for p in params:
+        value = bound.get(p.name)
+        rec = ArgumentRecord(position=p.position, name=p.name, kind="none")
+        if p.constexpr:
+            rec.kind, rec.value = "constexpr", jsonable(value)
+        elif value is None:
+            rec.kind = "none"
+        elif is_tensor(value):
+            t = _unwrap(value)
+            sp = t.untyped_storage().data_ptr()
+            rec.kind = "tensor"
+            rec.dtype = str(t.dtype).removeprefix("torch.")
+            rec.shape = tuple(t.shape)
+            rec.strides = tuple(t.stride())
+            rec.storage_offset = t.storage_offset()
+            rec.storage_group = groups.setdefault(sp, len(groups))
+            rec.device = str(t.device)
+            rec.before = span_copy(t)
+            if t is not value:
+                rec.value = {"reinterpret": str(value.dtype)}
+        elif isinstance(value, (bool, int, float, np.integer, np.floating)):
+            rec.kind, rec.value = "scalar", jsonable(value)
+        else:
+            rec.kind, rec.value = "other", jsonable(value)
+        records.append(rec)
+    return records
+
+
+def capture_after(params: list[Param], bound: dict[str, Any], records: list[ArgumentRecord]) -> None:
+    """Fill ``after`` for tensors the launch changed; unchanged tensors keep ``after`` = None."""
+    for p, rec in zip(params, records):
+        if rec.kind != "tensor" or rec.before is None:
+            continue
+        now = span_copy(_unwrap(bound[p.name]))
+        if not same_bytes(now, rec.before):
+            rec.after = now
+
+
+def host_spans(params: list[Param], host_args: tuple[Any, ...], host_kwargs: dict[str, Any]) -> SpanTable:
+    """Byte spans of the tensors the interpreter actually reads (host copies for device tensors)."""
+    bound, _ = bind(params, tuple(host_args), dict(host_kwargs))
+    spans = []
+    for p in params:
+        value = bound.get(p.name)
+        for t in _tensors_in(value):
+            n = extent(t)
+            if n == 0:
+                continue
+            itemsize = t.element_size()
+            start = t.data_ptr()
+            spans.append(ArgSpan(p.position, start, start + n * itemsize, itemsize))
+    return SpanTable(spans)
+
+
+def _tensors_in(value: Any) -> list[torch.Tensor]:
+    value = _unwrap(value)
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, tuple):
+        return [t for v in value for t in _tensors_in(v)]
+    base = getattr(value, "base", None)  # TensorDescriptor
+    if base is not None and hasattr(value, "block_shape"):
+        return _tensors_in(base)
+    return []

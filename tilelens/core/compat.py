@@ -1,0 +1,111 @@
+"""Every difference between the Triton versions TileLens supports (3.6 through 3.9), in one place.
+
+Other modules import Triton internals only through here, so a new Triton release means reading one file.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import triton
+import triton.language as tl
+from triton import knobs
+from triton.runtime import autotuner as _autotuner
+from triton.runtime import interpreter as _interpreter
+from triton.runtime import jit as _jit
+
+TRITON_VERSION: tuple[int, int] = tuple(int(p) for p in triton.__version__.split(".")[:2])  # type: ignore[assignment]
+SUPPORTED = (3, 6) <= TRITON_VERSION < (3, 10)
+
+JITFunction = _jit.JITFunction
+KernelInterface = _jit.KernelInterface
+Autotuner = _autotuner.Autotuner
+Heuristics = _autotuner.Heuristics
+Config = _autotuner.Config
+InterpretedFunction = _interpreter.InterpretedFunction
+InterpreterBuilder = _interpreter.InterpreterBuilder
+interpreter_builder = _interpreter.interpreter_builder
+# Triton 3.8 registers every JITFunction by "module:qualname"; 3.6 keeps no registry.
+jit_registry: dict[str, Any] | None = getattr(_jit, "_triton_jit_function_registry", None)
+
+# The autotune listener knob exists from Triton 3.8 on.
+HAS_AUTOTUNE_LISTENER = hasattr(knobs.autotuning, "listener")
+
+# Class methods where every memory access of the interpreter ends, in every supported version:
+# plain, block-pointer (3.6 routes create_tensor_pointer_* here), descriptor and gather/scatter paths.
+ACCESS_METHODS = ("create_masked_load", "create_masked_store", "create_atomic_rmw", "create_atomic_cas")
+
+# Modules and classes whose attributes the interpreter patches for the length of a launch.
+LANG_NAMESPACES: tuple[Any, ...] = (tl, tl.core, tl.math, tl.tensor, tl.core.tensor_descriptor_base)
+
+# Launch options that reach JITFunction.run as keyword arguments but are not kernel parameters.
+LAUNCH_OPTIONS = frozenset(
+    {
+        "num_warps",
+        "num_stages",
+        "num_ctas",
+        "maxnreg",
+        "enable_fp_fusion",
+        "launch_cooperative_grid",
+        "launch_pdl",
+        "ir_override",
+        "debug",
+        "instrumentation_mode",
+        "waves_per_eu",
+        "matrix_instr_nonkdim",
+        "kpack",
+        "num_buffers_warp_spec",
+        "num_consumer_groups",
+        "reg_dec_producer",
+        "reg_inc_consumer",
+        "sanitize_overflow",
+        "arch",
+        "supported_fp8_dtypes",
+        "deprecated_fp8_dtypes",
+        "extern_libs",
+        "allowed_dot_input_precisions",
+        "default_dot_input_precision",
+        "max_num_imprecise_acc_default",
+    }
+)
+
+
+def is_gluon(fn: Any) -> bool:
+    return bool(getattr(fn, "is_gluon", lambda: False)())
+
+
+def autotune_key(autotuner: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
+    """The tuning key exactly as ``Autotuner.run`` builds it (same in 3.6 and 3.8)."""
+    nargs = dict(zip(autotuner.arg_names, args))
+    all_args = {**nargs, **kwargs}
+    named = {k: v for k, v in all_args.items() if k in autotuner.arg_names}
+    key = [named[k] for k in autotuner.keys if k in named]
+    key.extend(str(v.dtype) for v in named.values() if hasattr(v, "dtype"))
+    return tuple(key)
+
+
+def jit_source(fn: Any) -> str:
+    src = getattr(fn, "src", None)
+    if src is None:
+        src = getattr(fn, "_src", "")
+    return src
+
+
+def runtime_interpret_scope() -> Any:
+    """Snapshot and restore Triton's runtime knobs (and their environment variables)."""
+    return knobs.runtime.scope()
+
+
+def set_interpret(value: bool) -> None:
+    knobs.runtime.interpret = value
+
+
+def autotune_listener() -> Any:
+    return getattr(knobs.autotuning, "listener", None) if HAS_AUTOTUNE_LISTENER else None
+
+
+def element_bytes(tl_dtype: Any) -> int:
+    bits = getattr(tl_dtype, "primitive_bitwidth", None)
+    if bits is None:  # pointer element types
+        bits = 64
+    return max(1, bits // 8)

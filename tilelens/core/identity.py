@@ -1,0 +1,67 @@
+"""Kernel identity: who a kernel is, stable across processes and machines.
+
+Must be computed outside any interpreted launch: ``JITFunction.cache_key`` walks the kernel's dependencies,
+and doing that while the interpreter has patched ``tl`` fails and leaves a permanent ``recursion:`` placeholder
+in callees' keys (a poisoned cache key that would also break later compiled launches).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import os
+from typing import Any
+
+from tilelens.core import compat
+from tilelens.core.interpreter import current_launch
+from tilelens.records import KernelIdentity
+
+
+def source_sha256(source: str) -> str:
+    return hashlib.sha256(source.encode("utf-8")).hexdigest()
+
+
+def kernel_identity(fn: Any) -> KernelIdentity:
+    """Identity of a ``JITFunction`` or of an ``InterpretedFunction`` (a kernel decorated with TRITON_INTERPRET=1)."""
+    if current_launch() is not None:
+        raise RuntimeError("TileLens: kernel identity must be computed outside an interpreted launch")
+    jit = fn if isinstance(fn, compat.JITFunction) else _shadow_jit(fn.fn)
+    pyfn = jit.fn
+    source = compat.jit_source(jit)
+    try:
+        cache_key: str | None = jit.cache_key
+    except Exception:  # a kernel whose dependencies Triton cannot hash still gets recorded
+        cache_key = None
+    return KernelIdentity(
+        module=pyfn.__module__,
+        qualname=pyfn.__qualname__,
+        file=os.path.abspath(jit.file_name) if not jit.file_name.startswith("<") else jit.file_name,
+        def_line=int(jit.def_file_line_number) if hasattr(jit, "def_file_line_number") else _def_line(pyfn),
+        source=source,
+        source_sha256=source_sha256(source),
+        cache_key=cache_key,
+    )
+
+
+def _shadow_jit(pyfn: Any) -> Any:
+    """A compiled-mode JITFunction for a Python function, without disturbing Triton's registry."""
+    registry = compat.jit_registry
+    key = f"{pyfn.__module__}:{pyfn.__qualname__}"
+    missing = object()
+    before = registry.get(key, missing) if registry is not None else missing
+    try:
+        return compat.JITFunction(pyfn)
+    finally:
+        if registry is not None:
+            if before is missing:
+                registry.pop(key, None)
+            else:
+                registry[key] = before
+
+
+def _def_line(pyfn: Any) -> int:
+    lines, start = inspect.getsourcelines(pyfn)
+    for i, line in enumerate(lines):
+        if line.strip().startswith("def "):
+            return start + i
+    return start

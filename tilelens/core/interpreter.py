@@ -1,0 +1,231 @@
+"""The one place where TileLens patches Triton.
+
+Two patch sets, each installed and removed as a unit, in reverse order, even when the code inside raises:
+
+* ``launch_patches`` — for the length of one interpreted launch: routes the interpreter builder's memory
+  methods into the active ``AccessCollector``, lets nested ``@triton.jit`` helpers (decorated in compiled mode,
+  like ``tl.sum`` in a process that imported Triton without ``TRITON_INTERPRET``) run interpreted, turns
+  ``knobs.runtime.interpret`` on, and restores every ``tl`` namespace afterwards (the stock interpreter can leak
+  patches of helpers' modules).
+* ``interception_patches`` — for the length of a ``tilelens.record()`` block: makes every launch of a
+  ``JITFunction``, ``Autotuner``, ``Heuristics`` or ``InterpretedFunction`` go through the recorder.
+
+State that must not outlive a launch (the active collector, the interpreted-helper cache) lives on the
+``LaunchContext`` object, not in module globals.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from tilelens.core import compat
+from tilelens.core.access import ATOMIC_CAS, LOAD, STORE, AccessCollector
+
+# Interpreted launches share one global interpreter builder in Triton: they must never overlap.
+LAUNCH_LOCK = threading.RLock()
+_local = threading.local()
+
+
+class _Patcher:
+    """Sets attributes and puts every one of them back, last-set first."""
+
+    def __init__(self) -> None:
+        self._saved: list[tuple[Any, str, bool, Any]] = []
+
+    def set(self, owner: Any, name: str, value: Any) -> None:
+        had = name in vars(owner)
+        self._saved.append((owner, name, had, vars(owner).get(name)))
+        setattr(owner, name, value)
+
+    def restore(self) -> None:
+        while self._saved:
+            owner, name, had, old = self._saved.pop()
+            if had:
+                setattr(owner, name, old)
+            else:
+                delattr(owner, name)
+
+
+class LaunchContext:
+    """Per-launch state: the collector receiving accesses and interpreted stand-ins for nested helpers."""
+
+    def __init__(self, collector: AccessCollector) -> None:
+        self.collector = collector
+        self.helpers: dict[int, Any] = {}
+
+    def interpreted_helper(self, fn: Any) -> Any:
+        # Keyed by id(): hashing a JITFunction computes its cache_key, which must not happen inside a launch.
+        helper = self.helpers.get(id(fn))
+        if helper is None:
+            helper = self.helpers[id(fn)] = (fn, make_interpreted(fn.fn))
+        return helper[1]
+
+
+def current_launch() -> LaunchContext | None:
+    return getattr(_local, "launch", None)
+
+
+def make_interpreted(pyfn: Callable[..., Any]) -> Any:
+    """An InterpretedFunction for ``pyfn`` whose rewrite leaves Triton's JIT registry as it was.
+
+    Rewriting builds a throwaway ``JITFunction`` that would replace the user's own in Triton's
+    "module:qualname" registry; we put the user's entry back.
+    """
+    interp = compat.InterpretedFunction(pyfn)
+    registry = compat.jit_registry
+    if registry is None:
+        interp.rewrite()
+        return interp
+    key = f"{pyfn.__module__}:{pyfn.__qualname__}"
+    missing = object()
+    before = registry.get(key, missing)
+    try:
+        interp.rewrite()
+    finally:
+        if before is missing:
+            registry.pop(key, None)
+        else:
+            registry[key] = before
+    return interp
+
+
+def _access_hooks(originals: dict[str, Callable[..., Any]]) -> dict[str, Callable[..., Any]]:
+    load, store = originals["create_masked_load"], originals["create_masked_store"]
+    rmw, cas = originals["create_atomic_rmw"], originals["create_atomic_cas"]
+    elem_bytes = compat.element_bytes
+
+    def create_masked_load(self, ptrs, mask, other, cache_modifier, eviction_policy, is_volatile):
+        launch = current_launch()
+        if launch is not None:
+            launch.collector.record(
+                LOAD, ptrs.data, mask.data, elem_bytes(ptrs.get_element_ty()), self.grid_idx
+            )
+        return load(self, ptrs, mask, other, cache_modifier, eviction_policy, is_volatile)
+
+    def create_masked_store(self, ptrs, value, mask, cache_modifier, eviction_policy):
+        launch = current_launch()
+        if launch is not None:
+            launch.collector.record(
+                STORE, ptrs.data, mask.data, elem_bytes(ptrs.get_element_ty()), self.grid_idx
+            )
+        return store(self, ptrs, value, mask, cache_modifier, eviction_policy)
+
+    def create_atomic_rmw(self, rmwOp, ptr, val, mask, sem, scope):  # noqa: N803 (Triton's name)
+        launch = current_launch()
+        if launch is not None:
+            op = "atomic_" + str(getattr(rmwOp, "name", rmwOp)).lower()
+            launch.collector.record(op, ptr.data, mask.data, elem_bytes(ptr.get_element_ty()), self.grid_idx)
+        return rmw(self, rmwOp, ptr, val, mask, sem, scope)
+
+    def create_atomic_cas(self, ptr, cmp, val, sem, scope):
+        launch = current_launch()
+        if launch is not None:
+            launch.collector.record(
+                ATOMIC_CAS, ptr.data, None, elem_bytes(ptr.get_element_ty()), self.grid_idx
+            )
+        return cas(self, ptr, cmp, val, sem, scope)
+
+    return {
+        "create_masked_load": create_masked_load,
+        "create_masked_store": create_masked_store,
+        "create_atomic_rmw": create_atomic_rmw,
+        "create_atomic_cas": create_atomic_cas,
+    }
+
+
+def _jit_call(original: Callable[..., Any]) -> Callable[..., Any]:
+    def __call__(self, *args, **kwargs):
+        launch = current_launch()
+        if launch is None:
+            return original(self, *args, **kwargs)
+        return launch.interpreted_helper(self)(*args, **kwargs)
+
+    return __call__
+
+
+@contextlib.contextmanager
+def launch_patches(collector: AccessCollector) -> Iterator[LaunchContext]:
+    """Interpret one launch with access capture; everything touched is restored on exit."""
+    with LAUNCH_LOCK:
+        if current_launch() is not None:
+            raise RuntimeError("TileLens: a Triton launch started inside another interpreted launch")
+        patcher = _Patcher()
+        lang_snapshot = [(ns, dict(vars(ns))) for ns in compat.LANG_NAMESPACES]
+        builder_cls = compat.InterpreterBuilder
+        originals = {name: getattr(builder_cls, name) for name in compat.ACCESS_METHODS}
+        ctx = LaunchContext(collector)
+        try:
+            with compat.runtime_interpret_scope():
+                compat.set_interpret(True)
+                for name, hook in _access_hooks(originals).items():
+                    patcher.set(builder_cls, name, hook)
+                patcher.set(compat.JITFunction, "__call__", _jit_call(compat.JITFunction.__call__))
+                _local.launch = ctx
+                try:
+                    yield ctx
+                finally:
+                    _local.launch = None
+        finally:
+            patcher.restore()
+            _restore_namespaces(lang_snapshot)
+
+
+def _restore_namespaces(snapshot: list[tuple[Any, dict[str, Any]]]) -> None:
+    for ns, before in snapshot:
+        now = vars(ns)
+        for name in [n for n in now if n not in before]:
+            with contextlib.suppress(AttributeError, TypeError):
+                delattr(ns, name)
+        for name, value in before.items():
+            if now.get(name, _MISSING) is not value:
+                with contextlib.suppress(AttributeError, TypeError):
+                    setattr(ns, name, value)
+
+
+_MISSING = object()
+
+LaunchRouter = Callable[[Any, str, tuple[Any, ...], dict[str, Any]], Any]
+
+
+@contextlib.contextmanager
+def interception_patches(route: LaunchRouter) -> Iterator[None]:
+    """Send every kernel launch to ``route(kernel, kind, args, kwargs)`` while the block runs.
+
+    Layers that TileLens already traced (marked with ``_tilelens_trace``) and launches made from inside an
+    interpreted launch keep Triton's own behaviour, so the traced chain runs exactly as Triton would run it.
+    """
+    patcher = _Patcher()
+
+    def layered(cls: type, kind: str) -> Callable[..., Any]:
+        original = cls.run
+
+        def run(self, *args, **kwargs):
+            if getattr(self, "_tilelens_trace", None) is not None or current_launch() is not None:
+                return original(self, *args, **kwargs)
+            if kwargs.get("warmup"):
+                return original(self, *args, **kwargs)
+            return route(self, kind, args, kwargs)
+
+        run.__wrapped__ = original  # type: ignore[attr-defined]
+        return run
+
+    try:
+        patcher.set(compat.JITFunction, "run", layered(compat.JITFunction, "jit"))
+        patcher.set(compat.InterpretedFunction, "run", layered(compat.InterpretedFunction, "interpreted"))
+        patcher.set(compat.Autotuner, "run", layered(compat.Autotuner, "autotuner"))
+        patcher.set(compat.Heuristics, "run", layered(compat.Heuristics, "heuristics"))
+        yield
+    finally:
+        patcher.restore()
+
+
+def original_run(cls: type) -> Callable[..., Any]:
+    """The class's ``run`` as Triton defines it, even while interception is installed."""
+    for klass in cls.__mro__:
+        if "run" in vars(klass):
+            run = vars(klass)["run"]
+            return getattr(run, "__wrapped__", run)
+    raise AttributeError(f"{cls.__name__} has no run method")

@@ -1,0 +1,118 @@
+"""Running one launch through Triton's interpreter and turning it into a ``LaunchRecord``.
+
+The order matters: identity is known before the interpreter is entered (cache_key poisoning), snapshots are
+taken before the kernel can write, spans come from the interpreter's own host copies (a pre-run hook), and
+the user's exception is re-raised unchanged after the record is built.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from tilelens.core.access import AccessCollector
+from tilelens.core.arguments import (
+    Param,
+    bind,
+    capture_after,
+    describe_arguments,
+    host_spans,
+    jsonable,
+    resolve_grid,
+)
+from tilelens.core.interpreter import LAUNCH_LOCK, launch_patches
+from tilelens.records import KernelIdentity, LaunchRecord, utcnow
+
+
+@dataclass
+class LaunchMeta:
+    """What the layers above the kernel decided for this launch."""
+
+    role: str = "launch"
+    tuning_key: str | None = None
+    autotune: dict[str, Any] | None = None
+    heuristics: dict[str, Any] = field(default_factory=dict)
+
+
+def config_dict(config: Any) -> dict[str, Any]:
+    """A ``triton.Config`` as JSON: meta-parameters and launch options."""
+    out: dict[str, Any] = {"kwargs": jsonable(dict(config.kwargs))}
+    for name in ("num_warps", "num_stages", "num_ctas", "maxnreg"):
+        value = getattr(config, name, None)
+        if value is not None:
+            out[name] = jsonable(value)
+    return out
+
+
+def run_interpreted(
+    interpreted: Any,
+    identity: KernelIdentity,
+    params: list[Param],
+    user_hooks: list[Any],
+    args: tuple[Any, ...],
+    grid: Any,
+    kwargs: dict[str, Any],
+    meta: LaunchMeta,
+) -> tuple[Any, LaunchRecord, BaseException | None]:
+    """Interpret one launch; return (kernel result, record, the exception it raised or None)."""
+    with LAUNCH_LOCK:
+        bound, options = bind(params, args, kwargs)
+        started = utcnow()
+        t0 = time.perf_counter()
+        error: BaseException | None = None
+        result = None
+        arg_records = describe_arguments(params, bound)
+        collector = AccessCollector()
+        resolved: tuple[int, int, int] = (0, 0, 0)
+
+        def capture_spans(*host_args: Any, **host_kwargs: Any) -> None:
+            collector.set_spans(host_spans(params, host_args, host_kwargs))
+
+        saved_hooks = interpreted.pre_run_hooks
+        interpreted.pre_run_hooks = [capture_spans, *user_hooks]
+        try:
+            resolved = resolve_grid(grid, bound)
+            with launch_patches(collector):
+                result = interpreted.run(*args, grid=resolved, warmup=False, **kwargs)
+        except BaseException as exc:  # recorded, then re-raised unchanged by the caller
+            error = exc
+        finally:
+            interpreted.pre_run_hooks = saved_hooks
+        duration = time.perf_counter() - t0
+        capture_after(params, bound, arg_records)
+        trace = collector.finish()
+        config: dict[str, Any] = {
+            "constexprs": {p.name: jsonable(bound.get(p.name)) for p in params if p.constexpr},
+            "options": jsonable(options),
+        }
+        if meta.autotune is not None:
+            config["autotune"] = meta.autotune
+        if meta.heuristics:
+            config["heuristics"] = jsonable(meta.heuristics)
+        if collector.spans.aliased:
+            config["aliased_args"] = [list(p) for p in collector.spans.aliased]
+        device = next((a.device for a in arg_records if a.kind == "tensor" and a.device), "cpu")
+        record = LaunchRecord(
+            kernel=identity,
+            grid=resolved,
+            args=arg_records,
+            status="ok" if error is None else "error",
+            error=None if error is None else _message(error),
+            backend="interpreter",
+            device=device or "cpu",
+            role=meta.role,  # type: ignore[arg-type]
+            config=config,
+            tuning_key=meta.tuning_key,
+            summary=collector.summary,
+            trace=trace,
+            started_at=started,
+            duration_s=duration,
+            per_arg=collector.per_arg,
+        )
+        return result, record, error
+
+
+def _message(exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    return f"{type(exc).__name__}: {text}"

@@ -1,0 +1,172 @@
+"""A recording: every Triton launch inside it is interpreted, recorded and written to a history.
+
+``Recording`` is both the context manager behind ``tilelens.record()`` and the sink traced leaves write to.
+It owns the interception patches for its lifetime and a per-recording cache of traced copies of the user's
+kernels; when it ends, both are gone and the user's kernel objects are exactly as they were.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import socket
+import sys
+import threading
+from collections import Counter
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from tilelens.core import compat, session
+from tilelens.core.interpreter import interception_patches
+from tilelens.core.session import AutotunePolicy
+from tilelens.core.trace import TritonTrace
+from tilelens.records import AutotuneEvent, LaunchRecord, RunInfo
+
+
+def versions() -> dict[str, str]:
+    import numpy
+    import torch
+    import triton
+
+    from tilelens import __version__
+
+    return {
+        "tilelens": __version__,
+        "triton": triton.__version__,
+        "torch": torch.__version__,
+        "numpy": numpy.__version__,
+        "python": platform.python_version(),
+    }
+
+
+class Recording:
+    """``with tilelens.record(...) as rec:`` — see ``tilelens.record`` for the options."""
+
+    def __init__(
+        self,
+        db: str | None = None,
+        blobs: str | Path | None = None,
+        *,
+        tag: str | None = None,
+        autotune: AutotunePolicy = "first",
+        argv: list[str] | None = None,
+        history: Any = None,
+    ) -> None:
+        if autotune not in ("first", "all"):
+            raise ValueError(f"autotune must be 'first' or 'all', not {autotune!r}")
+        self.autotune_policy: AutotunePolicy = autotune
+        self._db, self._blobs, self._tag = db, blobs, tag
+        self._argv = list(sys.argv if argv is None else argv)
+        self._history = history
+        self._owns_history = history is None
+        self.run_id: int | None = None
+        self.launch_ids: list[int] = []
+        self.launches_per_kernel: Counter[str] = Counter()
+        self.errors = 0
+        self.oob_lanes = 0
+        self.autotune_events = 0
+        self._traced: dict[int, tuple[Any, TritonTrace]] = {}
+        self._lock = threading.Lock()
+        self._patches: Any = None
+        self.on_launch: Any = None  # optional callback(record, launch_id), e.g. a live status line
+        self.exit_code: int | None = None  # set by `tilelens record` to the program's exit status
+
+    @property
+    def history(self) -> Any:
+        return self._history
+
+    def __enter__(self) -> Recording:
+        if not compat.SUPPORTED:
+            raise RuntimeError(f"TileLens supports Triton 3.6 to 3.9, found {compat.TRITON_VERSION}")
+        if self._history is None:
+            from tilelens.store import History
+
+            self._history = History.open(self._db, self._blobs)
+        info = RunInfo(
+            argv=self._argv, cwd=os.getcwd(), host=socket.gethostname(), versions=versions(), tag=self._tag
+        )
+        self.run_id = self._history.begin_run(info)
+        session.activate(self)
+        self._patches = interception_patches(self._route)
+        try:
+            self._patches.__enter__()
+        except BaseException:
+            session.deactivate(self)
+            raise
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        try:
+            self._patches.__exit__(exc_type, exc, tb)
+        finally:
+            session.deactivate(self)
+            self._traced.clear()
+            if exc_type is None:
+                status = "ok" if not self.exit_code else "failed"
+            else:
+                status = "interrupted" if issubclass(exc_type, KeyboardInterrupt) else "failed"
+            try:
+                if self.run_id is not None:
+                    self._history.finish_run(self.run_id, status, self.exit_code)
+            finally:
+                if self._owns_history:
+                    self._history.close()
+
+    # -- routing launches -------------------------------------------------------------------------------
+
+    def trace_for(self, kernel: Any) -> TritonTrace:
+        """A traced copy of the user's kernel, made once per recording."""
+        with self._lock:
+            entry = self._traced.get(id(kernel))
+            if entry is None or entry[0] is not kernel:
+                entry = (kernel, TritonTrace(kernel, in_place=False))
+                self._traced[id(kernel)] = entry
+            return entry[1]
+
+    def _route(self, kernel: Any, kind: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        traced = self.trace_for(kernel)
+        kwargs = dict(kwargs)
+        grid = kwargs.pop("grid", None)
+        kwargs.pop("warmup", None)
+        return traced.runner.run(*args, grid=grid, warmup=False, **kwargs)
+
+    # -- sink -------------------------------------------------------------------------------------------
+
+    def write_launch(self, rec: LaunchRecord) -> int | None:
+        assert self.run_id is not None
+        with self._lock:
+            rec.seq = len(self.launch_ids)
+            launch_id = self._history.write_launch(self.run_id, rec)
+            self.launch_ids.append(launch_id)
+            self.launches_per_kernel[rec.kernel.name] += 1
+            self.errors += rec.status == "error"
+            self.oob_lanes += rec.summary.oob_lanes
+        if self.on_launch is not None:
+            self.on_launch(rec, launch_id)
+        return launch_id
+
+    def write_autotune_event(self, event: AutotuneEvent, launch_id: int | None) -> None:
+        assert self.run_id is not None
+        with self._lock:
+            self._history.write_autotune_event(self.run_id, event, launch_id)
+            self.autotune_events += 1
+
+
+def record(
+    db: str | None = None,
+    blobs: str | Path | None = None,
+    *,
+    tag: str | None = None,
+    autotune: AutotunePolicy = "first",
+) -> Recording:
+    """Record every Triton launch made inside the block.
+
+    Every launch of every Triton kernel (``@triton.jit``, ``@triton.autotune``, ``@triton.heuristics``, in
+    any order, decorated before or inside the block, in compiled mode or with ``TRITON_INTERPRET=1``) runs
+    through Triton's CPU interpreter and is written to the history at ``db``/``blobs`` (default
+    ``./.tilelens``). ``autotune="all"`` also records every pruned config's trial launch.
+    """
+    return Recording(db, blobs, tag=tag, autotune=autotune)

@@ -1,0 +1,44 @@
+"""Which recording, if any, receives launches right now.
+
+The slot is set when a ``tilelens.record()`` block is entered and cleared when it ends, so nothing here
+outlives a recording. Launches outside any recording (a kernel wrapped with ``tilelens.trace``) go to the
+wrapper's own in-memory sink instead.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Literal, Protocol
+
+from tilelens.records import AutotuneEvent, LaunchRecord
+
+AutotunePolicy = Literal["first", "all"]
+
+
+class Sink(Protocol):
+    autotune_policy: AutotunePolicy
+
+    def write_launch(self, rec: LaunchRecord) -> int | None: ...
+
+    def write_autotune_event(self, event: AutotuneEvent, launch_id: int | None) -> None: ...
+
+
+_lock = threading.Lock()
+_active: list[Sink] = []
+
+
+def active() -> Sink | None:
+    return _active[-1] if _active else None
+
+
+def activate(sink: Sink) -> None:
+    with _lock:
+        if _active:
+            raise RuntimeError("TileLens: a recording is already active in this process; nest nothing")
+        _active.append(sink)
+
+
+def deactivate(sink: Sink) -> None:
+    with _lock:
+        if _active and _active[-1] is sink:
+            _active.pop()
