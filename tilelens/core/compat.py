@@ -25,6 +25,7 @@ Config = _autotuner.Config
 InterpretedFunction = _interpreter.InterpretedFunction
 InterpreterBuilder = _interpreter.InterpreterBuilder
 interpreter_builder = _interpreter.interpreter_builder
+InterpreterError = _interpreter.InterpreterError
 # Triton 3.8 registers every JITFunction by "module:qualname"; 3.6 keeps no registry.
 jit_registry: dict[str, Any] | None = getattr(_jit, "_triton_jit_function_registry", None)
 
