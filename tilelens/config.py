@@ -73,7 +73,7 @@ def _normalise_db(db: str, cwd: Path) -> str:
         return URL.create("sqlite", database=str(_absolute(db, cwd))).render_as_string(hide_password=False)
     try:
         url = make_url(db)
-    except ArgumentError as exc:
+    except (ArgumentError, ValueError) as exc:  # ValueError: e.g. a non-numeric port
         raise LocationError(f"not a database URL: {db!r} ({exc})") from None
     path = _sqlite_file(url)
     if path is not None and not path.is_absolute():

@@ -147,7 +147,7 @@ def table_to_tensor(table: pa.Table) -> torch.Tensor:
         )
 
     span = _span(shape, strides)
-    itemsize = torch.empty(0, dtype=dtype).element_size()
+    itemsize = dtype.itemsize
     data = table.column("data")[0].values
     buffers = [data[i].as_buffer() for i in range(len(data))] if data is not None else []
     nbytes = sum(b.size for b in buffers)

@@ -1,0 +1,50 @@
+"""What every command shares: the global options, the history they name, and output helpers.
+
+Commands stay thin: they take a :class:`CliState` from the Typer context, call the Python API, and render.
+Errors are not handled here; ``tilelens.cli.main`` turns any HistoryError into one line and exit code 2.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+import typer
+from rich.console import Console
+
+from tilelens.config import Location, resolve_location
+from tilelens.store import History
+
+
+@dataclass
+class CliState:
+    db: str | None = None
+    blobs: str | None = None
+    debug: bool = False
+
+    def location(self) -> Location:
+        return resolve_location(self.db, self.blobs)
+
+    def open_history(self) -> History:
+        return History.open(location=self.location())
+
+
+def state(ctx: typer.Context) -> CliState:
+    obj = ctx.find_object(CliState)
+    if obj is None:  # a command invoked without the root callback (tests calling a sub-app directly)
+        obj = ctx.ensure_object(CliState)
+    return obj
+
+
+def console() -> Console:
+    # Resolved per call so that tests capturing sys.stdout see the output.
+    return Console(file=sys.stdout, highlight=False, soft_wrap=True)
+
+
+def print_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
+
+
+JSON_OPTION = typer.Option(False, "--json", help="Print machine-readable JSON instead of a table.")
