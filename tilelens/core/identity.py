@@ -35,8 +35,8 @@ def kernel_identity(fn: Any) -> KernelIdentity:
     return KernelIdentity(
         module=pyfn.__module__,
         qualname=pyfn.__qualname__,
-        file=os.path.abspath(jit.file_name) if not jit.file_name.startswith("<") else jit.file_name,
-        def_line=int(jit.def_file_line_number) if hasattr(jit, "def_file_line_number") else _def_line(pyfn),
+        file=_file(pyfn),
+        def_line=_def_line(pyfn),
         source=source,
         source_sha256=source_sha256(source),
         cache_key=cache_key,
@@ -59,7 +59,13 @@ def _shadow_jit(pyfn: Any) -> Any:
                 registry[key] = before
 
 
+def _file(pyfn: Any) -> str:
+    name = pyfn.__code__.co_filename
+    return name if name.startswith("<") else os.path.abspath(name)
+
+
 def _def_line(pyfn: Any) -> int:
+    """Line of the ``def`` itself (decorators excluded), as Triton 3.8 reports it; 3.6 does not."""
     lines, start = inspect.getsourcelines(pyfn)
     for i, line in enumerate(lines):
         if line.strip().startswith("def "):
