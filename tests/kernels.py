@@ -74,6 +74,13 @@ with knobs.runtime.scope():
         tl.store(dst, tl.load(src, boundary_check=(0, 1)), boundary_check=(0, 1))
 
     @triton.jit
+    def descriptor_copy(x_ptr, out_ptr, M, N, BM: tl.constexpr, BN: tl.constexpr):
+        pid = tl.program_id(0)
+        src = tl.make_tensor_descriptor(x_ptr, shape=[M, N], strides=[N, 1], block_shape=[BM, BN])
+        dst = tl.make_tensor_descriptor(out_ptr, shape=[M, N], strides=[N, 1], block_shape=[BM, BN])
+        dst.store([pid * BM, 0], src.load([pid * BM, 0]))
+
+    @triton.jit
     def failing_kernel(x_ptr, n, BLOCK: tl.constexpr):
         offs = tl.arange(0, BLOCK)
         x = tl.load(x_ptr + offs, mask=offs < n)

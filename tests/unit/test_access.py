@@ -138,6 +138,22 @@ def test_block_pointers_are_traced():
     assert rec.summary.oob_lanes == 0
 
 
+def test_tensor_descriptors_are_traced_with_padding_lanes_masked():
+    M, N = 10, 16
+    x = torch.randn(M, N)
+    out = torch.zeros(M, N)
+    traced = TritonTrace(kernels.descriptor_copy, in_place=False)
+    traced[(3,)](x, out, M, N, BM=4, BN=16)
+    assert torch.equal(out, x)
+    rec = traced.records[-1]
+    # 3 programs x 4 rows x 16 columns = 192 lanes per op; the last block's 2 rows past M are masked off
+    assert rec.summary.lanes == 2 * 192
+    assert rec.summary.load_lanes == M * N and rec.summary.store_lanes == M * N
+    last = [r for r in rows(rec) if r["pid_x"] == 2]
+    for row in last:
+        np.testing.assert_array_equal(lane_mask(row), (8 + np.arange(4))[:, None].repeat(16, 1) < M)
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float64, torch.int8])
 def test_element_size_follows_dtype(dtype):
     n = 100
