@@ -98,6 +98,7 @@ def test_record_restores_triton_exactly_even_on_error(where):
     with pytest.raises(RuntimeError, match="boom"), tilelens.record(**where):
         assert vars(compat.JITFunction)["run"] is not before["JITFunction.run"]
         kernel[kernels.autotuned_grid(100)](x, out, 100)
+        assert kernel.best_config.kwargs == {"BLOCK": 128}  # programs read it after a launch
         raise RuntimeError("boom")
     after = _triton_state()
     assert after.keys() == before.keys()

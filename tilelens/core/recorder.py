@@ -40,6 +40,10 @@ def versions() -> dict[str, str]:
     }
 
 
+# What Autotuner.run leaves on the autotuner for the program to read.
+TUNING_STATE = ("best_config", "configs_timings", "bench_time")
+
+
 class Recording:
     """``with tilelens.record(...) as rec:`` — see ``tilelens.record`` for the options."""
 
@@ -67,6 +71,7 @@ class Recording:
         self.oob_lanes = 0
         self.autotune_events = 0
         self._traced: dict[int, tuple[Any, TritonTrace]] = {}
+        self._mirrored: dict[tuple[int, str], tuple[Any, bool, Any]] = {}
         self._lock = threading.Lock()
         self._patches: Any = None
         self.on_launch: Any = None  # optional callback(record, launch_id), e.g. a live status line
@@ -104,6 +109,7 @@ class Recording:
         finally:
             session.deactivate(self)
             self._traced.clear()
+            self._restore_mirrored()
             if exc_type is None:
                 status = "ok" if not self.exit_code else "failed"
             else:
@@ -131,7 +137,33 @@ class Recording:
         kwargs = dict(kwargs)
         grid = kwargs.pop("grid", None)
         kwargs.pop("warmup", None)
-        return traced.runner.run(*args, grid=grid, warmup=False, **kwargs)
+        try:
+            return traced.runner.run(*args, grid=grid, warmup=False, **kwargs)
+        finally:
+            self._mirror_tuning_state(traced)
+
+    def _mirror_tuning_state(self, traced: TritonTrace) -> None:
+        """Show the user's autotuner what its traced copy decided, for as long as the recording lasts.
+
+        Programs read ``kernel.best_config`` after a launch; the copy keeps its own cache so dummy
+        choices never outlive the recording, and ``__exit__`` puts these attributes back.
+        """
+        for user, copy in zip(traced.source_layers, traced.layers):
+            if user is copy or not isinstance(user, compat.Autotuner):
+                continue
+            for name in TUNING_STATE:
+                if name in vars(copy):
+                    if (id(user), name) not in self._mirrored:
+                        self._mirrored[(id(user), name)] = (user, name in vars(user), vars(user).get(name))
+                    setattr(user, name, vars(copy)[name])
+
+    def _restore_mirrored(self) -> None:
+        for (_, name), (user, had, old) in self._mirrored.items():
+            if had:
+                setattr(user, name, old)
+            else:
+                vars(user).pop(name, None)
+        self._mirrored.clear()
 
     # -- sink -------------------------------------------------------------------------------------------
 

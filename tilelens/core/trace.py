@@ -183,6 +183,14 @@ def _is_layer(obj: Any) -> bool:
     return isinstance(obj, (compat.Autotuner, compat.Heuristics))
 
 
+def _layers_of(kernel: Any) -> list[Any]:
+    layers = []
+    while _is_layer(kernel):
+        layers.append(kernel)
+        kernel = kernel.fn
+    return layers
+
+
 def unpack_kernel(kernel: Any, *, in_place: bool = True) -> tuple[Any, list[Any], _InterpretedLeaf]:
     """Trace a kernel chain; return (runner, layers, leaf).
 
@@ -193,11 +201,8 @@ def unpack_kernel(kernel: Any, *, in_place: bool = True) -> tuple[Any, list[Any]
     """
     if compat.is_gluon(kernel):
         raise NotImplementedError("TileLens cannot trace Gluon kernels yet: Gluon has no interpreter path")
-    layers = []
-    node = kernel
-    while _is_layer(node):
-        layers.append(node)
-        node = node.fn
+    layers = _layers_of(kernel)
+    node = layers[-1].fn if layers else kernel
     if isinstance(node, _InterpretedLeaf):
         leaf = node
     elif isinstance(node, (compat.JITFunction, compat.InterpretedFunction)):
@@ -235,6 +240,7 @@ class TritonTrace(compat.KernelInterface):
 
     def __init__(self, kernel: Any, *, in_place: bool = True) -> None:
         self.kernel = kernel
+        self.source_layers = _layers_of(kernel)
         self.runner, self.layers, self.leaf = unpack_kernel(kernel, in_place=in_place)
 
     @property
