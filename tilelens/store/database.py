@@ -89,12 +89,38 @@ def _sqlite_on_begin(conn: Connection) -> None:
 
 def create_history_engine(db_url: str) -> Engine:
     url = make_url(db_url)
-    if url.get_backend_name() == "sqlite":
-        engine = create_engine(url, connect_args={"timeout": BUSY_TIMEOUT_S})
-        event.listen(engine, "connect", _sqlite_on_connect)
-        event.listen(engine, "begin", _sqlite_on_begin)
-        return engine
-    return create_engine(url, pool_pre_ping=True)
+    try:
+        if url.get_backend_name() == "sqlite":
+            engine = create_engine(url, connect_args={"timeout": BUSY_TIMEOUT_S})
+            event.listen(engine, "connect", _sqlite_on_connect)
+            event.listen(engine, "begin", _sqlite_on_begin)
+            return engine
+        return create_engine(url, pool_pre_ping=True)
+    except (ImportError, sa_exc.ArgumentError, sa_exc.NoSuchModuleError) as exc:
+        shown = url.render_as_string(hide_password=True)
+        raise HistoryError(f"cannot use database {shown}: {exc} (is its driver installed?)") from exc
+
+
+SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def check_sqlite_file(path: Path, label: str) -> None:
+    """Refuse a non-empty file that is not SQLite before SQLite sees it.
+
+    SQLite treats a file shorter than its header as an empty database and would write a new schema over it,
+    so a short text file given as ``--db`` would be silently destroyed.
+    """
+    try:
+        with open(path, "rb") as f:
+            head = f.read(len(SQLITE_HEADER))
+    except FileNotFoundError:
+        return
+    except IsADirectoryError:
+        raise HistoryError(f"cannot use history database {label}: it is a directory") from None
+    except OSError as exc:
+        raise HistoryError(f"cannot read history database {label}: {exc.strerror}") from exc
+    if head and head != SQLITE_HEADER:
+        raise NotAHistoryError(f"{label} is not a database (no SQLite header)")
 
 
 def is_sqlite(engine: Engine | Connection) -> bool:

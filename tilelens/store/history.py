@@ -78,8 +78,10 @@ def inspect_history(location: Location, script_location: Path | None = None) -> 
     """Read-only status: never creates the database, never migrates, refuses a newer schema."""
     path = location.sqlite_path
     heads = tuple(database.script_heads(script_location))
-    if path is not None and not path.exists():
-        return HistoryStatus(location, exists=False, revisions=(), heads=heads)
+    if path is not None:
+        if not path.exists():
+            return HistoryStatus(location, exists=False, revisions=(), heads=heads)
+        database.check_sqlite_file(path, _label(location))
     engine = database.create_history_engine(location.db_url)
     try:
         label = _label(location)
@@ -124,6 +126,7 @@ class History:
         label = _label(location)
         path = location.sqlite_path
         if path is not None:
+            database.check_sqlite_file(path, label)
             try:
                 path.parent.mkdir(parents=True, exist_ok=True)
             except OSError as exc:

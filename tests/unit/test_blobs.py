@@ -1,0 +1,116 @@
+"""Blob store: content addressing, atomic single-copy writes, verified reads."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+
+from tilelens.store import BlobCorruptError, BlobMissingError, BlobStore
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> BlobStore:
+    return BlobStore(tmp_path / "blobs")
+
+
+def test_bytes_are_stored_under_their_sha256(store: BlobStore) -> None:
+    data = b"hello tilelens"
+    sha = store.put_bytes(data, "raw")
+    assert sha == hashlib.sha256(data).hexdigest()
+    path = store.root / sha[:2] / sha
+    assert path.read_bytes() == data
+    assert store.get_bytes(sha) == data
+
+
+def test_blob_files_are_read_only_and_no_temp_files_remain(store: BlobStore) -> None:
+    for i in range(5):
+        store.put_bytes(bytes([i]) * 100, "raw")
+    files = [p for p in store.root.rglob("*") if p.is_file()]
+    assert len(files) == 5
+    assert all(not p.name.startswith(".") for p in files)
+    assert all(stat.S_IMODE(p.stat().st_mode) & 0o222 == 0 for p in files)
+
+
+def test_same_content_is_written_once(store: BlobStore) -> None:
+    sha = store.put_bytes(b"x" * 1000, "raw")
+    before = os.stat(store.path(sha))
+    assert store.put_bytes(bytearray(b"x" * 1000), "raw") == sha
+    after = os.stat(store.path(sha))
+    assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
+
+
+def test_truncated_blob_is_replaced_on_next_put(store: BlobStore) -> None:
+    data = os.urandom(4096)
+    sha = store.put_bytes(data, "raw")
+    path = store.path(sha)
+    path.chmod(0o644)
+    path.write_bytes(data[:100])  # as if a non-atomic writer had died
+    with pytest.raises(BlobCorruptError):
+        store.get_bytes(sha)
+    store.put_bytes(data, "raw")
+    assert store.get_bytes(sha) == data
+
+
+def test_flipped_byte_raises_corrupt_error_naming_the_blob(store: BlobStore) -> None:
+    sha = store.put_tensor(torch.randn(100))
+    path = store.path(sha)
+    raw = bytearray(path.read_bytes())
+    raw[len(raw) // 2] ^= 0x01
+    path.chmod(0o644)
+    path.write_bytes(bytes(raw))
+    with pytest.raises(BlobCorruptError, match=sha) as info:
+        store.get_tensor(sha)
+    assert info.value.sha256 == sha
+    assert info.value.actual == hashlib.sha256(bytes(raw)).hexdigest()
+
+
+def test_missing_blob_names_sha_and_path(store: BlobStore) -> None:
+    sha = "ab" * 32
+    with pytest.raises(BlobMissingError, match=sha):
+        store.get_bytes(sha)
+
+
+@pytest.mark.parametrize("bad", ["../../etc/passwd", "AB" * 32, "ab" * 31, ""])
+def test_names_that_are_not_sha256_are_refused(store: BlobStore, bad: str) -> None:
+    with pytest.raises(ValueError, match="sha256"):
+        store.path(bad)
+
+
+def test_tables_are_parquet_with_zstd(store: BlobStore) -> None:
+    table = pa.table({"a": list(range(1000)), "b": ["x", "y"] * 500})
+    ref = store.store_table(table, "trace")
+    assert ref.rows == 1000 and ref.size == store.path(ref.sha256).stat().st_size and ref.kind == "trace"
+    meta = pq.ParquetFile(store.path(ref.sha256)).metadata
+    assert {meta.row_group(0).column(i).compression for i in range(2)} == {"ZSTD"}
+    assert store.get_table(ref.sha256).equals(table)
+
+
+def test_table_write_options_reach_parquet(store: BlobStore) -> None:
+    table = pa.table({"off": pa.array(range(0, 40000, 4), pa.int64())})
+    sha = store.put_table(
+        table, "trace", use_dictionary=False, column_encoding={"off": "DELTA_BINARY_PACKED"}
+    )
+    col = pq.ParquetFile(store.path(sha)).metadata.row_group(0).column(0)
+    assert "DELTA_BINARY_PACKED" in col.encodings
+    assert store.get_table(sha).equals(table)
+
+
+def test_equal_tables_share_one_blob(store: BlobStore) -> None:
+    assert store.put_table(pa.table({"a": [1, 2]}), "t") == store.put_table(pa.table({"a": [1, 2]}), "t")
+
+
+def test_tensor_round_trip_and_dedup(store: BlobStore) -> None:
+    t = torch.randn(8, 16).t()
+    sha = store.put_tensor(t)
+    back = store.get_tensor(sha)
+    assert back.stride() == t.stride() and torch.equal(back, t)
+    assert store.put_tensor(t.clone().t().contiguous().t()) == sha  # same view geometry and bytes
+    assert store.put_tensor(t.contiguous()) != sha  # same values, other strides: another blob
+    assert store.path(sha).read_bytes()[:4] == b"PAR1"
