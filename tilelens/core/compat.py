@@ -29,6 +29,9 @@ InterpreterError = _interpreter.InterpreterError
 # Triton 3.8 registers every JITFunction by "module:qualname"; 3.6 keeps no registry.
 jit_registry: dict[str, Any] | None = getattr(_jit, "_triton_jit_function_registry", None)
 
+# Triton 3.9 removed tl.make_block_ptr in favour of tensor descriptors.
+HAS_BLOCK_POINTERS = TRITON_VERSION < (3, 9)
+
 # The autotune listener knob exists from Triton 3.8 on.
 HAS_AUTOTUNE_LISTENER = hasattr(knobs.autotuning, "listener")
 

@@ -97,36 +97,38 @@ def _access_hooks(originals: dict[str, Callable[..., Any]]) -> dict[str, Callabl
     rmw, cas = originals["create_atomic_rmw"], originals["create_atomic_cas"]
     elem_bytes = compat.element_bytes
 
-    def create_masked_load(self, ptrs, mask, other, cache_modifier, eviction_policy, is_volatile):
+    # Only the leading parameters are named: the cache/eviction parameters after them differ between Triton
+    # releases (3.9 folded them into one cache_policy), and are passed through untouched.
+    def create_masked_load(self, ptrs, mask, *rest, **kw):
         launch = current_launch()
         if launch is not None:
             launch.collector.record(
                 LOAD, ptrs.data, mask.data, elem_bytes(ptrs.get_element_ty()), self.grid_idx
             )
-        return load(self, ptrs, mask, other, cache_modifier, eviction_policy, is_volatile)
+        return load(self, ptrs, mask, *rest, **kw)
 
-    def create_masked_store(self, ptrs, value, mask, cache_modifier, eviction_policy):
+    def create_masked_store(self, ptrs, value, mask, *rest, **kw):
         launch = current_launch()
         if launch is not None:
             launch.collector.record(
                 STORE, ptrs.data, mask.data, elem_bytes(ptrs.get_element_ty()), self.grid_idx
             )
-        return store(self, ptrs, value, mask, cache_modifier, eviction_policy)
+        return store(self, ptrs, value, mask, *rest, **kw)
 
-    def create_atomic_rmw(self, rmwOp, ptr, val, mask, sem, scope):  # noqa: N803 (Triton's name)
+    def create_atomic_rmw(self, rmwOp, ptr, val, mask, *rest, **kw):  # noqa: N803 (Triton's name)
         launch = current_launch()
         if launch is not None:
             op = "atomic_" + str(getattr(rmwOp, "name", rmwOp)).lower()
             launch.collector.record(op, ptr.data, mask.data, elem_bytes(ptr.get_element_ty()), self.grid_idx)
-        return rmw(self, rmwOp, ptr, val, mask, sem, scope)
+        return rmw(self, rmwOp, ptr, val, mask, *rest, **kw)
 
-    def create_atomic_cas(self, ptr, cmp, val, sem, scope):
+    def create_atomic_cas(self, ptr, *rest, **kw):
         launch = current_launch()
         if launch is not None:
             launch.collector.record(
                 ATOMIC_CAS, ptr.data, None, elem_bytes(ptr.get_element_ty()), self.grid_idx
             )
-        return cas(self, ptr, cmp, val, sem, scope)
+        return cas(self, ptr, *rest, **kw)
 
     return {
         "create_masked_load": create_masked_load,
