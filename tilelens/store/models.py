@@ -92,9 +92,9 @@ class Run(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     argv: Mapped[list[Any]]
     cwd: Mapped[str] = mapped_column(Text)
-    host: Mapped[str] = mapped_column(String(255))
+    host: Mapped[str] = mapped_column(Text)
     pid: Mapped[int | None] = mapped_column(Integer)
-    tag: Mapped[str | None] = mapped_column(String(255), index=True)
+    tag: Mapped[str | None] = mapped_column(Text, index=True)
     versions: Mapped[dict[str, Any]]
     status: Mapped[str] = mapped_column(String(16), index=True)  # running | ok | failed | interrupted
     exit_code: Mapped[int | None] = mapped_column(Integer)
@@ -109,12 +109,12 @@ class Kernel(Base):
     __table_args__ = (UniqueConstraint("module", "qualname", "source_sha256"),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    module: Mapped[str] = mapped_column(String(255))
-    qualname: Mapped[str] = mapped_column(String(255), index=True)
+    module: Mapped[str] = mapped_column(Text)
+    qualname: Mapped[str] = mapped_column(Text, index=True)
     file: Mapped[str] = mapped_column(Text)
     def_line: Mapped[int] = mapped_column(Integer)
     source_sha256: Mapped[str] = mapped_column(SHA256)
-    cache_key: Mapped[str | None] = mapped_column(String(128))  # first seen; launches keep their own
+    cache_key: Mapped[str | None] = mapped_column(Text)  # first seen; launches keep their own
     source: Mapped[str] = mapped_column(Text)
     created_at: Mapped[dt.datetime]
 
@@ -143,7 +143,7 @@ class Launch(Base):
     grid_z: Mapped[int] = mapped_column(Integer)
     config: Mapped[dict[str, Any]]
     tuning_key: Mapped[str | None] = mapped_column(Text)
-    cache_key: Mapped[str | None] = mapped_column(String(128))  # Triton's key: changes with callees too
+    cache_key: Mapped[str | None] = mapped_column(Text)  # Triton's key: changes with callees too
 
     # Access summary over the whole trace.
     loads: Mapped[int] = mapped_column(BigInteger)
@@ -187,7 +187,7 @@ class LaunchArg(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     launch_id: Mapped[int] = mapped_column(ForeignKey("launches.id", ondelete="CASCADE"))
     position: Mapped[int] = mapped_column(Integer)
-    name: Mapped[str] = mapped_column(String(255))
+    name: Mapped[str] = mapped_column(Text)
     kind: Mapped[str] = mapped_column(String(16))  # tensor | scalar | constexpr | none | other
     dtype: Mapped[str | None] = mapped_column(String(64))
     shape: Mapped[list[Any] | None]
