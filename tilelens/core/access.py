@@ -101,17 +101,36 @@ class SpanTable:
 
 
 def _affine_strides(a: np.ndarray) -> list[int] | None:
-    """Per-axis strides if ``a[i, j, ...] == a[0, ...] + i*s0 + j*s1 + ...`` holds exactly, else None."""
+    """Per-axis strides if ``a[i, j, ...] == a[0, ...] + i*s0 + j*s1 + ...`` holds exactly, else None.
+
+    Works on raw uint64 addresses: differences wrap modulo 2**64 consistently, so equal wrapped differences
+    mean an exact affine block, and a negative stride comes back as its two's complement.
+    """
+    if a.ndim == 1:
+        if a.size <= 1:
+            return [0]
+        d = a[1:] - a[:-1]
+        first = d[0]
+        return [int(first.view(np.int64))] if (d == first).all() else None
+    if a.ndim == 2:
+        # Affine rows and columns on the edges, then one broadcast comparison for the interior.
+        row = _affine_strides(a[0])
+        col = _affine_strides(a[:, 0])
+        if row is None or col is None:
+            return None
+        if a.shape[0] > 1 and a.shape[1] > 1 and not np.array_equal(a, a[:, :1] + (a[0] - a[0, 0])):
+            return None
+        return [col[0], row[0]]
     strides = []
     for axis, n in enumerate(a.shape):
         if n <= 1:
             strides.append(0)
             continue
         d = np.diff(a, axis=axis)
-        first = int(d.flat[0])
+        first = d.flat[0]
         if not (d == first).all():
             return None
-        strides.append(first)
+        strides.append(int(np.int64(first.view(np.int64))))
     return strides
 
 
@@ -154,15 +173,18 @@ def _package_dir(mod: Any) -> str:
 
 
 class AccessCollector:
-    """Accumulates the access events of one launch; ``finish`` turns them into a trace table."""
+    """Accumulates the access events of one launch; ``finish`` turns them into a trace table and counts.
+
+    ``record`` runs once per interpreted memory operation, so it does the least it can: a handful of numpy
+    reductions on the block and list appends. Counting per argument waits for ``finish``, vectorised.
+    """
 
     def __init__(self, spans: SpanTable | None = None) -> None:
         self.spans = spans or SpanTable([])
         self._frames = _FrameFilter()
         self._program: tuple[int, int, int] | None = None
         self._event = 0
-        cols: dict[str, list[Any]] = {name: [] for name in TRACE_SCHEMA.names}
-        self._cols = cols
+        self._cols: dict[str, list[Any]] = {name: [] for name in TRACE_SCHEMA.names}
         self._offset_parts: list[np.ndarray] = []
         self.summary = AccessSummary()
         self.per_arg: dict[int, AccessSummary] = {}
@@ -181,55 +203,54 @@ class AccessCollector:
         if program != self._program:
             self._program = program
             self._event = 0
-        addrs = np.asarray(addrs)
-        if addrs.dtype != np.uint64:
-            addrs = addrs.astype(np.uint64)
+        if type(addrs) is not np.ndarray or addrs.dtype != np.uint64:
+            addrs = np.asarray(addrs).astype(np.uint64, copy=False)
         lanes = addrs.size
-        if mask is None:
-            all_active = True
-        else:
-            mask = np.broadcast_to(np.asarray(mask, dtype=bool), addrs.shape)
-            all_active = bool(mask.all())
-        if all_active:
-            active = lanes
-            active_addrs = addrs
-        else:
-            active = int(np.count_nonzero(mask))
-            active_addrs = addrs[mask]
+        if mask is not None:
+            if type(mask) is not np.ndarray or mask.dtype != np.bool_:
+                mask = np.asarray(mask, dtype=bool)
+            if mask.shape != addrs.shape:
+                mask = np.broadcast_to(mask, addrs.shape)
+        all_active = mask is None or bool(mask.all())
+        active = lanes if all_active else int(np.count_nonzero(mask))
         spans = self.spans
-        # Attribute the event to the argument of its first active lane (lane 0 when none is active).
-        probe = int(active_addrs.flat[0]) if active else int(addrs.flat[0]) if lanes else 0
-        span = spans.find(probe)
+        span = spans.find(int(addrs.flat[0])) if lanes else None
         oob = 0
         oob_bits = None
         if active:
-            lo = int(active_addrs.min())
-            hi = int(active_addrs.max())
-            if span is None or lo < span.start or hi + elem_bytes > span.end or spans.aliased:
+            # Fast path: every lane, masked or not, inside the first lane's argument.
+            inside = (
+                span is not None
+                and not spans.aliased
+                and int(addrs.min()) >= span.start
+                and int(addrs.max()) + elem_bytes <= span.end
+            )
+            if not inside:
                 outside = spans.outside(addrs)
                 if not all_active:
                     outside &= mask
                 oob = int(np.count_nonzero(outside))
                 if oob:
                     oob_bits = np.packbits(outside.ravel()).tobytes()
+                if span is not None and not all_active:
+                    # attribute the event to its first active lane's argument
+                    first = int(addrs[mask].flat[0])
+                    if not span.start <= first < span.end:
+                        span = spans.find(first)
         if span is not None:
             pos, start, ebytes = span.position, span.start, span.elem_bytes
         else:
             pos, start, ebytes = -1, 0, elem_bytes
-        rel = addrs.view(np.int64) - np.int64(start)
-        strides = _affine_strides(rel)
-        base = int(rel.flat[0]) // ebytes if lanes else 0
-        if (
-            strides is not None
-            and all(s % ebytes == 0 for s in strides)
-            and (lanes == 0 or int(rel.flat[0]) % ebytes == 0)
-        ):
-            strides = [s // ebytes for s in strides]
-            offsets = None
-        else:
-            strides = None
-            offsets = rel // ebytes
+        strides = _affine_strides(addrs) if lanes else []
+        rel0 = int(addrs.flat[0]) - start if lanes else 0
         c = self._cols
+        if strides is not None and rel0 % ebytes == 0 and all(st % ebytes == 0 for st in strides):
+            c["strides"].append([st // ebytes for st in strides])
+            c["offsets"].append(None)
+        else:
+            c["strides"].append(None)
+            c["offsets"].append(len(self._offset_parts))
+            self._offset_parts.append((addrs.view(np.int64).ravel() - start) // ebytes)
         c["pid_x"].append(program[0])
         c["pid_y"].append(program[1])
         c["pid_z"].append(program[2])
@@ -238,44 +259,51 @@ class AccessCollector:
         c["arg"].append(pos)
         c["line"].append(self._frames.line())
         c["elem_bytes"].append(elem_bytes)
-        c["shape"].append(list(addrs.shape))
-        c["base"].append(base)
-        c["strides"].append(strides)
-        if offsets is None:
-            c["offsets"].append(None)
-        else:
-            c["offsets"].append(len(self._offset_parts))
-            self._offset_parts.append(offsets.ravel())
+        c["shape"].append(addrs.shape)
+        c["base"].append(rel0 // ebytes)
         c["mask"].append(None if all_active else np.packbits(mask.ravel()).tobytes())
         c["oob_mask"].append(oob_bits)
         c["lanes"].append(lanes)
         c["active"].append(active)
         c["oob"].append(oob)
         self._event += 1
-        self._count(op, pos, active, active * elem_bytes, oob)
 
-    def _count(self, op: str, pos: int, active: int, nbytes: int, oob: int) -> None:
-        for s in (self.summary, self.per_arg.setdefault(pos, AccessSummary())):
-            s.events += 1
-            s.oob_lanes += oob
-            if op == LOAD:
-                s.loads += 1
-                s.load_lanes += active
-                s.bytes_loaded += nbytes
-            elif op == STORE:
-                s.stores += 1
-                s.store_lanes += active
-                s.bytes_stored += nbytes
-            else:
-                s.atomics += 1
-                s.atomic_lanes += active
-                s.bytes_loaded += nbytes
-                s.bytes_stored += nbytes
+    def _tally(self) -> None:
+        c = self._cols
+        if not c["event"]:
+            return
+        ops = np.array(c["op"], dtype=object)
+        args = np.array(c["arg"], dtype=np.int64)
+        active = np.array(c["active"], dtype=np.int64)
+        nbytes = active * np.array(c["elem_bytes"], dtype=np.int64)
+        oob = np.array(c["oob"], dtype=np.int64)
+        lanes = np.array(c["lanes"], dtype=np.int64)
+        is_load = ops == LOAD
+        is_store = ops == STORE
+        is_atomic = ~(is_load | is_store)
+
+        def fill(s: AccessSummary, sel: np.ndarray) -> None:
+            s.events = int(sel.sum())
+            s.lanes = int(lanes[sel].sum())
+            s.oob_lanes = int(oob[sel].sum())
+            s.loads = int((sel & is_load).sum())
+            s.stores = int((sel & is_store).sum())
+            s.atomics = int((sel & is_atomic).sum())
+            s.load_lanes = int(active[sel & is_load].sum())
+            s.store_lanes = int(active[sel & is_store].sum())
+            s.atomic_lanes = int(active[sel & is_atomic].sum())
+            s.bytes_loaded = int(nbytes[sel & (is_load | is_atomic)].sum())
+            s.bytes_stored = int(nbytes[sel & (is_store | is_atomic)].sum())
+
+        fill(self.summary, np.ones(len(args), dtype=bool))
+        self.per_arg = {}
+        for pos in np.unique(args).tolist():
+            fill(self.per_arg.setdefault(pos, AccessSummary()), args == pos)
 
     def finish(self) -> pa.Table:
+        self._tally()
         c = self._cols
         n = len(c["event"])
-        self.summary.lanes = int(sum(c["lanes"]))
         # Irregular offsets become one list column built from a flat values buffer, without Python lists.
         parts = self._offset_parts
         validity = np.array([o is not None for o in c["offsets"]], dtype=bool)

@@ -21,6 +21,7 @@ from tilelens.core import compat, session
 from tilelens.core.interpreter import interception_patches
 from tilelens.core.session import AutotunePolicy
 from tilelens.core.trace import TritonTrace
+from tilelens.core.writer import BackgroundWriter, Pending
 from tilelens.records import AutotuneEvent, LaunchRecord, RunInfo
 
 
@@ -74,6 +75,8 @@ class Recording:
         self._mirrored: dict[tuple[int, str], tuple[Any, bool, Any]] = {}
         self._lock = threading.Lock()
         self._patches: Any = None
+        self._writer: BackgroundWriter | None = None
+        self._next_seq = 0
         self.on_launch: Any = None  # optional callback(record, launch_id), e.g. a live status line
         self.exit_code: int | None = None  # set by `tilelens record` to the program's exit status
 
@@ -92,12 +95,14 @@ class Recording:
             argv=self._argv, cwd=os.getcwd(), host=socket.gethostname(), versions=versions(), tag=self._tag
         )
         self.run_id = self._history.begin_run(info)
+        self._writer = BackgroundWriter()
         session.activate(self)
         self._patches = interception_patches(self._route)
         try:
             self._patches.__enter__()
         except BaseException:
             session.deactivate(self)
+            self._writer.close()
             raise
         return self
 
@@ -110,6 +115,11 @@ class Recording:
             session.deactivate(self)
             self._traced.clear()
             self._restore_mirrored()
+            write_error: BaseException | None = None
+            try:
+                self._writer.close()  # every queued launch is written before the run is closed
+            except BaseException as exc:
+                write_error = exc
             if exc_type is None:
                 status = "ok" if not self.exit_code else "failed"
             else:
@@ -120,6 +130,8 @@ class Recording:
             finally:
                 if self._owns_history:
                     self._history.close()
+            if write_error is not None and exc_type is None:
+                raise write_error
 
     # -- routing launches -------------------------------------------------------------------------------
 
@@ -167,24 +179,35 @@ class Recording:
 
     # -- sink -------------------------------------------------------------------------------------------
 
-    def write_launch(self, rec: LaunchRecord) -> int | None:
-        assert self.run_id is not None
+    def write_launch(self, rec: LaunchRecord) -> Pending:
+        assert self.run_id is not None and self._writer is not None
         with self._lock:
-            rec.seq = len(self.launch_ids)
-            launch_id = self._history.write_launch(self.run_id, rec)
-            self.launch_ids.append(launch_id)
+            rec.seq = self._next_seq
+            self._next_seq += 1
             self.launches_per_kernel[rec.kernel.name] += 1
             self.errors += rec.status == "error"
             self.oob_lanes += rec.summary.oob_lanes
-        if self.on_launch is not None:
-            self.on_launch(rec, launch_id)
-        return launch_id
+        pending = Pending()
+        run_id, history = self.run_id, self._history
 
-    def write_autotune_event(self, event: AutotuneEvent, launch_id: int | None) -> None:
-        assert self.run_id is not None
+        def persist() -> None:
+            pending.value = history.write_launch(run_id, rec)
+            self.launch_ids.append(pending.value)
+            if self.on_launch is not None:
+                self.on_launch(rec, pending.value)
+
+        self._writer.submit(persist)
+        return pending
+
+    def write_autotune_event(self, event: AutotuneEvent, launch: Pending | None) -> None:
+        assert self.run_id is not None and self._writer is not None
         with self._lock:
-            self._history.write_autotune_event(self.run_id, event, launch_id)
             self.autotune_events += 1
+        run_id, history = self.run_id, self._history
+        # Queued after the launch it belongs to, so that launch's id is known when this runs.
+        self._writer.submit(
+            lambda: history.write_autotune_event(run_id, event, launch.value if launch else None)
+        )
 
 
 def record(

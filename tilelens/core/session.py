@@ -8,7 +8,7 @@ wrapper's own in-memory sink instead.
 from __future__ import annotations
 
 import threading
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 from tilelens.records import AutotuneEvent, LaunchRecord
 
@@ -18,9 +18,10 @@ AutotunePolicy = Literal["first", "all"]
 class Sink(Protocol):
     autotune_policy: AutotunePolicy
 
-    def write_launch(self, rec: LaunchRecord) -> int | None: ...
+    def write_launch(self, rec: LaunchRecord) -> Any:
+        """Persist (or queue) a launch; the returned handle identifies it to ``write_autotune_event``."""
 
-    def write_autotune_event(self, event: AutotuneEvent, launch_id: int | None) -> None: ...
+    def write_autotune_event(self, event: AutotuneEvent, launch: Any) -> None: ...
 
 
 _lock = threading.Lock()

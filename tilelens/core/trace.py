@@ -37,7 +37,7 @@ class _TuneFrame:
     tuner: Any
     key: tuple[Any, ...] | None
     trial: bool = False
-    launch_ids: list[int | None] = field(default_factory=list)
+    launches: list[Any] = field(default_factory=list)  # the sink's handles of this tuning's final launches
 
 
 _frames = threading.local()
@@ -59,11 +59,11 @@ class MemorySink:
         self.records: deque[LaunchRecord] = deque(maxlen=keep)
         self.autotune_events: deque[AutotuneEvent] = deque(maxlen=keep)
 
-    def write_launch(self, rec: LaunchRecord) -> int | None:
+    def write_launch(self, rec: LaunchRecord) -> Any:
         self.records.append(rec)
-        return None
+        return rec
 
-    def write_autotune_event(self, event: AutotuneEvent, launch_id: int | None) -> None:
+    def write_autotune_event(self, event: AutotuneEvent, launch: Any) -> None:
         self.autotune_events.append(event)
 
 
@@ -101,10 +101,10 @@ class _InterpretedLeaf(compat.KernelInterface):
         result, record, error = run_interpreted(
             self.interpreted, self.identity, self.params, user_hooks, args, grid, kwargs, meta
         )
-        launch_id = sink.write_launch(record)
+        handle = sink.write_launch(record)
         stack = _stack()
         if stack and not stack[-1].trial:
-            stack[-1].launch_ids.append(launch_id)
+            stack[-1].launches.append(handle)
         if error is not None:
             raise error
         return result
@@ -173,7 +173,7 @@ def _traced_tuner_run(tuner: Any, leaf: _InterpretedLeaf) -> Callable[..., Any]:
                     timings=None,  # dummies: never worth keeping
                 )
                 sink = session.active() or leaf.memory
-                sink.write_autotune_event(event, frame.launch_ids[-1] if frame.launch_ids else None)
+                sink.write_autotune_event(event, frame.launches[-1] if frame.launches else None)
 
     run._tilelens_traced = True  # type: ignore[attr-defined]
     return run
