@@ -1,9 +1,33 @@
-"""TileLens: a record/replay trace database for Triton kernels."""
+"""TileLens: a record/replay trace database for Triton kernels.
+
+The public names load on first use (PEP 562): ``tilelens.record`` needs torch and Triton, which take seconds
+to import, while the read commands (``tilelens ls``, ``show``, ``sql``) must answer in a fraction of that
+and import ``tilelens`` only as the package their modules live in.
+"""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 __version__ = "0.1.0"
 
-from tilelens.api import Recording, TritonTrace, record, trace  # noqa: E402
+if TYPE_CHECKING:
+    from tilelens.api import Recording, TritonTrace, record, trace
+
+_LAZY = {"Recording", "TritonTrace", "record", "trace"}
 
 __all__ = ["Recording", "TritonTrace", "__version__", "record", "trace"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        from tilelens import api
+
+        value = getattr(api, name)
+        globals()[name] = value  # later look-ups skip this function
+        return value
+    raise AttributeError(f"module 'tilelens' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | _LAZY)
