@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from tests import kernels
+from tilelens.core import compat
 from tilelens.core.recorder import Recording
 from tilelens.core.writer import BackgroundWriter
 
@@ -90,3 +91,19 @@ def test_writer_close_raises_the_first_failure():
     writer.submit(lambda: None)
     with pytest.raises(RuntimeError, match="first"):
         writer.close()
+
+
+def test_flush_waits_for_queued_writes_and_paused_launches_are_not_recorded():
+    history = FakeHistory(delay=0.02)
+    with Recording(history=history) as rec:
+        _launch()
+        _launch()
+        rec.flush()
+        assert history.launches == [0, 1]
+        stock = compat.InterpretedFunction(kernels.add_kernel.fn)
+        x, y, out = torch.randn(64), torch.randn(64), torch.empty(64)
+        with rec.paused():
+            stock[(1,)](x, y, out, 64, BLOCK=64)  # Triton's own interpreter, untouched and unrecorded
+        assert torch.equal(out, x + y)
+        stock[(1,)](x, y, out, 64, BLOCK=64)  # recorded again once the pause ends
+    assert history.launches == [0, 1, 2]

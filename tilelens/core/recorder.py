@@ -7,12 +7,14 @@ kernels; when it ends, both are gone and the user's kernel objects are exactly a
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import socket
 import sys
 import threading
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -132,6 +134,23 @@ class Recording:
                     self._history.close()
             if write_error is not None and exc_type is None:
                 raise write_error
+
+    def flush(self) -> None:
+        """Wait until every launch made so far is in the history (they are written in the background)."""
+        if self._writer is not None:
+            self._writer.flush()
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """Launches inside this block run as they would without TileLens, and are not recorded."""
+        self._patches.__exit__(None, None, None)
+        session.deactivate(self)
+        try:
+            yield
+        finally:
+            session.activate(self)
+            self._patches = interception_patches(self._route)
+            self._patches.__enter__()
 
     # -- routing launches -------------------------------------------------------------------------------
 

@@ -44,6 +44,11 @@ class BackgroundWriter:
             error, self._error = self._error, None
             raise RuntimeError(f"TileLens could not write to the history: {error}") from error
 
+    def flush(self) -> None:
+        """Block until everything queued so far is written."""
+        self._jobs.join()
+        self.raise_failure()
+
     def close(self) -> None:
         """Write everything queued, stop the thread, and raise the first failure if there was one."""
         self._jobs.put(_STOP)
@@ -53,11 +58,12 @@ class BackgroundWriter:
     def _loop(self) -> None:
         while True:
             job = self._jobs.get()
-            if job is _STOP:
-                return
-            if self._error is not None:
-                continue  # after a failure, later writes would reference what is missing
             try:
-                job()
+                if job is _STOP:
+                    return
+                if self._error is None:  # after a failure, later writes would reference what is missing
+                    job()
             except BaseException as exc:  # handed to the program's thread
                 self._error = exc
+            finally:
+                self._jobs.task_done()
