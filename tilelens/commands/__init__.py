@@ -11,7 +11,7 @@ import importlib
 
 import typer
 
-COMMAND_MODULES: tuple[str, ...] = ("tilelens.commands.db",)
+COMMAND_MODULES: tuple[str, ...] = ("tilelens.commands.db", "tilelens.commands.replay")
 
 
 def register_all(app: typer.Typer) -> None:

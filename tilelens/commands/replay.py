@@ -1,0 +1,154 @@
+"""``tilelens replay``: re-run stored launches on the CPU or a CUDA device and say whether they still match.
+
+Thin over :mod:`tilelens.replay`: parse, call ``replay_launch`` / ``replay_launches``, render. The exit code is
+the worst outcome: 0 match, 1 mismatch, 2 error (including a launch that was recorded failing).
+"""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+from rich.text import Text
+
+from tilelens.commands.common import JSON_OPTION, console, print_json, state
+from tilelens.replay import ReplayResult, replay_launch, replay_launches, select_launches
+
+_STYLE = {"match": "green", "mismatch": "red", "error": "yellow"}
+
+
+def register(app: typer.Typer) -> None:
+    app.command("replay")(replay)
+
+
+def replay(
+    ctx: typer.Context,
+    launch_id: int | None = typer.Argument(None, metavar="[ID]", help="Launch to replay."),
+    run: int | None = typer.Option(None, "--run", metavar="ID", help="Replay every launch of this run."),
+    kernel: str | None = typer.Option(
+        None,
+        "--kernel",
+        metavar="NAME",
+        help="Replay every launch of this kernel (qualname or module.qualname).",
+    ),
+    trials: bool = typer.Option(
+        False, "--trials", help="With --run/--kernel, include autotune trial launches."
+    ),
+    device: str = typer.Option(
+        "cpu", "--device", help="cpu (the interpreter, bit for bit) or cuda[:N] (compiled)."
+    ),
+    allow_changed: bool = typer.Option(
+        False, "--allow-changed", help="Replay even if the kernel's source changed since it was recorded."
+    ),
+    from_history: bool = typer.Option(
+        False, "--from-history", help="Run the source stored in the history (needs --trust-source)."
+    ),
+    trust_source: bool = typer.Option(
+        False, "--trust-source", help="Allow --from-history to execute code read from the history database."
+    ),
+    atol: float | None = typer.Option(
+        None, "--atol", help="Absolute tolerance for outputs (default per dtype)."
+    ),
+    rtol: float | None = typer.Option(
+        None, "--rtol", help="Relative tolerance for outputs (default per dtype)."
+    ),
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Replay recorded launches and compare outputs (and, on the CPU, access traces) with the record."""
+    batch = run is not None or kernel is not None
+    if batch == (launch_id is not None):
+        raise typer.BadParameter("give a launch ID, or --run ID and/or --kernel NAME", param_hint="ID")
+    if from_history and not trust_source:
+        raise typer.BadParameter(
+            "--from-history executes kernel source read from the history; add --trust-source to allow it",
+            param_hint="--from-history",
+        )
+    options = {
+        "device": device,
+        "allow_changed": allow_changed,
+        "from_history": from_history,
+        "trust_source": trust_source,
+        "atol": atol,
+        "rtol": rtol,
+    }
+    with state(ctx).open_history() as history:
+        if not batch:
+            assert launch_id is not None
+            result = replay_launch(history, launch_id, **options)
+            _show_one(result, as_json)
+            raise typer.Exit(result.exit_code)
+        ids = select_launches(history, run_id=run, kernel=kernel, trials=trials)
+        if not ids:
+            what = " and ".join(p for p in (f"run {run}" if run is not None else "", kernel or "") if p)
+            print(f"tilelens: error: no launches of {what} to replay", file=sys.stderr)
+            raise typer.Exit(2)
+        results = _replay_with_progress(history, ids, options)
+    _show_many(results, as_json)
+    raise typer.Exit(max(r.exit_code for r in results))
+
+
+def _replay_with_progress(history: object, ids: list[int], options: dict[str, object]) -> list[ReplayResult]:
+    columns = (
+        TextColumn("replaying"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[last]}"),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=Console(file=sys.stderr), transient=True) as progress:
+        task = progress.add_task("replay", total=len(ids), last="")
+
+        def advance(result: ReplayResult) -> None:
+            progress.update(task, advance=1, last=f"launch {result.launch_id}: {result.outcome}")
+
+        return replay_launches(history, ids, on_result=advance, **options)  # type: ignore[arg-type]
+
+
+def _show_one(result: ReplayResult, as_json: bool) -> None:
+    if as_json:
+        print_json(result.to_dict())
+        return
+    if result.outcome == "error":
+        print(f"tilelens: error: {result.message}", file=sys.stderr)
+        return
+    out = console()
+    style = _STYLE[result.outcome]
+    out.print(Text.assemble((result.outcome, style), f": {result.message}"))
+    if result.outcome == "mismatch":
+        for diff in result.tensors:
+            if not diff.equal:
+                out.print(f"  {diff.describe()}", markup=False)
+        if result.trace_diff is not None:
+            out.print(f"  {result.trace_diff.describe()}", markup=False)
+
+
+def _show_many(results: list[ReplayResult], as_json: bool) -> None:
+    counts = {k: sum(r.outcome == k for r in results) for k in ("match", "mismatch", "error")}
+    if as_json:
+        print_json({"results": [r.to_dict() for r in results], "summary": counts})
+        return
+    table = Table("id", "kernel", "device", "outcome", "trace", "max err", "secs")
+    table.columns[1].no_wrap = True
+    for r in results:
+        trace = {True: "equal", False: "differs", None: "-"}[r.trace_equal]
+        err = "-" if r.max_abs_err is None else f"{r.max_abs_err:.3g}"
+        table.add_row(
+            str(r.launch_id),
+            Text(r.kernel),
+            r.device,
+            Text(r.outcome, style=_STYLE[r.outcome]),
+            trace,
+            err,
+            f"{r.duration_s:.3f}",
+        )
+    out = console()
+    out.print(table)
+    for r in results:
+        if r.outcome != "match":
+            out.print(Text.assemble((r.outcome, _STYLE[r.outcome]), f": {r.message}"))
+    out.print(
+        f"{len(results)} replayed: {counts['match']} match, {counts['mismatch']} mismatch, {counts['error']} error"
+    )

@@ -1,0 +1,177 @@
+"""Compare a replayed tensor with its recorded after-state: bit for bit, or within dtype-aware tolerances.
+
+The interpreter replays the recorded computation exactly, so a CPU replay is held to the bits (a changed NaN
+payload or the sign of a zero counts). A GPU runs other code (fused multiply-adds, approximate ``exp``, other
+reduction orders, TF32 tensor cores), so a CUDA replay is held to tolerances that fit each dtype.
+
+Default tolerances (``|replayed - recorded| <= atol + rtol * |recorded|``, NaN equal to NaN):
+
+============================  ============================  ==========
+dtype                         atol                          rtol
+============================  ============================  ==========
+float64, complex128           1e-9                          1e-7
+float32, complex64            1e-5                          1e-5
+float32, kernel uses tl.dot   1e-2 * max(1, max|recorded|)  1e-2
+  without "ieee" precision    (TF32: 10-bit mantissa; the error of a dot grows with its operands, so atol
+                              follows the output's scale. 128x128x128 fp32 on an H200 differs by ~3.5e-2)
+float16, complex32            1e-3                          2e-3   (~2 ulp)
+bfloat16                      1e-2                          1.6e-2 (~2 ulp)
+float8 e4m3 variants          1e-2                          0.25   (2 ulp)
+float8 e5m2 variants          1e-2                          0.5    (2 ulp)
+integers, bool, other floats  0                             0      (exact)
+============================  ============================  ==========
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import torch
+
+from tilelens.replay.result import TensorDiff
+
+_TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
+    torch.float64: (1e-9, 1e-7),
+    torch.complex128: (1e-9, 1e-7),
+    torch.float32: (1e-5, 1e-5),
+    torch.complex64: (1e-5, 1e-5),
+    torch.float16: (1e-3, 2e-3),
+    torch.bfloat16: (1e-2, 1.6e-2),
+}
+for _name, _tol in (
+    ("float8_e4m3fn", (1e-2, 0.25)),
+    ("float8_e4m3fnuz", (1e-2, 0.25)),
+    ("float8_e5m2", (1e-2, 0.5)),
+    ("float8_e5m2fnuz", (1e-2, 0.5)),
+    ("complex32", (1e-3, 2e-3)),
+):
+    if isinstance(getattr(torch, _name, None), torch.dtype):
+        _TOLERANCES[getattr(torch, _name)] = _tol
+
+TF32_RTOL = 1e-2
+TF32_ATOL_SCALE = 1e-2
+_DOT_CALL = re.compile(r"\bdot(_scaled)?\s*\(")
+_IEEE = re.compile(r"""ieee|allow_tf32\s*=\s*False""")
+
+
+def uses_tf32_dot(source: str) -> bool:
+    """Whether the kernel's fp32 dots may run on TF32 tensor cores (Triton's default on NVIDIA GPUs)."""
+    return bool(_DOT_CALL.search(source)) and not _IEEE.search(source)
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    atol: float
+    rtol: float
+
+
+def default_tolerance(dtype: torch.dtype, recorded: torch.Tensor, tf32_dot: bool) -> Tolerance:
+    if dtype in (torch.float32, torch.complex64) and tf32_dot:
+        scale = float(_magnitude(recorded).nan_to_num(0.0, 0.0, 0.0).max()) if recorded.numel() else 0.0
+        return Tolerance(TF32_ATOL_SCALE * max(1.0, scale), TF32_RTOL)
+    atol, rtol = _TOLERANCES.get(dtype, (0.0, 0.0))
+    return Tolerance(atol, rtol)
+
+
+def compare_span(
+    name: str,
+    position: int,
+    recorded: torch.Tensor,
+    replayed: torch.Tensor,
+    shape: tuple[int, ...],
+    strides: tuple[int, ...],
+    tolerance: Tolerance | None,
+) -> TensorDiff:
+    """Both spans are 1-D host tensors of one dtype; ``tolerance`` None means bit for bit."""
+    dtype = str(recorded.dtype).removeprefix("torch.")
+    diff = TensorDiff(position, name, dtype, equal=True, elements=recorded.numel())
+    if recorded.shape != replayed.shape or recorded.dtype != replayed.dtype:
+        diff.equal = False
+        diff.mismatched = recorded.numel()
+        diff.first_index = ""
+        diff.first_recorded = f"{recorded.numel()} {dtype} elements"
+        diff.first_replayed = f"{replayed.numel()} {str(replayed.dtype).removeprefix('torch.')} elements"
+        return diff
+    bits_differ = _differs(recorded, replayed)
+    exp, act = _numeric(recorded), _numeric(replayed)
+    if exp is not None and act is not None:
+        err = (exp - act).abs().to(torch.float64)
+        both_nan = exp.isnan() & act.isnan()
+        one_nan = exp.isnan() ^ act.isnan()
+        same = (exp == act) | both_nan
+        err = torch.where(same, torch.zeros_like(err), err)
+        err = torch.where(one_nan, torch.full_like(err, float("inf")), err)
+        ref = exp.abs().to(torch.float64)
+        rel = torch.where(err == 0, torch.zeros_like(err), err / ref)
+        if tolerance is None or not (recorded.is_floating_point() or recorded.is_complex()):
+            bad = bits_differ
+        else:
+            bad = ~same & (one_nan | (err > tolerance.atol + tolerance.rtol * ref))
+        if err.numel():
+            worst = int(torch.argmax(err.nan_to_num(float("inf"))))
+            diff.max_abs_err = float(err.max())
+            diff.max_rel_err = float(rel.nan_to_num(float("inf")).max())
+        if diff.max_abs_err:
+            diff.worst_index = view_index(worst, shape, strides)
+            diff.worst_recorded = _item(recorded[worst])
+            diff.worst_replayed = _item(replayed[worst])
+    else:
+        bad = bits_differ
+    count = int(bad.sum())
+    if count:
+        first = int(bad.nonzero()[0, 0])
+        diff.equal = False
+        diff.mismatched = count
+        diff.first_offset = first
+        diff.first_index = view_index(first, shape, strides)
+        diff.first_recorded = _item(recorded[first])
+        diff.first_replayed = _item(replayed[first])
+    return diff
+
+
+def view_index(offset: int, shape: tuple[int, ...], strides: tuple[int, ...]) -> str:
+    """``[i, j]`` when the span offset is an element of the view, else ``span[k]`` (a gap between rows)."""
+    order = sorted(range(len(shape)), key=lambda d: strides[d], reverse=True)
+    index = [0] * len(shape)
+    rest = offset
+    for d in order:
+        if strides[d] > 0 and shape[d] > 1:
+            index[d] = min(rest // strides[d], shape[d] - 1)
+            rest -= index[d] * strides[d]
+    if rest == 0:
+        return "[" + ", ".join(str(i) for i in index) + "]"
+    return f".span[{offset}]"
+
+
+def _differs(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Per element: do the exact bits differ (so -0.0 != 0.0 and NaN payloads count)."""
+    size = a.element_size()
+    as_int = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}.get(size)
+    if as_int is not None:
+        return a.contiguous().view(as_int) != b.contiguous().view(as_int)
+    wide_a = a.contiguous().view(torch.uint8).reshape(a.numel(), size)
+    wide_b = b.contiguous().view(torch.uint8).reshape(b.numel(), size)
+    return (wide_a != wide_b).any(dim=1)
+
+
+def _numeric(t: torch.Tensor) -> torch.Tensor | None:
+    if t.dtype == torch.bool:
+        return None
+    try:
+        return t.to(torch.complex128) if t.is_complex() else t.to(torch.float64)
+    except (RuntimeError, TypeError):  # dtypes torch cannot convert on the host (packed fp4)
+        return None
+
+
+def _magnitude(t: torch.Tensor) -> torch.Tensor:
+    n = _numeric(t)
+    return torch.zeros(0) if n is None else n.abs().to(torch.float64)
+
+
+def _item(t: torch.Tensor) -> object:
+    try:
+        value = t.item()
+    except (RuntimeError, TypeError):
+        return "0x" + t.reshape(1).view(torch.uint8).numpy().tobytes().hex()
+    return value if not isinstance(value, complex) else str(value)

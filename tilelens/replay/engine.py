@@ -1,0 +1,332 @@
+"""Replay one recorded launch (or many) and judge it against the record.
+
+The recorded config is applied as it was chosen: the innermost kernel runs with the recorded meta-parameters and
+launch options and the recorded grid, so neither an autotuner nor a heuristic gets to decide again (they might
+decide differently today, and then the replay would test something else than the record).
+
+Every replay that got as far as a known launch leaves exactly one ``replays`` row, whatever its outcome; nothing
+else is written.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import pyarrow as pa
+import torch
+from sqlalchemy import or_, select
+
+from tilelens.core import compat, session
+from tilelens.core.arguments import span_copy
+from tilelens.replay.compare import Tolerance, compare_span, default_tolerance, uses_tf32_dot
+from tilelens.replay.rebuild import RebuiltArgs, decode_options, rebuild_arguments
+from tilelens.replay.resolve import KernelResolver, ResolvedKernel
+from tilelens.replay.result import ReplayFailure, ReplayResult, TensorDiff
+from tilelens.replay.spec import LaunchSpec, load_launch
+from tilelens.replay.traces import first_difference, last_writer
+from tilelens.store import BlobError, History
+from tilelens.store.models import Kernel, Launch
+
+
+def replay_launch(
+    history: History,
+    launch_id: int,
+    *,
+    device: str = "cpu",
+    allow_changed: bool = False,
+    from_history: bool = False,
+    trust_source: bool = False,
+    atol: float | None = None,
+    rtol: float | None = None,
+    store: bool = True,
+    resolver: KernelResolver | None = None,
+) -> ReplayResult:
+    """Replay launch ``launch_id`` of ``history`` on ``device`` ("cpu" or "cuda[:N]") and store the outcome.
+
+    On the CPU the kernel runs in Triton's interpreter, recorded again, and must reproduce every output bit
+    and every access event (``atol``/``rtol`` relax the outputs to tolerances). On CUDA it runs compiled and
+    outputs must agree within dtype-aware tolerances (see ``tilelens.replay.compare``). A kernel whose source
+    changed since the record is refused unless ``allow_changed``; ``from_history`` runs the recorded source
+    instead of today's and, since that executes code read from the database, needs ``trust_source``.
+
+    Raises :class:`LaunchNotFoundError` for an unknown id; every other problem is an ``error`` result.
+    """
+    if from_history and not trust_source:
+        raise ValueError(
+            "from_history runs kernel source read from the history database; pass trust_source=True to allow it"
+        )
+    if session.active() is not None:
+        raise RuntimeError("TileLens cannot replay inside a tilelens.record() block; replay after it ends")
+    started = time.perf_counter()
+    spec = load_launch(history, launch_id)
+    result = ReplayResult(
+        launch_id=spec.id,
+        kernel=spec.kernel.name,
+        device=device,
+        backend="interpreter" if device == "cpu" else "compiled",
+        outcome="error",
+        message="",
+        from_history=from_history,
+        recorded_error=spec.error,
+        atol=atol,
+        rtol=rtol,
+        record_s=spec.duration_s,
+    )
+    try:
+        dev = parse_device(device)
+        result.device = str(dev)
+        resolved = (resolver or KernelResolver()).resolve(spec.kernel, from_history=from_history)
+        result.source_changed = resolved.source_changed
+        if resolved.source_changed and not allow_changed:
+            raise ReplayFailure(
+                f"source changed: {spec.kernel.name} ({resolved.origin} {spec.kernel.file}) hashes to "
+                f"{resolved.source_sha256[:12]}, the recorded source to {spec.kernel.source_sha256[:12]}; "
+                "pass --allow-changed to replay it anyway, or --from-history --trust-source to run the "
+                "recorded source"
+            )
+        args = rebuild_arguments(history.blobs, spec, dev)
+        options = decode_options(spec)
+        if dev.type == "cpu":
+            recorded_trace = _trace(history, spec)
+            _replay_cpu(spec, resolved, args, options, recorded_trace, result)
+        else:
+            _replay_cuda(spec, resolved, args, options, dev, result)
+        _conclude(spec, resolved, result)
+    except ReplayFailure as failure:
+        result.outcome = "error"
+        result.message = str(failure)
+    result.duration_s = time.perf_counter() - started
+    if store:
+        result.replay_id = history.write_replay(
+            spec.id,
+            outcome=result.outcome,
+            device=result.device,
+            backend=result.backend,
+            max_abs_err=result.max_abs_err,
+            max_rel_err=result.max_rel_err,
+            trace_equal=result.trace_equal,
+            message=result.message,
+            duration_s=result.duration_s,
+            versions=_versions(),
+        )
+    return result
+
+
+def replay_launches(
+    history: History,
+    launch_ids: Iterable[int],
+    *,
+    on_result: Callable[[ReplayResult], None] | None = None,
+    **options: Any,
+) -> list[ReplayResult]:
+    """Replay several launches, loading and tracing each kernel version once; options as ``replay_launch``."""
+    resolver = options.pop("resolver", None) or KernelResolver()
+    results = []
+    for launch_id in launch_ids:
+        result = replay_launch(history, launch_id, resolver=resolver, **options)
+        results.append(result)
+        if on_result is not None:
+            on_result(result)
+    return results
+
+
+def select_launches(
+    history: History, *, run_id: int | None = None, kernel: str | None = None, trials: bool = False
+) -> list[int]:
+    """Ids of the launches of a run and/or a kernel (``qualname`` or ``module.qualname``), oldest first."""
+    query = select(Launch.id).join(Kernel, Launch.kernel_id == Kernel.id).order_by(Launch.id)
+    if run_id is not None:
+        query = query.where(Launch.run_id == run_id)
+    if kernel is not None:
+        query = query.where(or_(Kernel.qualname == kernel, (Kernel.module + "." + Kernel.qualname) == kernel))
+    if not trials:
+        query = query.where(Launch.role == "launch")
+    with history.session() as s:
+        return list(s.scalars(query))
+
+
+def parse_device(text: str) -> torch.device:
+    try:
+        dev = torch.device(text)
+    except (RuntimeError, ValueError):
+        raise ReplayFailure(f"unknown device {text!r}; use cpu or cuda[:N]") from None
+    if dev.type == "cpu":
+        return torch.device("cpu")
+    if dev.type != "cuda":
+        raise ReplayFailure(f"device {text!r} is not supported; use cpu or cuda[:N]")
+    if not torch.cuda.is_available():
+        raise ReplayFailure(
+            f"{text} requested but no CUDA device is available here (torch.cuda.is_available() is False)"
+        )
+    index = dev.index if dev.index is not None else torch.cuda.current_device()
+    count = torch.cuda.device_count()
+    if index >= count:
+        raise ReplayFailure(f"{text} requested but this machine has {count} CUDA device(s)")
+    return torch.device("cuda", index)
+
+
+# -- running --------------------------------------------------------------------------------------------------
+
+
+def _replay_cpu(
+    spec: LaunchSpec,
+    resolved: ResolvedKernel,
+    args: RebuiltArgs,
+    options: dict[str, Any],
+    recorded_trace: pa.Table | None,
+    result: ReplayResult,
+) -> None:
+    traced = resolved.traced()
+    traced.records.clear()
+    error: BaseException | None = None
+    t0 = time.perf_counter()
+    try:
+        traced[spec.grid](**args.kwargs, **options)
+    except Exception as exc:  # the record keeps it; judged against the recorded status below
+        error = exc
+    result.run_s = time.perf_counter() - t0
+    record = traced.records[-1] if traced.records else None
+    traced.records.clear()
+    result.replay_error = record.error if record is not None else _message(error)
+    names = {a.position: a.name for a in spec.args}
+    if recorded_trace is not None and record is not None and record.trace is not None:
+        result.trace_diff = first_difference(recorded_trace, record.trace, names)
+        result.trace_equal = result.trace_diff is None
+    override = _override(result)
+    for rt in args.tensors:
+        tolerance = None
+        if override is not None:
+            tolerance = _tolerance(rt.expected, override, tf32_dot=False)
+        diff = _compare(rt, tolerance)
+        if (
+            not diff.equal
+            and diff.first_offset is not None
+            and record is not None
+            and record.trace is not None
+        ):
+            diff.written_by = last_writer(record.trace, rt.spec.position, diff.first_offset)
+        result.tensors.append(diff)
+
+
+def _replay_cuda(
+    spec: LaunchSpec,
+    resolved: ResolvedKernel,
+    args: RebuiltArgs,
+    options: dict[str, Any],
+    dev: torch.device,
+    result: ReplayResult,
+) -> None:
+    jit = resolved.compiled()
+    error: BaseException | None = None
+    t0 = time.perf_counter()
+    try:
+        with torch.cuda.device(dev), compat.runtime_interpret_scope():
+            compat.set_interpret(False)
+            jit[spec.grid](**args.kwargs, **options)
+            torch.cuda.synchronize(dev)
+    except Exception as exc:  # compile or launch failure: judged against the recorded status below
+        error = exc
+    result.run_s = time.perf_counter() - t0
+    result.replay_error = _message(error)
+    tf32 = uses_tf32_dot(spec.kernel.source)
+    override = _override(result)
+    for rt in args.tensors:
+        tolerance = _tolerance(rt.expected, override or (None, None), tf32_dot=tf32)
+        result.tensors.append(_compare(rt, tolerance))
+
+
+def _override(result: ReplayResult) -> tuple[float | None, float | None] | None:
+    if result.atol is None and result.rtol is None:
+        return None
+    return (result.atol, result.rtol)
+
+
+def _tolerance(
+    expected: torch.Tensor, override: tuple[float | None, float | None], tf32_dot: bool
+) -> Tolerance:
+    default = default_tolerance(expected.dtype, expected, tf32_dot)
+    atol, rtol = override
+    return Tolerance(default.atol if atol is None else atol, default.rtol if rtol is None else rtol)
+
+
+def _compare(rt: Any, tolerance: Tolerance | None) -> TensorDiff:
+    replayed = span_copy(rt.view)
+    shape, strides = rt.spec.shape or (), rt.spec.strides or ()
+    diff = compare_span(rt.spec.name, rt.spec.position, rt.expected, replayed, shape, strides, tolerance)
+    if tolerance is not None:
+        diff.atol, diff.rtol = tolerance.atol, tolerance.rtol
+    return diff
+
+
+def _trace(history: History, spec: LaunchSpec) -> pa.Table | None:
+    if spec.trace_blob is None:
+        return None
+    try:
+        return history.blobs.get_table(spec.trace_blob)
+    except BlobError as exc:
+        raise ReplayFailure(f"launch {spec.id}: access trace: {exc}") from None
+
+
+# -- judging --------------------------------------------------------------------------------------------------
+
+
+def _conclude(spec: LaunchSpec, resolved: ResolvedKernel, result: ReplayResult) -> None:
+    errs = [d.max_abs_err for d in result.tensors if d.max_abs_err is not None]
+    rels = [d.max_rel_err for d in result.tensors if d.max_rel_err is not None]
+    result.max_abs_err = max(errs) if errs else None
+    result.max_rel_err = max(rels) if rels else None
+    prefix = ""
+    if resolved.source_changed:
+        prefix = (
+            f"source changed (recorded {spec.kernel.source_sha256[:12]}, now {resolved.source_sha256[:12]}); "
+        )
+    elif resolved.origin == "history":
+        prefix = "recorded source; "
+    where = f"launch {spec.id} ({spec.kernel.name}) on {result.device}"
+    if spec.status == "error":
+        result.outcome = "error"
+        result.same_error = result.replay_error == spec.error
+        if result.replay_error is None:
+            how = "the replay succeeded"
+        elif result.same_error:
+            how = "the replay failed with the same error"
+        else:
+            how = f"the replay failed with a different error: {result.replay_error}"
+        result.message = f"{prefix}{where} was recorded failing ({spec.error}); {how}"
+        return
+    problems = []
+    if result.replay_error is not None:
+        problems.append(f"the recorded launch succeeded, the replay raised {result.replay_error}")
+    problems += [d.describe() for d in result.tensors if not d.equal]
+    if result.trace_diff is not None:
+        problems.append(result.trace_diff.describe())
+    if problems:
+        result.outcome = "mismatch"
+        result.message = f"{prefix}{where}: " + "; ".join(problems)
+        return
+    result.outcome = "match"
+    n = len(result.tensors)
+    if result.backend == "interpreter" and result.atol is None and result.rtol is None:
+        outputs = f"{n} tensor{'s' * (n != 1)} bit-identical"
+    else:
+        outputs = f"{n} tensor{'s' * (n != 1)} within tolerance"
+        if result.max_abs_err is not None:
+            outputs += f" (max abs err {result.max_abs_err:.3g})"
+    trace = {True: ", access trace identical", False: "", None: ""}[result.trace_equal]
+    result.message = f"{prefix}{where}: {outputs}{trace}"
+
+
+def _message(exc: BaseException | None) -> str | None:
+    if exc is None:
+        return None
+    return f"{type(exc).__name__}: {str(exc) or type(exc).__name__}"
+
+
+@functools.lru_cache(maxsize=1)
+def _versions() -> dict[str, str]:
+    from tilelens.core.recorder import versions
+
+    return versions()

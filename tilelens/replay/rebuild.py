@@ -1,0 +1,195 @@
+"""Rebuild a launch's arguments from their snapshots, aliasing included.
+
+A snapshot holds the element span one view can reach, starting at its first element; the row holds the view's
+geometry. Tensors recorded in one storage group shared a storage, so they get one storage again: sized for every
+member's ``storage_offset + span``, filled member by member in bytes (a group may mix dtypes, e.g. a float view
+and an int view of one buffer), and each view is ``set_`` onto it with its recorded offset, shape and strides.
+A kernel that writes through one view and reads through another then sees its own writes, as it did.
+
+Every storage also gets a zeroed guard after its last recorded byte. Unmasked out-of-bounds reads (the bug
+TileLens exists to find) then read zeros that belong to no argument, as they read unowned memory at record
+time, instead of whichever tensor the allocator happened to place next, which would change both the values read
+and the trace's out-of-bounds lanes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from tilelens.replay.result import ReplayFailure
+from tilelens.replay.spec import ArgSpec, LaunchSpec
+from tilelens.store import BlobError, BlobStore
+from tilelens.store.tensors import DTYPES
+
+GUARD_BYTES = 16 * 1024
+
+
+@dataclass
+class RebuiltTensor:
+    spec: ArgSpec
+    view: torch.Tensor  # what the kernel gets (a TensorWrapper's base when reinterpreted)
+    expected: torch.Tensor  # recorded state after the launch: the span, 1-D, on the host
+
+
+@dataclass
+class RebuiltArgs:
+    kwargs: dict[str, Any] = field(default_factory=dict)  # every parameter by name, constexprs included
+    tensors: list[RebuiltTensor] = field(default_factory=list)
+
+
+def span_elements(shape: tuple[int, ...], strides: tuple[int, ...]) -> int:
+    if any(n == 0 for n in shape):
+        return 0
+    return 1 + sum((n - 1) * s for n, s in zip(shape, strides))
+
+
+def rebuild_arguments(blobs: BlobStore, launch: LaunchSpec, device: torch.device) -> RebuiltArgs:
+    out = RebuiltArgs()
+    tensors = [a for a in launch.args if a.kind == "tensor"]
+    snapshots = {a.position: _load(blobs, launch, a, a.before_blob, "before") for a in tensors}
+    groups: dict[Any, list[ArgSpec]] = {}
+    for a in tensors:
+        key = a.storage_group if a.storage_group is not None else ("alone", a.position)
+        groups.setdefault(key, []).append(a)
+    views: dict[int, torch.Tensor] = {}
+    for members in groups.values():
+        views.update(_rebuild_group(launch, members, snapshots, device))
+    for a in launch.args:
+        if a.kind == "tensor":
+            after = (
+                snapshots[a.position]
+                if a.after_blob in (None, a.before_blob)
+                else _load(blobs, launch, a, a.after_blob, "after")
+            )
+            out.tensors.append(RebuiltTensor(a, views[a.position], after))
+            out.kwargs[a.name] = _maybe_reinterpret(launch, a, views[a.position])
+        elif a.kind == "constexpr":
+            out.kwargs[a.name] = decode_value(launch, a.name, a.value)
+        elif a.kind == "none":
+            out.kwargs[a.name] = None
+        else:
+            out.kwargs[a.name] = decode_value(launch, a.name, a.value)
+    # The config's constexprs are what the kernel was specialised on (heuristics and autotune choices included).
+    for name, value in launch.constexprs.items():
+        out.kwargs[name] = decode_value(launch, name, value)
+    return out
+
+
+def _load(blobs: BlobStore, launch: LaunchSpec, a: ArgSpec, sha: str | None, which: str) -> torch.Tensor:
+    if sha is None:
+        raise ReplayFailure(f"launch {launch.id}: argument {a.name} has no {which} snapshot to rebuild from")
+    try:
+        t = blobs.get_tensor(sha)
+    except BlobError as exc:
+        raise ReplayFailure(f"launch {launch.id}: argument {a.name} ({which} snapshot): {exc}") from None
+    except ValueError as exc:  # not a tensor this code can decode
+        raise ReplayFailure(
+            f"launch {launch.id}: argument {a.name} ({which} snapshot) blob {sha}: {exc}"
+        ) from None
+    return t.reshape(-1)
+
+
+def _dtype(launch: LaunchSpec, a: ArgSpec) -> torch.dtype:
+    dtype = DTYPES.get(a.dtype or "")
+    if dtype is None:
+        raise ReplayFailure(
+            f"launch {launch.id}: argument {a.name} has dtype {a.dtype!r}, which cannot be rebuilt"
+        )
+    return dtype
+
+
+def _rebuild_group(
+    launch: LaunchSpec, members: list[ArgSpec], snapshots: dict[int, torch.Tensor], device: torch.device
+) -> dict[int, torch.Tensor]:
+    placed = []
+    nbytes = 0
+    for a in members:
+        if a.shape is None or a.strides is None or a.storage_offset is None:
+            raise ReplayFailure(f"launch {launch.id}: argument {a.name} was recorded without its geometry")
+        dtype = _dtype(launch, a)
+        span = span_elements(a.shape, a.strides)
+        snap = snapshots[a.position]
+        if snap.dtype != dtype or snap.numel() != span:
+            raise ReplayFailure(
+                f"launch {launch.id}: argument {a.name} snapshot holds {snap.numel()} {snap.dtype} elements, "
+                f"its view ({a.dtype}, shape {list(a.shape)}, strides {list(a.strides)}) reaches {span}"
+            )
+        start = a.storage_offset * dtype.itemsize
+        placed.append((a, dtype, start, snap))
+        nbytes = max(nbytes, start + span * dtype.itemsize)
+    # numpy for the host buffer: torch fills and copies large CPU tensors with its thread pool, whose wake-up
+    # alone costs milliseconds on a busy machine, more than a small launch takes to interpret.
+    host = np.zeros(nbytes + GUARD_BYTES, dtype=np.uint8)
+    for _a, _dt, start, snap in placed:
+        if snap.numel():
+            data = snap.contiguous().view(torch.uint8).numpy()
+            host[start : start + data.size] = data
+    raw = torch.from_numpy(host)
+    if device.type != "cpu":
+        raw = raw.to(device)
+    storage = raw.untyped_storage()
+    views = {}
+    for a, dtype, _start, _snap in placed:
+        view = torch.empty(0, dtype=dtype, device=device)
+        view.set_(storage, a.storage_offset, a.shape, a.strides)
+        views[a.position] = view
+    return views
+
+
+def _maybe_reinterpret(launch: LaunchSpec, a: ArgSpec, view: torch.Tensor) -> Any:
+    if not (isinstance(a.value, dict) and "reinterpret" in a.value):
+        return view
+    import triton
+    import triton.language as tl
+
+    name = a.value["reinterpret"]
+    try:
+        dtype = tl.dtype(str(name))
+    except (AssertionError, ValueError, TypeError):
+        raise ReplayFailure(
+            f"launch {launch.id}: argument {a.name} was reinterpreted as {name!r}, not a Triton dtype this "
+            "Triton knows"
+        ) from None
+    return triton.reinterpret(view, dtype)
+
+
+_TL_PREFIX = "triton.language."
+
+
+def decode_value(launch: LaunchSpec, name: str, value: Any) -> Any:
+    """A scalar, constexpr or option as recorded; refuses values that were only kept as their ``repr``."""
+    if isinstance(value, list):
+        return tuple(decode_value(launch, name, v) for v in value)
+    if not isinstance(value, dict):
+        return value
+    for tag in ("float", "$float"):
+        if set(value) == {tag}:
+            return float(value[tag])
+    for tag in ("repr", "$repr"):
+        if tag in value:
+            text = str(value[tag])
+            dtype = _triton_dtype(text)
+            if dtype is not None:
+                return dtype
+            raise ReplayFailure(
+                f"launch {launch.id}: argument {name} was recorded only as {text}, which cannot be rebuilt"
+            )
+    return {k: decode_value(launch, name, v) for k, v in value.items()}
+
+
+def _triton_dtype(text: str) -> Any:
+    """``tl.float16`` and friends are recorded as their repr; map it back without evaluating anything."""
+    if not text.startswith(_TL_PREFIX):
+        return None
+    import triton.language as tl
+
+    attr = getattr(tl, text.removeprefix(_TL_PREFIX), None)
+    return attr if isinstance(attr, tl.dtype) else None
+
+
+def decode_options(launch: LaunchSpec) -> dict[str, Any]:
+    return {k: decode_value(launch, k, v) for k, v in launch.options.items()}
