@@ -218,10 +218,9 @@ class AccessCollector:
         oob = 0
         oob_bits = None
         if active:
-            # Fast path: every lane, masked or not, inside the first lane's argument.
+            # Fast path: every lane, masked or not, inside the first lane's argument (aliasing or not).
             inside = (
                 span is not None
-                and not spans.aliased
                 and int(addrs.min()) >= span.start
                 and int(addrs.max()) + elem_bytes <= span.end
             )

@@ -1,0 +1,1 @@
+"""The TileLens benchmark suite: workloads (kernels.py, workloads.py) and the runner behind scripts/bench.py."""

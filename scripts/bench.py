@@ -1,0 +1,151 @@
+#!/usr/bin/env python3
+"""TileLens benchmark suite: recording overhead, trace size, replay, history scale, concurrency.
+
+    python scripts/bench.py --quick                 # < 3 minutes on a 2-core machine
+    python scripts/bench.py --json bench.json       # the full suite, every figure to a file
+    python scripts/bench.py --compare main          # main vs the working tree, interleaved (seed table)
+
+Targets it reports against: median recorded/stock ratio <= 1.15 (none above 1.3), access traces <= 0.5 bytes
+per lane, CPU replay <= 1.2x recording, `ls` / `show` / indexed `sql` under 0.3 s at 1,000,000 launches.
+"""
+
+from __future__ import annotations
+
+import os
+
+# The stock interpreter runs nested @jit helpers only when Triton was imported in interpreter mode.
+os.environ["TRITON_INTERPRET"] = "1"
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import platform  # noqa: E402
+import statistics  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+TARGET_MEDIAN, TARGET_MAX, TARGET_BPL, TARGET_REPLAY, TARGET_CLI_S = 1.15, 1.3, 0.5, 1.2, 0.3
+
+
+def _fmt_ms(s: float | None) -> str:
+    return "n/a" if s is None else f"{s * 1e3:.1f} ms"
+
+
+def workload_table(results: list) -> str:
+    lines = [
+        "| workload | shape | stock (min) | recorded (min) | ratio | lanes | trace bytes | B/lane | CPU replay | replay/record | source |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        flag = " ⚠️" if r.ratio > TARGET_MAX else ""
+        rr = "n/a" if r.replay_ratio is None else f"{r.replay_ratio:.2f}"
+        lines.append(
+            f"| {r.workload} | {r.shape} | {_fmt_ms(r.stock_s)} | {_fmt_ms(r.recorded_s)} | {r.ratio:.3f}{flag} | "
+            f"{r.lanes:,} | {r.trace_bytes:,} | {r.bytes_per_lane:.4f} | {_fmt_ms(r.replay_s)} | {rr} | {r.source} |"
+        )
+    ratios = [r.ratio for r in results]
+    bpl = [r.bytes_per_lane for r in results]
+    replays = [r.replay_ratio for r in results if r.replay_ratio is not None]
+    lines.append("")
+    lines.append(
+        f"median ratio {statistics.median(ratios):.3f} (target <= {TARGET_MEDIAN}), max {max(ratios):.3f} "
+        f"(target <= {TARGET_MAX}); max bytes/lane {max(bpl):.4f} (target <= {TARGET_BPL})"
+        + (f"; max replay/record {max(replays):.2f} (target <= {TARGET_REPLAY})" if replays else "")
+    )
+    return "\n".join(lines)
+
+
+def machine() -> dict[str, str]:
+    import numpy
+    import torch
+    import triton
+
+    return {
+        "python": platform.python_version(),
+        "triton": triton.__version__,
+        "torch": torch.__version__,
+        "numpy": numpy.__version__,
+        "cpus": str(os.cpu_count()),
+        "machine": platform.machine(),
+        "system": platform.platform(),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument(
+        "--quick", action="store_true", help="one shape per workload, fewer samples, small histories"
+    )
+    p.add_argument("--samples", type=int, default=None, help="samples per measurement (default 5, quick 3)")
+    p.add_argument("--burst", type=int, default=2, help="launches per recorded sample (default 2)")
+    p.add_argument("--only", default="", help="comma-separated workload names")
+    p.add_argument("--json", type=Path, help="write every figure to this file")
+    p.add_argument("--compare", metavar="REF", help="compare the working tree with a git ref (seed table)")
+    p.add_argument("--skip-history", action="store_true", help="skip the synthetic-history part")
+    p.add_argument("--skip-concurrency", action="store_true", help="skip the 4-process part")
+    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    samples = args.samples or (3 if args.quick else 5)
+
+    if args.compare:
+        from benchmarks.compare import compare
+
+        return compare(args.compare, quick=args.quick, samples=samples, only=args.only)
+
+    from benchmarks.runner import run_suite
+    from benchmarks.workloads import all_cases
+
+    cases = all_cases(args.quick)
+    if args.only:
+        wanted = set(args.only.split(","))
+        cases = [c for c in cases if c.workload in wanted]
+    report: dict = {"machine": machine(), "samples": samples, "burst": args.burst}
+    with tempfile.TemporaryDirectory(prefix="tilelens-bench-") as tmp:
+        results = run_suite(
+            cases,
+            Path(tmp),
+            samples,
+            args.burst,
+            progress=None
+            if args.worker
+            else (lambda c: print(f"  {c.name} ...", file=sys.stderr, flush=True)),
+        )
+        report["workloads"] = [r.as_dict() for r in results]
+        if args.worker:
+            json.dump(report, sys.stdout)
+            return 0
+        print("## Recording overhead, trace size, replay\n")
+        print(workload_table(results))
+        for r in results:
+            for note in r.notes:
+                print(f"- {r.workload}[{r.shape}]: {note}")
+        if not args.skip_concurrency:
+            from benchmarks.concurrency import run_concurrency
+
+            conc = run_concurrency(Path(tmp) / "concurrent", processes=4, launches=10 if args.quick else 40)
+            report["concurrency"] = conc
+            print("\n## Concurrency: 4 processes, one SQLite history\n")
+            print(
+                f"{conc['expected']} launches expected, {conc['present']} present, {conc['duplicates']} duplicated; "
+                f"{conc['launches_per_s']:.1f} launches/s over {conc['wall_s']:.1f} s"
+            )
+        if not args.skip_history:
+            from benchmarks.history_scale import run_history_scale
+
+            sizes = [100_000] if args.quick else [100_000, 1_000_000]
+            scale = run_history_scale(Path(tmp) / "scale", sizes)
+            report["history_scale"] = scale
+            print("\n## History scale (whole commands, process start included)\n")
+            print(scale["table"])
+    print(f"\nmachine: {report['machine']}")
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=2, default=str))
+        print(f"figures written to {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
