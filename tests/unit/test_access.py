@@ -167,3 +167,18 @@ def test_element_size_follows_dtype(dtype):
     rec = traced.records[-1]
     assert rec.summary.bytes_loaded == 2 * n * x.element_size()
     assert rec.trace.column("elem_bytes").to_pylist()[0] == x.element_size()
+
+
+def test_aliased_views_are_flagged_and_attributed_to_a_containing_argument():
+    buf = torch.arange(300, dtype=torch.float32)
+    x, y = buf[:200], buf[100:300]  # y overlaps the second half of x
+    out = torch.empty(200)
+    traced = TritonTrace(kernels.add_kernel, in_place=False)
+    traced[(1,)](x, y, out, 200, BLOCK=256)
+    assert torch.equal(out, torch.arange(200.0) + torch.arange(100.0, 300.0))
+    rec = traced.records[-1]
+    assert rec.config["aliased_args"] == [[0, 1]]
+    assert rec.summary.oob_lanes == 0
+    loads = [r for r in rows(rec) if r["op"] == "load"]
+    assert [r["arg"] for r in loads] == [0, 1]
+    np.testing.assert_array_equal(lane_offsets(loads[1])[lane_mask(loads[1])], np.arange(200))

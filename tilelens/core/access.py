@@ -86,6 +86,14 @@ class SpanTable:
                     return span
         return self.spans[i]
 
+    def containing(self, lo: int, hi: int) -> ArgSpan | None:
+        """Among overlapping arguments, the one holding all of [lo, hi] that starts last (the most specific view)."""
+        best = None
+        for span in self.spans:
+            if span.start <= lo and hi <= span.end and (best is None or span.start > best.start):
+                best = span
+        return best
+
     def outside(self, addrs: np.ndarray) -> np.ndarray:
         """Boolean array: which addresses fall outside every argument."""
         if not self.spans:
@@ -218,6 +226,13 @@ class AccessCollector:
         oob = 0
         oob_bits = None
         if active:
+            if spans.aliased:
+                lo, hi = (
+                    (int(addrs.min()), int(addrs.max()))
+                    if all_active
+                    else (int(addrs[mask].min()), int(addrs[mask].max()))
+                )
+                span = spans.containing(lo, hi + elem_bytes) or span
             # Fast path: every lane, masked or not, inside the first lane's argument (aliasing or not).
             inside = (
                 span is not None
