@@ -81,20 +81,29 @@ def test_newer_schema_is_refused_and_left_untouched(history_location: Location) 
     assert not Path(f"{path}-wal").exists() or Path(f"{path}-wal").stat().st_size == 0
 
 
-def _migrations_with_extra_revision(tmp_path: Path) -> Path:
-    """The shipped migrations plus a 0002 that alters ``launches`` the way future migrations will (batch)."""
+def _migrations_with_extra_revisions(tmp_path: Path) -> Path:
+    """The shipped migrations plus two test revisions on top of their head: a view over ``launches``, then a
+    batch change that recreates ``launches`` (copy, drop, rename), the way future SQLite migrations will."""
     scripts = tmp_path / "migrations"
     shutil.copytree(REPO / "migrations", scripts, ignore=shutil.ignore_patterns("__pycache__"))
-    (scripts / "versions" / "0002_test_extra.py").write_text(
-        '"""test-only revision"""\n'
+    (head,) = database.script_heads()
+    (scripts / "versions" / "9001_test_view.py").write_text(
+        "from alembic import op\n\n"
+        f'revision = "9001_test"\ndown_revision = "{head}"\nbranch_labels = None\ndepends_on = None\n\n\n'
+        "def upgrade():\n"
+        '    op.execute("CREATE VIEW test_oob AS SELECT id, oob_lanes FROM launches WHERE oob_lanes > 0")\n\n\n'
+        "def downgrade():\n"
+        '    op.execute("DROP VIEW test_oob")\n'
+    )
+    (scripts / "versions" / "9002_test_recreate.py").write_text(
         "import sqlalchemy as sa\n"
         "from alembic import op\n\n"
-        'revision = "0002_test"\ndown_revision = "0001"\nbranch_labels = None\ndepends_on = None\n\n\n'
+        'revision = "9002_test"\ndown_revision = "9001_test"\nbranch_labels = None\ndepends_on = None\n\n\n'
         "def upgrade():\n"
         '    with op.batch_alter_table("launches", recreate="always") as batch:\n'
         '        batch.add_column(sa.Column("note", sa.Text(), nullable=True))\n\n\n'
         "def downgrade():\n"
-        '    with op.batch_alter_table("launches") as batch:\n'
+        '    with op.batch_alter_table("launches", recreate="always") as batch:\n'
         '        batch.drop_column("note")\n'
     )
     return scripts
@@ -103,28 +112,30 @@ def _migrations_with_extra_revision(tmp_path: Path) -> Path:
 def test_old_revision_is_upgraded_on_open_and_keeps_its_rows(
     tmp_path: Path, history_location: Location
 ) -> None:
-    scripts = _migrations_with_extra_revision(tmp_path)
-    with History.open(location=history_location) as h:  # at 0001, the shipped head
+    scripts = _migrations_with_extra_revisions(tmp_path)
+    with History.open(location=history_location) as h:  # at the shipped head
         run = h.begin_run(store_helpers.run_info())
         launch_id = h.write_launch(run, store_helpers.launch())
     with History.open(location=history_location, script_location=scripts) as h:
-        assert h.migrated_from == ("0001",)
-        assert database.inspect_schema(h.engine, "t", scripts).current == ("0002_test",)
+        assert h.migrated_from == tuple(database.script_heads())
+        assert database.inspect_schema(h.engine, "t", scripts).current == ("9002_test",)
         with h.engine.connect() as conn:
             cols = {c["name"] for c in sa.inspect(conn).get_columns("launches")}
             assert "note" in cols
             # The batch copy-and-drop of ``launches`` must not cascade into its children.
             assert conn.exec_driver_sql("SELECT count(*) FROM launch_args").scalar() == 4
             assert conn.exec_driver_sql("SELECT id FROM launches").scalar() == launch_id
+            assert conn.exec_driver_sql("SELECT count(*) FROM test_oob").scalar() == 0  # the view still works
             assert conn.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1
+            assert conn.exec_driver_sql("PRAGMA legacy_alter_table").scalar() == 0
 
 
 def test_code_older_than_history_refuses_the_newer_revision(
     tmp_path: Path, history_location: Location
 ) -> None:
-    scripts = _migrations_with_extra_revision(tmp_path)
+    scripts = _migrations_with_extra_revisions(tmp_path)
     History.open(location=history_location, script_location=scripts).close()
-    with pytest.raises(SchemaTooNewError, match="0002_test"):
+    with pytest.raises(SchemaTooNewError, match="9002_test"):
         History.open(location=history_location)
 
 

@@ -242,10 +242,13 @@ def ensure_schema(
         sqlite = is_sqlite(conn)
         raw = conn.connection.driver_connection
         if sqlite:
-            # SQLite cannot alter tables in place; batch migrations copy and drop them, which with foreign
-            # keys on would cascade-delete child rows. SQLite's documented procedure: keys off, migrate,
-            # foreign_key_check, commit. The pragma is a no-op inside a transaction, so set it first.
+            # SQLite cannot alter tables in place; batch migrations copy, drop and rename them. With foreign
+            # keys on, the drop would cascade-delete child rows, and the rename would fail on any view that
+            # names the table while it is briefly missing. So, as SQLite documents for this procedure: keys
+            # off, legacy rename (views keep naming the table, which exists again after the rename), migrate,
+            # foreign_key_check, commit. These pragmas are no-ops inside a transaction, so set them first.
             raw.execute("PRAGMA foreign_keys = OFF")
+            raw.execute("PRAGMA legacy_alter_table = ON")
         try:
             conn.execution_options(**{_BEGIN_OPTION: "IMMEDIATE"})
             with conn.begin():
@@ -261,6 +264,7 @@ def ensure_schema(
                 after = _state(conn, script, label)
         finally:
             if sqlite:
+                raw.execute("PRAGMA legacy_alter_table = OFF")
                 raw.execute("PRAGMA foreign_keys = ON")
     return before, after
 
