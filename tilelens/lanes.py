@@ -1,0 +1,286 @@
+"""Per-lane views of an access trace, computed over whole columns with numpy.
+
+A trace row is one memory event with its lanes encoded compactly (affine base and strides, or explicit
+offsets; packed masks). ``show`` needs per-argument distinct elements and ``export`` needs one row per lane;
+decoding row by row in Python would cost seconds on traces with millions of lanes, so the decoding here
+works on flat arrays, a bounded number of lanes at a time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+#: One row per lane: the flat table ``tilelens export`` writes.
+LANE_SCHEMA = pa.schema(
+    [
+        pa.field("launch_id", pa.int64()),
+        pa.field("pid_x", pa.int32()),
+        pa.field("pid_y", pa.int32()),
+        pa.field("pid_z", pa.int32()),
+        pa.field("event", pa.int32()),
+        pa.field("op", pa.string()),
+        pa.field("arg", pa.int16()),
+        pa.field("arg_name", pa.string()),
+        pa.field("line", pa.int32()),
+        pa.field("lane", pa.int32()),
+        pa.field("offset", pa.int64()),
+        pa.field("active", pa.bool_()),
+        pa.field("oob", pa.bool_()),
+    ]
+)
+
+DEFAULT_CHUNK_LANES = 1 << 22
+
+
+def _exclusive_cumsum(counts: np.ndarray) -> np.ndarray:
+    out = np.zeros(counts.size, dtype=np.int64)
+    if counts.size > 1:
+        np.cumsum(counts[:-1], out=out[1:])
+    return out
+
+
+def _column(table: pa.Table, name: str) -> pa.Array:
+    return table.column(name).combine_chunks()
+
+
+def _numpy(table: pa.Table, name: str, dtype: Any) -> np.ndarray:
+    return _column(table, name).to_numpy(zero_copy_only=False).astype(dtype, copy=False)
+
+
+def _padded(col: pa.Array, n: int, width: int, fill: int) -> np.ndarray:
+    """A list column as an (n, width) matrix; short or null lists are padded with ``fill``."""
+    lengths = pc.list_value_length(col).fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+    flat = col.flatten().to_numpy(zero_copy_only=False).astype(np.int64)
+    out = np.full((n, width), fill, dtype=np.int64)
+    if flat.size:
+        rows = np.repeat(np.arange(n), lengths)
+        pos = np.arange(flat.size) - np.repeat(_exclusive_cumsum(lengths), lengths)
+        out[rows, pos] = flat
+    return out
+
+
+@dataclass
+class _Bits:
+    """A column of packed bit masks (numpy.packbits order), one per row, null meaning "no mask"."""
+
+    valid: np.ndarray
+    data: np.ndarray
+    starts: np.ndarray
+
+    @classmethod
+    def of(cls, col: pa.Array) -> _Bits:
+        valid = col.is_valid().to_numpy(zero_copy_only=False)
+        buffers = col.buffers()
+        width = np.int64 if pa.types.is_large_binary(col.type) else np.int32
+        if buffers[1] is None:
+            starts = np.zeros(len(col), dtype=np.int64)
+        else:
+            offsets = np.frombuffer(buffers[1], dtype=width)[col.offset : col.offset + len(col) + 1]
+            starts = offsets[:-1].astype(np.int64)
+        data = np.frombuffer(buffers[2], dtype=np.uint8) if buffers[2] is not None else np.zeros(0, np.uint8)
+        return cls(valid, data, starts)
+
+    def lanes(self, row: np.ndarray, lane: np.ndarray, default: bool) -> np.ndarray:
+        out = np.full(row.size, default, dtype=bool)
+        has = self.valid[row]
+        if has.any():
+            bit = self.starts[row[has]] * 8 + lane[has]
+            out[has] = (self.data[bit >> 3] >> (7 - (bit & 7)).astype(np.uint8)) & 1 == 1
+        return out
+
+
+@dataclass
+class LaneChunk:
+    """Lanes of consecutive trace rows: ``row`` indexes the trace, ``lane`` is the C-order index in its block."""
+
+    row: np.ndarray
+    lane: np.ndarray
+    offset: np.ndarray
+    active: np.ndarray
+    oob: np.ndarray
+
+
+class LaneDecoder:
+    """Decodes every lane's element offset, mask and out-of-bounds bit of a trace table."""
+
+    def __init__(self, trace: pa.Table) -> None:
+        self.trace = trace
+        n = self.rows = trace.num_rows
+        self.lanes = _numpy(trace, "lanes", np.int64)
+        shape = _column(trace, "shape")
+        ndim = pc.list_value_length(shape).fill_null(0).to_numpy(zero_copy_only=False)
+        width = max(1, int(ndim.max()) if n else 1)
+        # Trailing padding with size-1 axes and zero strides leaves C-order unravelling unchanged.
+        self.shape = _padded(shape, n, width, 1)
+        self.strides = _padded(_column(trace, "strides"), n, width, 0)
+        self.base = _numpy(trace, "base", np.int64)
+        suffix = np.ones((n, width), dtype=np.int64)
+        for axis in range(width - 2, -1, -1):
+            suffix[:, axis] = suffix[:, axis + 1] * self.shape[:, axis + 1]
+        self.suffix = suffix
+        offsets = _column(trace, "offsets")
+        self.irregular = offsets.is_valid().to_numpy(zero_copy_only=False)
+        self.irregular_values = offsets.flatten().to_numpy(zero_copy_only=False).astype(np.int64)
+        lengths = pc.list_value_length(offsets).fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+        self.irregular_starts = _exclusive_cumsum(lengths)
+        self.mask = _Bits.of(_column(trace, "mask"))
+        self.oob_mask = _Bits.of(_column(trace, "oob_mask"))
+
+    def chunks(self, max_lanes: int = DEFAULT_CHUNK_LANES) -> Iterator[LaneChunk]:
+        """Consecutive rows with at most ``max_lanes`` lanes together (a larger single row stays whole)."""
+        start = 0
+        ends = np.cumsum(self.lanes)
+        while start < self.rows:
+            done = int(ends[start - 1]) if start else 0
+            stop = int(np.searchsorted(ends, done + max_lanes, side="right"))
+            stop = min(self.rows, max(stop, start + 1))
+            yield self.decode(start, stop)
+            start = stop
+
+    def decode(self, start: int, stop: int) -> LaneChunk:
+        counts = self.lanes[start:stop]
+        row = np.repeat(np.arange(start, stop, dtype=np.int64), counts)
+        lane = np.arange(row.size, dtype=np.int64) - np.repeat(_exclusive_cumsum(counts), counts)
+        offset = self.base[row]
+        for axis in range(self.shape.shape[1]):
+            index = (lane // self.suffix[row, axis]) % self.shape[row, axis]
+            offset = offset + index * self.strides[row, axis]
+        irregular = self.irregular[row]
+        if irregular.any():
+            rows = row[irregular]
+            offset[irregular] = self.irregular_values[self.irregular_starts[rows] + lane[irregular]]
+        return LaneChunk(
+            row=row,
+            lane=lane,
+            offset=offset,
+            active=self.mask.lanes(row, lane, default=True),
+            oob=self.oob_mask.lanes(row, lane, default=False),
+        )
+
+
+def distinct_elements(trace: pa.Table, max_lanes: int = DEFAULT_CHUNK_LANES) -> dict[int, int]:
+    """Per argument position: how many distinct elements its active, in-bounds lanes touched."""
+    if trace.num_rows == 0:
+        return {}
+    decoder = LaneDecoder(trace)
+    arg = _numpy(trace, "arg", np.int64)
+    seen: dict[int, list[np.ndarray]] = {}
+    for chunk in decoder.chunks(max_lanes):
+        keep = chunk.active & ~chunk.oob
+        args = arg[chunk.row]
+        for position in np.unique(args[keep]):
+            if position < 0:
+                continue
+            values = np.unique(chunk.offset[keep & (args == position)])
+            parts = seen.setdefault(int(position), [])
+            parts.append(values)
+            if len(parts) > 8:  # fold early so memory stays bounded by the distinct count
+                parts[:] = [np.unique(np.concatenate(parts))]
+    return {position: int(np.unique(np.concatenate(parts)).size) for position, parts in seen.items()}
+
+
+def op_kind(op: str) -> str:
+    """load, store or atomic: the three columns of per-line counts."""
+    return "atomic" if op.startswith("atomic") else op
+
+
+@dataclass
+class LineCounts:
+    """Lanes that were active in each kind of access on one kernel source line."""
+
+    line: int
+    load_lanes: int = 0
+    store_lanes: int = 0
+    atomic_lanes: int = 0
+    events: int = 0
+
+
+def line_counts(trace: pa.Table) -> dict[int, LineCounts]:
+    if trace.num_rows == 0:
+        return {}
+    line = _numpy(trace, "line", np.int64)
+    active = _numpy(trace, "active", np.int64)
+    ops = _column(trace, "op").cast(pa.string()).dictionary_encode()
+    codes = ops.indices.to_numpy(zero_copy_only=False)
+    kinds = np.array([op_kind(str(v)) for v in ops.dictionary.to_pylist()], dtype=object)
+    lines, inverse = np.unique(line, return_inverse=True)
+    out = {int(v): LineCounts(int(v)) for v in lines}
+    events = np.bincount(inverse, minlength=lines.size)
+    for kind in ("load", "store", "atomic"):
+        selected = (kinds[codes] == kind) if kinds.size else np.zeros(line.size, dtype=bool)
+        sums = np.bincount(inverse, weights=np.where(selected, active, 0), minlength=lines.size)
+        for i, v in enumerate(lines):
+            setattr(out[int(v)], f"{kind}_lanes", int(sums[i]))
+    for i, v in enumerate(lines):
+        out[int(v)].events = int(events[i])
+    return out
+
+
+@dataclass
+class OobRows:
+    """The first trace rows with out-of-bounds lanes (as dicts) and how many such rows there are."""
+
+    total: int
+    rows: list[dict[str, Any]] = field(default_factory=list)
+
+
+def oob_rows(trace: pa.Table, first: int) -> OobRows:
+    if trace.num_rows == 0:
+        return OobRows(0)
+    hits = np.flatnonzero(_numpy(trace, "oob", np.int64) > 0)
+    rows = [trace.slice(int(i), 1).to_pylist()[0] for i in hits[:first]]
+    return OobRows(int(hits.size), rows)
+
+
+def lane_table(
+    trace: pa.Table,
+    launch_id: int,
+    arg_names: dict[int, str],
+    max_lanes: int = DEFAULT_CHUNK_LANES,
+) -> Iterator[pa.RecordBatch]:
+    """The trace as :data:`LANE_SCHEMA` record batches, one lane per row."""
+    if trace.num_rows == 0:
+        return
+    decoder = LaneDecoder(trace)
+    pid = [_numpy(trace, name, np.int32) for name in ("pid_x", "pid_y", "pid_z")]
+    event = _numpy(trace, "event", np.int32)
+    arg = _numpy(trace, "arg", np.int16)
+    line = _numpy(trace, "line", np.int32)
+    ops = _column(trace, "op").cast(pa.string()).dictionary_encode()
+    op_codes = ops.indices.to_numpy(zero_copy_only=False)
+    names, name_codes = _arg_dictionary(arg, arg_names)
+    for chunk in decoder.chunks(max_lanes):
+        r = chunk.row
+        columns = [
+            pa.array(np.full(r.size, launch_id, dtype=np.int64)),
+            pa.array(pid[0][r]),
+            pa.array(pid[1][r]),
+            pa.array(pid[2][r]),
+            pa.array(event[r]),
+            pa.DictionaryArray.from_arrays(pa.array(op_codes[r]), ops.dictionary).cast(pa.string()),
+            pa.array(arg[r]),
+            pa.DictionaryArray.from_arrays(pa.array(name_codes[r]), names).cast(pa.string()),
+            pa.array(line[r]),
+            pa.array(chunk.lane.astype(np.int32)),
+            pa.array(chunk.offset),
+            pa.array(chunk.active),
+            pa.array(chunk.oob),
+        ]
+        yield pa.RecordBatch.from_arrays(columns, schema=LANE_SCHEMA)
+
+
+def _arg_dictionary(arg: np.ndarray, arg_names: dict[int, str]) -> tuple[pa.Array, np.ndarray]:
+    """Dictionary-encode argument names per trace row; rows of no argument (or an unknown one) get null."""
+    positions: Sequence[int] = sorted(arg_names)
+    names = pa.array([arg_names[p] for p in positions] + [None], type=pa.string())
+    lookup = {p: i for i, p in enumerate(positions)}
+    missing = len(positions)
+    unique, inverse = np.unique(arg, return_inverse=True)
+    codes = np.array([lookup.get(int(p), missing) for p in unique], dtype=np.int32)[inverse]
+    return names, codes

@@ -1,0 +1,382 @@
+"""Opening a history for reading only: nothing created, nothing migrated, writes rejected by the database.
+
+The read commands answer in a fraction of a second, so this path avoids what ``History.open`` pays for
+(Alembic's script machinery, the ORM) and, for a SQLite file, SQLAlchemy itself: the file is opened with the
+standard library's ``sqlite3`` in read-only mode (``?mode=ro``), with ``PRAGMA query_only`` and an authorizer
+that lets through only reads, so ``tilelens sql`` cannot change a history however its query is written.
+Other databases go through SQLAlchemy inside a read-only transaction.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+import urllib.parse
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from tilelens.config import Location
+from tilelens.store.errors import HistoryError, NotAHistoryError, SchemaTooNewError
+from tilelens.views import create_temp_views
+
+VERSION_TABLE = "alembic_version"
+BUSY_TIMEOUT_S = 30.0
+# The store keeps its migrations beside the package; see tilelens.store.database.MIGRATIONS_DIR.
+MIGRATIONS_VERSIONS = Path(__file__).resolve().parents[1] / "migrations" / "versions"
+
+
+class NoHistoryError(HistoryError):
+    """Nothing at the location: read commands never create a history."""
+
+
+class ReadOnlyError(HistoryError):
+    """A statement tried to change the history (or reach outside it)."""
+
+
+class QueryError(HistoryError):
+    """The database rejected a query: bad SQL, an unknown table or column."""
+
+
+@dataclass(frozen=True)
+class Result:
+    columns: list[str]
+    rows: list[tuple[Any, ...]]
+
+
+# -- known schema revisions ---------------------------------------------------------------------------------
+
+_REVISION_RE = re.compile(r"^revision\s*(?::[^=\n]*)?=\s*['\"]([^'\"]+)['\"]", re.MULTILINE)
+_DOWN_RE = re.compile(r"^down_revision\s*(?::[^=\n]*)?=\s*(.+)$", re.MULTILINE)
+
+
+@lru_cache(maxsize=4)
+def known_revisions(versions_dir: Path = MIGRATIONS_VERSIONS) -> tuple[frozenset[str], tuple[str, ...]]:
+    """Revisions this code ships and its heads, read from the migration files without importing Alembic.
+
+    Importing Alembic's script machinery costs more than the whole answer of ``tilelens ls``; the two
+    assignments it would read are plain literals at the top of each migration.
+    """
+    revisions: set[str] = set()
+    parents: set[str] = set()
+    for path in sorted(versions_dir.glob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        match = _REVISION_RE.search(text)
+        if match is None:
+            continue
+        revisions.add(match.group(1))
+        down = _DOWN_RE.search(text)
+        if down is not None:
+            parents.update(re.findall(r"['\"]([^'\"]+)['\"]", down.group(1)))
+    return frozenset(revisions), tuple(sorted(revisions - parents))
+
+
+def check_schema(label: str, tables: set[str], current: Sequence[str]) -> None:
+    """Refuse what is not a history, or a history newer than this code; an older one is readable."""
+    if VERSION_TABLE not in tables:
+        if tables:
+            raise NotAHistoryError(f"{label} is a database of another program, not a TileLens history")
+        raise NoHistoryError(f"no TileLens history at {label} (the database is empty)")
+    if not current:
+        raise NoHistoryError(f"no TileLens history at {label} (its schema was never created)")
+    known, heads = known_revisions()
+    unknown = [rev for rev in current if rev not in known]
+    if known and unknown:
+        raise SchemaTooNewError(label, unknown, ", ".join(heads))
+
+
+# -- readers ------------------------------------------------------------------------------------------------
+
+
+class Reader:
+    """A read-only connection to one history: ``execute`` runs one statement and returns all its rows."""
+
+    location: Location
+    label: str
+    dialect: str
+
+    def execute(self, sql: str, params: Mapping[str, Any] | None = None) -> Result:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Reader:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+def open_reader(location: Location, *, views: bool = False) -> Reader:
+    """Open the history at ``location`` for reading; raise :class:`NoHistoryError` when there is none.
+
+    ``views`` adds the TEMP views of :mod:`tilelens.views` to this connection (what ``tilelens sql`` offers).
+    """
+    path = location.sqlite_path
+    if path is not None:
+        return SQLiteReader(location, path, views=views)
+    return EngineReader(location, views=views)
+
+
+# SQLite's authorizer sees every table, column, function and pragma a statement touches, before it runs.
+_ALLOWED_ACTIONS = {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_RECURSIVE}
+# Pragmas that only report; any pragma given a value is refused, since the value form is the one that writes.
+_REPORTING_PRAGMAS = {
+    "table_info",
+    "table_xinfo",
+    "table_list",
+    "index_list",
+    "index_info",
+    "index_xinfo",
+    "foreign_key_list",
+    "collation_list",
+    "function_list",
+    "pragma_list",
+    "database_list",
+    "compile_options",
+    "user_version",
+    "schema_version",
+    "data_version",
+    "application_id",
+    "page_count",
+    "page_size",
+    "freelist_count",
+    "journal_mode",
+    "encoding",
+}
+_TABLE_ARGUMENT_PRAGMAS = {"table_info", "table_xinfo", "table_list", "index_list", "index_info"}
+_TABLE_ARGUMENT_PRAGMAS |= {"index_xinfo", "foreign_key_list"}
+_DENIED_FUNCTIONS = {"load_extension"}
+
+
+_ACTION_NAMES = {
+    getattr(sqlite3, f"SQLITE_{name}"): name.replace("_", " ")
+    for name in (
+        "INSERT",
+        "UPDATE",
+        "DELETE",
+        "CREATE_TABLE",
+        "CREATE_INDEX",
+        "CREATE_VIEW",
+        "CREATE_TRIGGER",
+        "CREATE_TEMP_TABLE",
+        "CREATE_TEMP_INDEX",
+        "CREATE_TEMP_VIEW",
+        "CREATE_TEMP_TRIGGER",
+        "CREATE_VTABLE",
+        "DROP_TABLE",
+        "DROP_INDEX",
+        "DROP_VIEW",
+        "DROP_TRIGGER",
+        "DROP_TEMP_TABLE",
+        "DROP_TEMP_INDEX",
+        "DROP_TEMP_VIEW",
+        "DROP_TEMP_TRIGGER",
+        "DROP_VTABLE",
+        "ALTER_TABLE",
+        "ATTACH",
+        "DETACH",
+        "TRANSACTION",
+        "SAVEPOINT",
+        "ANALYZE",
+        "REINDEX",
+    )
+}
+
+
+_READ_ONLY_MESSAGES = ("not authorized", "readonly", "read-only", "may not be modified")
+_LEADING_NOISE = re.compile(r"^(?:\s+|--[^\n]*(?:\n|$)|/\*.*?\*/|\()*", re.DOTALL)
+
+
+def statement_verb(sql: str) -> str:
+    """The statement's first keyword (``DELETE``, ``DROP``...), past comments and parentheses."""
+    match = re.match(r"[A-Za-z]+", _LEADING_NOISE.sub("", sql, count=1))
+    return match.group(0).upper() if match else ""
+
+
+class SQLiteReader(Reader):
+    dialect = "sqlite"
+
+    def __init__(self, location: Location, path: Path, *, views: bool = False) -> None:
+        self.location = location
+        self.label = str(path)
+        self.denied: str | None = None
+        if not path.exists():
+            raise NoHistoryError(f"no TileLens history at {path}")
+        if path.is_dir():
+            raise NotAHistoryError(f"{path} is a directory, not a TileLens history")
+        uri = f"file:{urllib.parse.quote(str(path))}?mode=ro"
+        try:
+            self.conn = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+        except sqlite3.Error as exc:
+            raise HistoryError(f"cannot open history {path} for reading: {exc}") from exc
+        try:
+            tables = {r[0] for r in self._fetch("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            current = (
+                [r[0] for r in self._fetch(f"SELECT version_num FROM {VERSION_TABLE}")]
+                if VERSION_TABLE in tables
+                else []
+            )
+            check_schema(self.label, tables, current)
+            if views:  # TEMP objects live outside the read-only file; created before query_only forbids them
+                create_temp_views(self.conn.execute)
+            self.conn.execute("PRAGMA query_only = ON")
+            if hasattr(self.conn, "setlimit"):  # Python 3.11+: no attached databases at all
+                self.conn.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
+            self.conn.set_authorizer(self._authorize)
+        except BaseException:
+            self.conn.close()
+            raise
+
+    def _fetch(self, sql: str) -> list[tuple[Any, ...]]:
+        try:
+            return self.conn.execute(sql).fetchall()
+        except sqlite3.DatabaseError as exc:
+            message = str(exc)
+            if "not a database" in message:
+                raise NotAHistoryError(f"{self.label} is not a database ({message})") from exc
+            raise HistoryError(f"cannot read history {self.label}: {message}") from exc
+
+    def _authorize(
+        self, action: int, arg1: str | None, arg2: str | None, _db: str | None, _src: str | None
+    ) -> int:
+        if action in _ALLOWED_ACTIONS:
+            return sqlite3.SQLITE_OK
+        if action == sqlite3.SQLITE_UPDATE and arg1 == "sqlite_master":
+            # Reported while SQLite sets up a table-valued pragma (``pragma_table_info('runs')``); a real
+            # update of the schema table is still refused by the read-only connection itself.
+            return sqlite3.SQLITE_OK
+        if action == sqlite3.SQLITE_FUNCTION and (arg2 or "").lower() not in _DENIED_FUNCTIONS:
+            return sqlite3.SQLITE_OK
+        if action == sqlite3.SQLITE_PRAGMA:
+            name = (arg1 or "").lower()
+            if name in _REPORTING_PRAGMAS and (arg2 is None or name in _TABLE_ARGUMENT_PRAGMAS):
+                return sqlite3.SQLITE_OK
+            what = f"PRAGMA {arg1}" + (f" = {arg2}" if arg2 is not None else "")
+        elif action == sqlite3.SQLITE_FUNCTION:
+            what = f"function {arg2}()"
+        else:
+            what = _ACTION_NAMES.get(action, f"operation {action}")
+            if arg1 and action not in (sqlite3.SQLITE_TRANSACTION, sqlite3.SQLITE_SAVEPOINT):
+                what += f" {arg1}"
+        if self.denied is None:  # the first refusal is the one the statement failed on
+            self.denied = what
+        return sqlite3.SQLITE_DENY
+
+    def execute(self, sql: str, params: Mapping[str, Any] | None = None) -> Result:
+        self.denied = None
+        try:
+            cursor = self.conn.execute(sql, dict(params or {}))
+            rows = cursor.fetchall()
+        except (sqlite3.DatabaseError, sqlite3.Warning, sqlite3.ProgrammingError) as exc:
+            raise self._translate(exc, sql) from exc
+        columns = [d[0] for d in cursor.description or ()]
+        return Result(columns, rows)
+
+    def _translate(self, exc: Exception, sql: str) -> HistoryError:
+        message = " ".join(str(exc).split())
+        if self.denied is not None or any(s in message for s in _READ_ONLY_MESSAGES):
+            verb = statement_verb(sql)
+            what = verb if verb not in ("SELECT", "WITH", "VALUES", "PRAGMA", "") else self.denied or message
+            return ReadOnlyError(f"refused {what}: tilelens sql is read-only, nothing was changed")
+        if "one statement at a time" in message:
+            return QueryError("SQL error: tilelens sql runs exactly one statement")
+        return QueryError(f"SQL error: {message}")
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+class EngineReader(Reader):
+    """Any other database, through SQLAlchemy (imported only here) in a read-only transaction."""
+
+    def __init__(self, location: Location, *, views: bool = False) -> None:
+        from sqlalchemy import create_engine, inspect, text
+        from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+
+        self._text = text
+        self._errors = (DBAPIError, SQLAlchemyError)
+        self.location = location
+        self.label = location.display_url()
+        try:
+            self.engine = create_engine(location.db_url)
+            self.dialect = self.engine.dialect.name
+            self.conn = self.engine.connect()
+        except ImportError as exc:
+            raise HistoryError(f"cannot use database {self.label}: {exc} (is its driver installed?)") from exc
+        except SQLAlchemyError as exc:
+            raise NoHistoryError(f"no TileLens history at {self.label} ({_first_line(exc)})") from exc
+        try:
+            tables = set(inspect(self.conn).get_table_names())
+            current: list[str] = []
+            if VERSION_TABLE in tables:
+                current = [r[0] for r in self.conn.execute(text(f"SELECT version_num FROM {VERSION_TABLE}"))]
+            self.conn.rollback()
+            check_schema(self.label, tables, current)
+            if views:
+                create_temp_views(self._one_transaction)
+            begin_read_only(self.conn)
+        except BaseException:
+            self.close()
+            raise
+
+    def _one_transaction(self, sql: str) -> None:
+        # Each view in its own transaction: on PostgreSQL a failed statement would poison the rest.
+        try:
+            self.conn.exec_driver_sql(sql)
+            self.conn.commit()
+        except BaseException:
+            self.conn.rollback()
+            raise
+
+    def execute(self, sql: str, params: Mapping[str, Any] | None = None) -> Result:
+        try:
+            # Without parameters the text goes to the driver as is: a ':' in a PostgreSQL cast stays a cast.
+            if params:
+                result = self.conn.execute(self._text(sql), dict(params))
+            else:
+                result = self.conn.exec_driver_sql(sql)
+            columns = list(result.keys()) if result.returns_rows else []
+            rows = [tuple(r) for r in result] if result.returns_rows else []
+        except self._errors as exc:
+            message = _first_line(exc)
+            if any(s in message for s in (*_READ_ONLY_MESSAGES, "read only")):
+                raise ReadOnlyError(
+                    f"refused ({message}): tilelens sql is read-only, nothing was changed"
+                ) from exc
+            raise QueryError(f"SQL error: {message}") from exc
+        return Result(columns, rows)
+
+    def close(self) -> None:
+        try:
+            self.conn.rollback()  # a read-only transaction has nothing to keep
+            self.conn.close()
+        finally:
+            self.engine.dispose()
+
+
+def begin_read_only(conn: Any) -> None:
+    """Start a transaction in which the server itself refuses writes.
+
+    PostgreSQL: ``SET TRANSACTION READ ONLY`` as the first statement of the transaction; SQLite reached
+    through a URL (``file:`` URIs, memory databases): ``PRAGMA query_only``. Other servers are refused
+    rather than trusted to a client-side check.
+    """
+    dialect = conn.dialect.name
+    if dialect == "postgresql":
+        conn.begin()
+        conn.exec_driver_sql("SET TRANSACTION READ ONLY")
+    elif dialect == "sqlite":
+        conn.exec_driver_sql("PRAGMA query_only = ON")  # per connection, outlives the transaction
+        conn.commit()
+    else:
+        raise HistoryError(f"reading a {dialect} history read-only is not supported (SQLite or PostgreSQL)")
+
+
+def _first_line(exc: BaseException) -> str:
+    orig = getattr(exc, "orig", None) or exc
+    text = str(orig).strip().splitlines()
+    return text[0] if text else type(orig).__name__

@@ -1,0 +1,109 @@
+"""The views ``tilelens sql`` offers for the common questions, created per connection as TEMP views.
+
+They live in code rather than in a migration for two reasons. SQLite refuses to rename a table that a view
+names, and every future batch migration of ``launches``, ``kernels`` or ``runs`` renames a copy into place,
+so schema views would have to be dropped and re-created by each of them. And a view defined beside the
+code that reads the history always matches the columns that code knows. The SQL is plain: ``||``,
+``CAST(... AS TEXT)`` and ``json_array_length`` mean the same in SQLite and PostgreSQL.
+README.md documents the columns; renaming one is a breaking change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+LAUNCH_OVERVIEW = """
+SELECT
+    l.id AS launch_id,
+    l.run_id AS run_id,
+    l.seq AS seq,
+    l.started_at AS started_at,
+    k.module || '.' || k.qualname AS kernel,
+    l.kernel_id AS kernel_id,
+    k.source_sha256 AS source_sha256,
+    '(' || CAST(l.grid_x AS TEXT) || ', ' || CAST(l.grid_y AS TEXT) || ', ' || CAST(l.grid_z AS TEXT) || ')'
+        AS grid,
+    l.grid_x AS grid_x,
+    l.grid_y AS grid_y,
+    l.grid_z AS grid_z,
+    l.status AS status,
+    l.error AS error,
+    l.role AS role,
+    l.backend AS backend,
+    l.device AS device,
+    l.config AS config,
+    l.tuning_key AS tuning_key,
+    l.loads AS loads,
+    l.stores AS stores,
+    l.atomics AS atomics,
+    l.lanes AS lanes,
+    l.load_lanes + l.store_lanes + l.atomic_lanes AS active_lanes,
+    l.bytes_loaded AS bytes_loaded,
+    l.bytes_stored AS bytes_stored,
+    l.oob_lanes AS oob_lanes,
+    l.duration_s AS duration_s,
+    l.trace_blob AS trace_blob,
+    r.tag AS tag
+FROM launches l
+JOIN kernels k ON k.id = l.kernel_id
+JOIN runs r ON r.id = l.run_id
+"""
+
+OOB_LAUNCHES = "SELECT * FROM launch_overview WHERE oob_lanes > 0"
+
+AUTOTUNE_CHOICES = """
+SELECT
+    a.id AS event_id,
+    a.run_id AS run_id,
+    a.launch_id AS launch_id,
+    k.module || '.' || k.qualname AS kernel,
+    k.source_sha256 AS source_sha256,
+    a.tuning_key AS tuning_key,
+    a.chosen AS chosen,
+    json_array_length(a.configs) AS configs,
+    a.cache_hit AS cache_hit,
+    a.created_at AS created_at
+FROM autotune_events a
+JOIN kernels k ON k.id = a.kernel_id
+"""
+
+RUN_OVERVIEW = """
+SELECT
+    r.id AS run_id,
+    r.started_at AS started_at,
+    r.finished_at AS finished_at,
+    r.status AS status,
+    r.exit_code AS exit_code,
+    r.tag AS tag,
+    COUNT(l.id) AS launches,
+    COUNT(DISTINCT l.kernel_id) AS kernels,
+    COALESCE(SUM(CASE WHEN l.status = 'error' THEN 1 ELSE 0 END), 0) AS errors,
+    COALESCE(SUM(l.oob_lanes), 0) AS oob_lanes
+FROM runs r
+LEFT JOIN launches l ON l.run_id = r.id
+GROUP BY r.id, r.started_at, r.finished_at, r.status, r.exit_code, r.tag
+"""
+
+#: (name, SELECT) in creation order: ``oob_launches`` reads ``launch_overview``.
+VIEWS: tuple[tuple[str, str], ...] = (
+    ("launch_overview", LAUNCH_OVERVIEW),
+    ("oob_launches", OOB_LAUNCHES),
+    ("autotune_choices", AUTOTUNE_CHOICES),
+    ("run_overview", RUN_OVERVIEW),
+)
+
+
+def create_temp_views(execute: Callable[[str], object]) -> list[str]:
+    """Create every view on one connection through ``execute``; returns the names that could be created.
+
+    A history older than this code may lack a column a view needs; that view is skipped (and a query
+    naming it fails with "no such table"), the others still work.
+    """
+    created = []
+    for name, select in VIEWS:
+        try:
+            execute(f"CREATE TEMP VIEW {name} AS {select}")
+        except Exception:  # noqa: BLE001 - any driver's error means the same: this view is unavailable
+            continue
+        created.append(name)
+    return created
