@@ -116,13 +116,13 @@ def _show_one(result: ReplayResult, as_json: bool) -> None:
         return
     out = console()
     style = _STYLE[result.outcome]
-    out.print(Text.assemble((result.outcome, style), f": {result.message}"))
-    if result.outcome == "mismatch":
-        for diff in result.tensors:
-            if not diff.equal:
-                out.print(f"  {diff.describe()}", markup=False)
-        if result.trace_diff is not None:
-            out.print(f"  {result.trace_diff.describe()}", markup=False)
+    if not result.details:
+        out.print(Text.assemble((result.outcome, style), f": {result.message}"))
+        return
+    # A mismatch can name several tensors and a trace event: one line each reads better than one long line.
+    out.print(Text.assemble((result.outcome, style), f": {result.headline}:"))
+    for detail in result.details:
+        out.print(Text(f"  {detail}"))
 
 
 def _show_many(results: list[ReplayResult], as_json: bool) -> None:

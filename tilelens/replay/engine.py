@@ -305,7 +305,9 @@ def _conclude(spec: LaunchSpec, resolved: ResolvedKernel, result: ReplayResult) 
         problems.append(result.trace_diff.describe())
     if problems:
         result.outcome = "mismatch"
-        result.message = f"{prefix}{where}: " + "; ".join(problems)
+        result.headline = f"{prefix}{where}"
+        result.details = problems
+        result.message = f"{result.headline}: " + "; ".join(problems)
         return
     result.outcome = "match"
     n = len(result.tensors)

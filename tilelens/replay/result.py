@@ -115,7 +115,9 @@ class ReplayResult:
     device: str
     backend: str
     outcome: Outcome
-    message: str
+    message: str  # one line: what the CLI prints and the replay row keeps
+    headline: str = ""  # the message's "launch N (kernel) on device" part, for a mismatch listed below it
+    details: list[str] = field(default_factory=list)  # the mismatches the message joins, one per entry
     source_changed: bool = False
     from_history: bool = False
     trace_equal: bool | None = None
