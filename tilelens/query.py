@@ -1,0 +1,832 @@
+"""Reading a history: the answers ``tilelens ls``, ``show``, ``sql`` and ``export`` render, as a Python API.
+
+The command line only formats what this module returns, so anything the CLI shows is also available from
+Python with the same names (and the ``as_dict()`` of each result is exactly the CLI's ``--json``)::
+
+    from tilelens.query import open_query
+
+    with open_query("runs/h.db") as q:
+        for launch in q.launches(kernel="matmul_kernel", oob=True, limit=10):
+            print(launch.id, launch.grid, launch.oob_lanes)
+        detail = q.launch(42, source=True)
+
+Reads never create or migrate a history and never import torch, Triton or Alembic; see
+:mod:`tilelens.readonly` for how the database is opened.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from tilelens.config import Location, resolve_location
+from tilelens.readonly import NoHistoryError, Reader, Result, open_reader
+from tilelens.store.errors import BlobError, HistoryError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+LAUNCH_STATUSES = ("ok", "error")
+RUN_STATUSES = ("running", "ok", "failed", "interrupted")
+EXPORT_FORMATS = ("parquet", "csv")
+ExportFormat = Literal["parquet", "csv"]
+
+
+class UnknownLaunchError(HistoryError):
+    """No launch with that id in the history."""
+
+
+class NoTraceError(HistoryError):
+    """The launch was recorded without an access trace (it failed before any memory access, say)."""
+
+
+# -- value decoding: SQLite hands back text where PostgreSQL hands back objects -------------------------------
+
+
+def _json(value: Any) -> Any:
+    return json.loads(value) if isinstance(value, (str, bytes)) else value
+
+
+def _time(value: Any) -> dt.datetime | None:
+    if value is None:
+        return None
+    if not isinstance(value, dt.datetime):
+        value = dt.datetime.fromisoformat(str(value))
+    return (
+        value.replace(tzinfo=dt.timezone.utc) if value.tzinfo is None else value.astimezone(dt.timezone.utc)
+    )
+
+
+def _iso(value: dt.datetime | None) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+# -- results ------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LaunchSummary:
+    """One line of ``tilelens ls``: a launch with its kernel's name and its access totals."""
+
+    id: int
+    run_id: int
+    seq: int
+    started_at: dt.datetime
+    duration_s: float
+    kernel: str
+    module: str
+    qualname: str
+    grid: tuple[int, int, int]
+    config: dict[str, Any]
+    tuning_key: str | None
+    role: str
+    status: str
+    error: str | None
+    backend: str
+    device: str
+    lanes: int  # lanes of every event, masked-off ones included
+    active_lanes: int  # lanes that really loaded, stored or did an atomic
+    oob_lanes: int
+    bytes_loaded: int
+    bytes_stored: int
+
+    def as_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["started_at"] = _iso(self.started_at)
+        out["grid"] = list(self.grid)
+        return out
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """One line of ``tilelens ls --runs``."""
+
+    id: int
+    started_at: dt.datetime
+    finished_at: dt.datetime | None
+    status: str
+    exit_code: int | None
+    tag: str | None
+    argv: list[str]
+    cwd: str
+    host: str
+    launches: int
+    kernels: int
+    errors: int
+    oob_lanes: int
+
+    def as_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["started_at"] = _iso(self.started_at)
+        out["finished_at"] = _iso(self.finished_at)
+        return out
+
+
+@dataclass(frozen=True)
+class KernelInfo:
+    id: int
+    module: str
+    qualname: str
+    file: str
+    def_line: int
+    cache_key: str | None  # the launch's own Triton cache key (it changes with callees too)
+    source_sha256: str
+    source: str
+
+    @property
+    def name(self) -> str:
+        return f"{self.module}.{self.qualname}"
+
+    def as_dict(self) -> dict[str, Any]:
+        out = {"name": self.name}
+        out.update(asdict(self))
+        del out["source"]
+        return out
+
+
+@dataclass(frozen=True)
+class AccessStats:
+    """What one argument's lanes did in one launch."""
+
+    loads: int
+    stores: int
+    atomics: int
+    load_lanes: int
+    store_lanes: int
+    atomic_lanes: int
+    active_lanes: int
+    bytes_loaded: int
+    bytes_stored: int
+    oob_lanes: int
+    distinct_elements: int | None  # None when the trace is not available
+
+    @classmethod
+    def of(cls, summary: dict[str, Any], distinct: int | None) -> AccessStats:
+        get = lambda key: int(summary.get(key) or 0)  # noqa: E731
+        return cls(
+            loads=get("loads"),
+            stores=get("stores"),
+            atomics=get("atomics"),
+            load_lanes=get("load_lanes"),
+            store_lanes=get("store_lanes"),
+            atomic_lanes=get("atomic_lanes"),
+            active_lanes=get("load_lanes") + get("store_lanes") + get("atomic_lanes"),
+            bytes_loaded=get("bytes_loaded"),
+            bytes_stored=get("bytes_stored"),
+            oob_lanes=get("oob_lanes"),
+            distinct_elements=distinct,
+        )
+
+
+@dataclass(frozen=True)
+class ArgumentInfo:
+    position: int
+    name: str
+    kind: str
+    dtype: str | None
+    shape: list[int] | None
+    strides: list[int] | None
+    storage_offset: int | None
+    storage_group: int | None
+    device: str | None
+    value: Any
+    before_blob: str | None
+    after_blob: str | None
+    access: AccessStats | None
+
+    @property
+    def changed(self) -> bool:
+        return self.after_blob is not None and self.after_blob != self.before_blob
+
+    @property
+    def numel(self) -> int | None:
+        if self.shape is None:
+            return None
+        n = 1
+        for size in self.shape:
+            n *= int(size)
+        return n
+
+    def as_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["changed"] = self.changed
+        return out
+
+
+@dataclass(frozen=True)
+class OobEvent:
+    """One memory event with lanes outside every argument: which program, where in the source, how far."""
+
+    pid: tuple[int, int, int]
+    event: int
+    op: str
+    arg: int
+    arg_name: str | None
+    line: int
+    source_text: str | None
+    lanes: int
+    active: int
+    oob_lanes: int
+    offsets: tuple[int, int] | None  # smallest and largest element offset of the out-of-bounds lanes
+
+    def as_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["pid"] = list(self.pid)
+        out["offsets"] = list(self.offsets) if self.offsets is not None else None
+        return out
+
+
+@dataclass(frozen=True)
+class SourceLine:
+    line: int  # line number in the kernel's file
+    text: str | None  # None for lines outside the kernel's own source (a @triton.jit helper's, say)
+    load_lanes: int = 0
+    store_lanes: int = 0
+    atomic_lanes: int = 0
+
+
+@dataclass(frozen=True)
+class AutotuneInfo:
+    id: int
+    tuning_key: str
+    configs: list[Any]
+    timings: list[Any] | None
+    chosen: dict[str, Any]
+    cache_hit: bool
+    created_at: dt.datetime
+
+    def as_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["created_at"] = _iso(self.created_at)
+        return out
+
+
+@dataclass(frozen=True)
+class ReplayInfo:
+    id: int
+    device: str
+    backend: str
+    outcome: str
+    max_abs_err: float | None
+    max_rel_err: float | None
+    trace_equal: bool | None
+    message: str | None
+    created_at: dt.datetime
+
+    def as_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["created_at"] = _iso(self.created_at)
+        return out
+
+
+@dataclass(frozen=True)
+class LaunchDetail:
+    """Everything ``tilelens show`` prints about one launch."""
+
+    launch: LaunchSummary
+    run: dict[str, Any]
+    kernel: KernelInfo
+    summary: dict[str, int]
+    args: list[ArgumentInfo]
+    unattributed: AccessStats | None  # lanes that fell in no argument's memory
+    trace: dict[str, Any] | None  # blob, rows, bytes
+    trace_error: str | None  # the trace exists but cannot be read (missing or corrupt blob)
+    oob_events: list[OobEvent]
+    oob_event_count: int
+    autotune: list[AutotuneInfo]
+    replays: list[ReplayInfo]
+    source_lines: list[SourceLine] | None = None  # with source=True
+
+    def as_dict(self) -> dict[str, Any]:
+        out = self.launch.as_dict()
+        out.update(
+            run=self.run,
+            kernel_info=self.kernel.as_dict(),
+            summary=self.summary,
+            args=[a.as_dict() for a in self.args],
+            unattributed=asdict(self.unattributed) if self.unattributed is not None else None,
+            trace=self.trace,
+            trace_error=self.trace_error,
+            oob_events=[e.as_dict() for e in self.oob_events],
+            oob_event_count=self.oob_event_count,
+            autotune=[a.as_dict() for a in self.autotune],
+            replays=[r.as_dict() for r in self.replays],
+            source_lines=[asdict(s) for s in self.source_lines] if self.source_lines is not None else None,
+        )
+        return out
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    path: Path
+    format: str
+    rows: int
+
+
+# -- the query object ---------------------------------------------------------------------------------------
+
+_LAUNCH_SELECT = """
+SELECT l.id, l.run_id, l.seq, l.started_at, l.duration_s, k.module, k.qualname,
+       l.grid_x, l.grid_y, l.grid_z, l.config, l.tuning_key, l.role, l.status, l.error, l.backend, l.device,
+       l.lanes, l.load_lanes + l.store_lanes + l.atomic_lanes, l.oob_lanes, l.bytes_loaded, l.bytes_stored
+FROM launches l JOIN kernels k ON k.id = l.kernel_id
+"""
+
+SUMMARY_FIELDS = (
+    "loads",
+    "stores",
+    "atomics",
+    "load_lanes",
+    "store_lanes",
+    "atomic_lanes",
+    "bytes_loaded",
+    "bytes_stored",
+    "oob_lanes",
+    "events",
+    "lanes",
+)
+
+
+def _launch_summary(row: Sequence[Any]) -> LaunchSummary:
+    module, qualname = row[5], row[6]
+    return LaunchSummary(
+        id=int(row[0]),
+        run_id=int(row[1]),
+        seq=int(row[2]),
+        started_at=_time(row[3]),  # type: ignore[arg-type]
+        duration_s=float(row[4]),
+        kernel=f"{module}.{qualname}",
+        module=module,
+        qualname=qualname,
+        grid=(int(row[7]), int(row[8]), int(row[9])),
+        config=_json(row[10]) or {},
+        tuning_key=row[11],
+        role=row[12],
+        status=row[13],
+        error=row[14],
+        backend=row[15],
+        device=row[16],
+        lanes=int(row[17]),
+        active_lanes=int(row[18]),
+        oob_lanes=int(row[19]),
+        bytes_loaded=int(row[20]),
+        bytes_stored=int(row[21]),
+    )
+
+
+def _like_pattern(name: str) -> str:
+    escaped = name.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return escaped.replace("*", "%").replace("?", "_")
+
+
+@dataclass
+class _Filter:
+    """WHERE clauses and their parameters, built up by the listing methods."""
+
+    clauses: list[str] = field(default_factory=list)
+    params: dict[str, Any] = field(default_factory=dict)
+
+    def add(self, clause: str, **params: Any) -> None:
+        self.clauses.append(clause)
+        self.params.update(params)
+
+    def sql(self) -> str:
+        return f"WHERE {' AND '.join(self.clauses)}" if self.clauses else ""
+
+
+class HistoryQuery:
+    """Read-only queries over one history; use :func:`open_query` and close it (or use ``with``)."""
+
+    def __init__(self, location: Location, reader: Reader) -> None:
+        self.location = location
+        self.reader = reader
+
+    def close(self) -> None:
+        self.reader.close()
+
+    def __enter__(self) -> HistoryQuery:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def _rows(self, sql: str, params: dict[str, Any] | None = None) -> list[tuple[Any, ...]]:
+        return self.reader.execute(sql, params).rows
+
+    # -- listings -----------------------------------------------------------------------------------------
+
+    def kernel_ids(self, name: str) -> list[int]:
+        """Kernels named ``name``: a qualname or module.qualname, with ``*`` and ``?`` as wildcards."""
+        if "*" in name or "?" in name:
+            sql = (
+                "SELECT id FROM kernels WHERE qualname LIKE :p ESCAPE '\\' "
+                "OR module || '.' || qualname LIKE :p ESCAPE '\\'"
+            )
+            return [r[0] for r in self._rows(sql, {"p": _like_pattern(name)})]
+        sql = "SELECT id FROM kernels WHERE qualname = :n OR module || '.' || qualname = :n"
+        return [r[0] for r in self._rows(sql, {"n": name})]
+
+    def _kernel_clause(self, f: _Filter, name: str, column: str) -> bool:
+        ids = self.kernel_ids(name)
+        if not ids:
+            return False
+        names = {f"k{i}": kernel_id for i, kernel_id in enumerate(ids)}
+        f.add(f"{column} IN ({', '.join(':' + n for n in names)})", **names)
+        return True
+
+    def launches(
+        self,
+        *,
+        kernel: str | None = None,
+        run: int | None = None,
+        status: str | None = None,
+        oob: bool = False,
+        tag: str | None = None,
+        limit: int | None = 50,
+    ) -> list[LaunchSummary]:
+        """Launches, newest first; every filter given must hold."""
+        if status is not None and status not in LAUNCH_STATUSES:
+            raise ValueError(f"launch status must be one of {', '.join(LAUNCH_STATUSES)}, not {status!r}")
+        f = _Filter()
+        if kernel is not None and not self._kernel_clause(f, kernel, "l.kernel_id"):
+            return []
+        if run is not None:
+            f.add("l.run_id = :run", run=run)
+        if status is not None:
+            f.add("l.status = :status", status=status)
+        if oob:
+            f.add("l.oob_lanes > 0")
+        if tag is not None:
+            f.add("l.run_id IN (SELECT id FROM runs WHERE tag = :tag)", tag=tag)
+        sql = f"{_LAUNCH_SELECT} {f.sql()} ORDER BY l.id DESC"
+        if limit is not None:
+            sql += " LIMIT :limit"
+            f.params["limit"] = int(limit)
+        return [_launch_summary(r) for r in self._rows(sql, f.params)]
+
+    def runs(
+        self,
+        *,
+        kernel: str | None = None,
+        run: int | None = None,
+        status: str | None = None,
+        oob: bool = False,
+        tag: str | None = None,
+        limit: int | None = 50,
+    ) -> list[RunSummary]:
+        """Runs, newest first, with launch counts; ``kernel`` and ``oob`` keep runs with such launches."""
+        if status is not None and status not in RUN_STATUSES:
+            raise ValueError(f"run status must be one of {', '.join(RUN_STATUSES)}, not {status!r}")
+        f = _Filter()
+        if kernel is not None:
+            inner = _Filter()
+            if not self._kernel_clause(inner, kernel, "l.kernel_id"):
+                return []
+            f.add(
+                f"EXISTS (SELECT 1 FROM launches l WHERE l.run_id = r.id AND {inner.clauses[0]})",
+                **inner.params,
+            )
+        if run is not None:
+            f.add("r.id = :run", run=run)
+        if status is not None:
+            f.add("r.status = :status", status=status)
+        if oob:
+            f.add("EXISTS (SELECT 1 FROM launches l WHERE l.run_id = r.id AND l.oob_lanes > 0)")
+        if tag is not None:
+            f.add("r.tag = :tag", tag=tag)
+        sql = (
+            "SELECT r.id, r.started_at, r.finished_at, r.status, r.exit_code, r.tag, r.argv, r.cwd, r.host "
+            f"FROM runs r {f.sql()} ORDER BY r.id DESC"
+        )
+        if limit is not None:
+            sql += " LIMIT :limit"
+            f.params["limit"] = int(limit)
+        runs = self._rows(sql, f.params)
+        counts: dict[int, tuple[Any, ...]] = {}
+        if runs:
+            ids = {f"r{i}": r[0] for i, r in enumerate(runs)}
+            for row in self._rows(
+                "SELECT run_id, COUNT(*), COUNT(DISTINCT kernel_id), "
+                "SUM(CASE WHEN status = 'error' THEN 1 ELSE 0 END), SUM(oob_lanes) "
+                f"FROM launches WHERE run_id IN ({', '.join(':' + n for n in ids)}) GROUP BY run_id",
+                ids,
+            ):
+                counts[row[0]] = row[1:]
+        out = []
+        for r in runs:
+            n, kernels, errors, oob_lanes = counts.get(r[0], (0, 0, 0, 0))
+            out.append(
+                RunSummary(
+                    id=int(r[0]),
+                    started_at=_time(r[1]),  # type: ignore[arg-type]
+                    finished_at=_time(r[2]),
+                    status=r[3],
+                    exit_code=r[4],
+                    tag=r[5],
+                    argv=list(_json(r[6]) or []),
+                    cwd=r[7],
+                    host=r[8],
+                    launches=int(n or 0),
+                    kernels=int(kernels or 0),
+                    errors=int(errors or 0),
+                    oob_lanes=int(oob_lanes or 0),
+                )
+            )
+        return out
+
+    # -- one launch ---------------------------------------------------------------------------------------
+
+    def launch(self, launch_id: int, *, oob_events: int = 10, source: bool = False) -> LaunchDetail:
+        """Everything about one launch; ``source=True`` adds per-line lane counts beside the kernel source."""
+        rows = self._rows(f"{_LAUNCH_SELECT} WHERE l.id = :id", {"id": launch_id})
+        if not rows:
+            raise UnknownLaunchError(f"no launch {launch_id} in history {self.reader.label}")
+        launch = _launch_summary(rows[0])
+        (extra,) = self._rows(
+            "SELECT k.id, k.file, k.def_line, k.source_sha256, k.source, l.cache_key, "
+            "r.id, r.tag, r.status, r.argv, l.unattributed, l.trace_blob, l.trace_rows, l.trace_bytes, "
+            f"{', '.join('l.' + name for name in SUMMARY_FIELDS)} "
+            "FROM launches l JOIN kernels k ON k.id = l.kernel_id JOIN runs r ON r.id = l.run_id "
+            "WHERE l.id = :id",
+            {"id": launch_id},
+        )
+        kernel = KernelInfo(
+            id=int(extra[0]),
+            module=launch.module,
+            qualname=launch.qualname,
+            file=extra[1],
+            def_line=int(extra[2]),
+            cache_key=extra[5],
+            source_sha256=extra[3],
+            source=extra[4],
+        )
+        run = {"id": int(extra[6]), "tag": extra[7], "status": extra[8], "argv": list(_json(extra[9]) or [])}
+        summary = {name: int(value) for name, value in zip(SUMMARY_FIELDS, extra[14:])}
+        unattributed_summary = _json(extra[10])
+        trace_info = (
+            {"blob": extra[11], "rows": extra[12], "bytes": extra[13]} if extra[11] is not None else None
+        )
+
+        trace, trace_error = None, None
+        if trace_info is not None:
+            try:
+                trace = self._trace_table(trace_info["blob"])
+            except BlobError as exc:
+                trace_error = str(exc)
+
+        from tilelens import lanes
+
+        distinct = lanes.distinct_elements(trace) if trace is not None else None
+        args = [self._argument(r, distinct) for r in self._rows(_ARGS_SELECT, {"id": launch_id})]
+        unattributed = AccessStats.of(unattributed_summary, None) if unattributed_summary else None
+
+        events: list[OobEvent] = []
+        event_count = 0
+        if trace is not None and launch.oob_lanes:
+            found = lanes.oob_rows(trace, oob_events)
+            event_count = found.total
+            names = {a.position: a.name for a in args}
+            events = [_oob_event(row, names, kernel) for row in found.rows]
+
+        source_lines = None
+        if source:
+            source_lines = _source_lines(kernel, lanes.line_counts(trace) if trace is not None else {})
+
+        return LaunchDetail(
+            launch=launch,
+            run=run,
+            kernel=kernel,
+            summary=summary,
+            args=args,
+            unattributed=unattributed,
+            trace=trace_info,
+            trace_error=trace_error,
+            oob_events=events,
+            oob_event_count=event_count,
+            autotune=self._autotune(launch_id),
+            replays=self._replays(launch_id),
+            source_lines=source_lines,
+        )
+
+    def _argument(self, r: Sequence[Any], distinct: dict[int, int] | None) -> ArgumentInfo:
+        access = _json(r[10])
+        position = int(r[0])
+        return ArgumentInfo(
+            position=position,
+            name=r[1],
+            kind=r[2],
+            dtype=r[3],
+            shape=_json(r[4]),
+            strides=_json(r[5]),
+            storage_offset=r[6],
+            storage_group=r[7],
+            device=r[8],
+            value=_json(r[9]),
+            before_blob=r[11],
+            after_blob=r[12],
+            access=(
+                AccessStats.of(access, distinct.get(position, 0) if distinct is not None else None)
+                if access is not None
+                else None
+            ),
+        )
+
+    def _autotune(self, launch_id: int) -> list[AutotuneInfo]:
+        rows = self._rows(
+            "SELECT id, tuning_key, configs, timings, chosen, cache_hit, created_at "
+            "FROM autotune_events WHERE launch_id = :id ORDER BY id",
+            {"id": launch_id},
+        )
+        return [
+            AutotuneInfo(
+                id=int(r[0]),
+                tuning_key=r[1],
+                configs=_json(r[2]) or [],
+                timings=_json(r[3]),
+                chosen=_json(r[4]) or {},
+                cache_hit=bool(r[5]),
+                created_at=_time(r[6]),  # type: ignore[arg-type]
+            )
+            for r in rows
+        ]
+
+    def _replays(self, launch_id: int) -> list[ReplayInfo]:
+        rows = self._rows(
+            "SELECT id, device, backend, outcome, max_abs_err, max_rel_err, trace_equal, message, created_at "
+            "FROM replays WHERE launch_id = :id ORDER BY id",
+            {"id": launch_id},
+        )
+        return [
+            ReplayInfo(
+                id=int(r[0]),
+                device=r[1],
+                backend=r[2],
+                outcome=r[3],
+                max_abs_err=r[4],
+                max_rel_err=r[5],
+                trace_equal=None if r[6] is None else bool(r[6]),
+                message=r[7],
+                created_at=_time(r[8]),  # type: ignore[arg-type]
+            )
+            for r in rows
+        ]
+
+    # -- traces -------------------------------------------------------------------------------------------
+
+    def _trace_table(self, sha256: str) -> pa.Table:
+        from tilelens.store.blobs import BlobStore
+
+        return BlobStore(self.location.blobs_dir).get_table(sha256)
+
+    def trace(self, launch_id: int) -> pa.Table:
+        """The launch's access trace as recorded: one row per memory event (``TRACE_SCHEMA``)."""
+        rows = self._rows("SELECT trace_blob FROM launches WHERE id = :id", {"id": launch_id})
+        if not rows:
+            raise UnknownLaunchError(f"no launch {launch_id} in history {self.reader.label}")
+        if rows[0][0] is None:
+            raise NoTraceError(f"launch {launch_id} has no access trace")
+        return self._trace_table(rows[0][0])
+
+    def lane_batches(self, launch_id: int) -> Iterator[pa.RecordBatch]:
+        """The trace as one flat row per lane (``tilelens.lanes.LANE_SCHEMA``), in record batches."""
+        from tilelens import lanes
+
+        trace = self.trace(launch_id)
+        names = {r[0]: r[1] for r in self._rows(_ARG_NAMES, {"id": launch_id})}
+        return lanes.lane_table(trace, launch_id, names)
+
+    def lane_table(self, launch_id: int) -> pa.Table:
+        """:meth:`lane_batches` as one table, for pandas (``.to_pandas()``) or polars."""
+        import pyarrow as pa
+
+        from tilelens import lanes
+
+        return pa.Table.from_batches(list(self.lane_batches(launch_id)), schema=lanes.LANE_SCHEMA)
+
+    def export(self, launch_id: int, path: str | Path, format: ExportFormat = "parquet") -> ExportResult:
+        """Write :meth:`lane_batches` to ``path``; the file appears whole or not at all."""
+        if format not in EXPORT_FORMATS:
+            raise ValueError(f"export format must be one of {', '.join(EXPORT_FORMATS)}, not {format!r}")
+        from tilelens import lanes
+
+        batches = self.lane_batches(launch_id)
+        path = Path(path)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        rows = 0
+        try:
+            if format == "parquet":
+                import pyarrow.parquet as pq
+
+                with pq.ParquetWriter(tmp, lanes.LANE_SCHEMA, compression="zstd") as writer:
+                    for batch in batches:
+                        writer.write_batch(batch)
+                        rows += batch.num_rows
+            else:
+                import pyarrow.csv as pcsv
+
+                with pcsv.CSVWriter(tmp, lanes.LANE_SCHEMA) as writer:
+                    for batch in batches:
+                        writer.write_batch(batch)
+                        rows += batch.num_rows
+            os.replace(tmp, path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        return ExportResult(path=path, format=format, rows=rows)
+
+    # -- SQL ----------------------------------------------------------------------------------------------
+
+    def sql(self, query: str) -> Result:
+        """One read-only statement; the views of :mod:`tilelens.views` exist when opened with ``views=True``."""
+        return self.reader.execute(query)
+
+
+_ARGS_SELECT = (
+    "SELECT position, name, kind, dtype, shape, strides, storage_offset, storage_group, device, value, "
+    "access, before_blob, after_blob FROM launch_args WHERE launch_id = :id ORDER BY position"
+)
+_ARG_NAMES = "SELECT position, name FROM launch_args WHERE launch_id = :id"
+
+
+def _source_text(kernel: KernelInfo, line: int) -> str | None:
+    lines = kernel.source.splitlines()
+    index = line - kernel.def_line
+    return lines[index] if 0 <= index < len(lines) else None
+
+
+def _oob_event(row: dict[str, Any], names: dict[int, str], kernel: KernelInfo) -> OobEvent:
+    from tilelens.core.access import lane_offsets, lane_oob
+
+    outside = lane_offsets(row)[lane_oob(row)]
+    return OobEvent(
+        pid=(int(row["pid_x"]), int(row["pid_y"]), int(row["pid_z"])),
+        event=int(row["event"]),
+        op=str(row["op"]),
+        arg=int(row["arg"]),
+        arg_name=names.get(int(row["arg"])),
+        line=int(row["line"]),
+        source_text=_source_text(kernel, int(row["line"])),
+        lanes=int(row["lanes"]),
+        active=int(row["active"]),
+        oob_lanes=int(row["oob"]),
+        offsets=(int(outside.min()), int(outside.max())) if outside.size else None,
+    )
+
+
+def _source_lines(kernel: KernelInfo, counts: dict[int, Any]) -> list[SourceLine]:
+    """The kernel's source with lane counts per line, then lines outside it that had accesses."""
+    out = []
+    for i, text in enumerate(kernel.source.splitlines()):
+        line = kernel.def_line + i
+        c = counts.get(line)
+        out.append(
+            SourceLine(line, text, c.load_lanes, c.store_lanes, c.atomic_lanes)
+            if c is not None
+            else SourceLine(line, text)
+        )
+    inside = {s.line for s in out}
+    for line in sorted(set(counts) - inside):
+        c = counts[line]
+        out.append(SourceLine(line, None, c.load_lanes, c.store_lanes, c.atomic_lanes))
+    return out
+
+
+def open_query(
+    db: str | None = None,
+    blobs: str | Path | None = None,
+    *,
+    location: Location | None = None,
+    views: bool = False,
+) -> HistoryQuery:
+    """Open the history at ``db``/``blobs`` (resolved like every TileLens command) for reading only.
+
+    Raises :class:`tilelens.readonly.NoHistoryError` when nothing is there: reading never creates one.
+    """
+    location = location or resolve_location(db, blobs)
+    return HistoryQuery(location, open_reader(location, views=views))
+
+
+__all__ = [
+    "AccessStats",
+    "ArgumentInfo",
+    "AutotuneInfo",
+    "ExportResult",
+    "HistoryQuery",
+    "KernelInfo",
+    "LaunchDetail",
+    "LaunchSummary",
+    "NoHistoryError",
+    "NoTraceError",
+    "OobEvent",
+    "ReplayInfo",
+    "Result",
+    "RunSummary",
+    "SourceLine",
+    "UnknownLaunchError",
+    "open_query",
+]
