@@ -11,7 +11,15 @@ import importlib
 
 import typer
 
-COMMAND_MODULES: tuple[str, ...] = ("tilelens.commands.db", "tilelens.commands.replay")
+COMMAND_MODULES: tuple[str, ...] = (
+    "tilelens.commands.record",
+    "tilelens.commands.ls",
+    "tilelens.commands.show",
+    "tilelens.commands.sql",
+    "tilelens.commands.export",
+    "tilelens.commands.db",
+    "tilelens.commands.replay",
+)
 
 
 def register_all(app: typer.Typer) -> None:

@@ -1,0 +1,54 @@
+"""``tilelens export ID``: a launch's access trace as one flat table, one row per lane."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from tilelens.commands import render
+from tilelens.commands.common import state
+
+HELP = """Write a launch's access trace as a flat table with one row per lane: launch_id, pid_x, pid_y,
+pid_z, event, op, arg, arg_name, line, lane, offset (in elements of the argument), active (the mask) and
+oob. Read it with pandas, polars or DuckDB.
+
+Examples:
+
+  tilelens export 42 -o launch42.parquet
+
+  tilelens export 42 --format csv -o launch42.csv
+
+  duckdb -c "SELECT line, count(*) FROM 'launch42.parquet' WHERE active GROUP BY line"
+"""
+
+
+def register(app: typer.Typer) -> None:
+    app.command("export", help=HELP)(export)
+
+
+def export(
+    ctx: typer.Context,
+    launch_id: int = typer.Argument(..., metavar="ID", help="Launch id, as `tilelens ls` lists it."),
+    fmt: str = typer.Option("parquet", "--format", "-f", metavar="FORMAT", help="parquet or csv."),
+    output: str | None = typer.Option(
+        None, "--output", "-o", metavar="PATH", help="File to write (default: launch-ID.FORMAT)."
+    ),
+) -> None:
+    from tilelens.query import EXPORT_FORMATS, open_query
+
+    if fmt not in EXPORT_FORMATS:
+        raise typer.BadParameter(f"must be one of {', '.join(EXPORT_FORMATS)}", param_hint="--format")
+    path = Path(output if output is not None else f"launch-{launch_id}.{fmt}")
+    if path.is_dir():
+        render.fail(f"{path} is a directory; give a file name with -o")
+    if not path.parent.is_dir():
+        render.fail(f"cannot write {path}: folder {path.parent} does not exist")
+    st = state(ctx)
+    with open_query(st.db, st.blobs) as q:
+        result = q.export(launch_id, path, fmt)  # type: ignore[arg-type]
+    noun = "lane" if result.rows == 1 else "lanes"
+    render.err().print(
+        f"wrote {result.rows:,} {noun} of launch {launch_id} to {result.path} ({result.format})",
+        markup=False,
+    )

@@ -1,0 +1,132 @@
+"""``tilelens ls``: recorded launches (or runs), newest first."""
+
+from __future__ import annotations
+
+import typer
+
+from tilelens.commands import render
+from tilelens.commands.common import JSON_OPTION, print_json, state
+
+HELP = """List recorded launches, newest first (with --runs: recording runs).
+
+Filters combine: every one given must hold. --kernel takes a kernel's name or module.name, with * as a
+wildcard.
+
+Examples:
+
+  tilelens ls --limit 20
+
+  tilelens ls --kernel matmul_kernel --oob
+
+  tilelens ls --runs --status failed --json
+"""
+
+
+def register(app: typer.Typer) -> None:
+    app.command("ls", help=HELP, no_args_is_help=False)(ls)
+
+
+def ls(
+    ctx: typer.Context,
+    runs: bool = typer.Option(False, "--runs", help="List runs instead of launches."),
+    kernel: str | None = typer.Option(None, "--kernel", metavar="NAME", help="Only this kernel."),
+    run: int | None = typer.Option(None, "--run", metavar="ID", help="Only this run."),
+    status: str | None = typer.Option(
+        None,
+        "--status",
+        metavar="STATUS",
+        help="Launches: ok or error. Runs: ok, failed, interrupted or running.",
+    ),
+    oob: bool = typer.Option(False, "--oob", help="Only launches (runs) with out-of-bounds lanes."),
+    tag: str | None = typer.Option(None, "--tag", metavar="TAG", help="Only runs recorded with this tag."),
+    limit: int = typer.Option(50, "--limit", "-n", min=1, metavar="N", help="At most N rows."),
+    as_json: bool = JSON_OPTION,
+) -> None:
+    from tilelens.query import LAUNCH_STATUSES, RUN_STATUSES, open_query
+
+    allowed = RUN_STATUSES if runs else LAUNCH_STATUSES
+    if status is not None and status not in allowed:
+        raise typer.BadParameter(f"must be one of {', '.join(allowed)}", param_hint="--status")
+    st = state(ctx)
+    filters = {"kernel": kernel, "run": run, "status": status, "oob": oob, "tag": tag, "limit": limit}
+    with open_query(st.db, st.blobs) as q:
+        if runs:
+            run_rows = q.runs(**filters)
+            if as_json:
+                print_json([r.as_dict() for r in run_rows])
+            else:
+                _print_runs(run_rows)
+            return
+        launch_rows = q.launches(**filters)
+    if as_json:
+        print_json([r.as_dict() for r in launch_rows])
+    else:
+        _print_launches(launch_rows)
+
+
+def _print_launches(rows: list) -> None:
+    from rich import box
+    from rich.table import Table
+
+    console = render.out()
+    if not rows:
+        console.print("no launches match", style="dim")
+        return
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    table.add_column("id", justify="right")
+    table.add_column("time")
+    table.add_column("kernel")
+    table.add_column("grid")
+    table.add_column("config")
+    table.add_column("active lanes", justify="right")
+    table.add_column("oob lanes", justify="right")
+    table.add_column("status")
+    for r in rows:
+        table.add_row(
+            render.cell(r.id),
+            render.cell(render.local_time(r.started_at)),
+            render.cell(r.kernel),
+            render.cell(render.grid(r.grid)),
+            render.cell(render.config(r.config)),
+            render.cell(render.count(r.active_lanes)),
+            render.cell(render.count(r.oob_lanes), "bold red" if r.oob_lanes else ""),
+            render.status(r.status, r.role),
+        )
+    console.print(table)
+
+
+def _print_runs(rows: list) -> None:
+    from rich import box
+    from rich.table import Table
+
+    console = render.out()
+    if not rows:
+        console.print("no runs match", style="dim")
+        return
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    for name, justify in (
+        ("run", "right"),
+        ("started", "left"),
+        ("tag", "left"),
+        ("command", "left"),
+        ("launches", "right"),
+        ("kernels", "right"),
+        ("errors", "right"),
+        ("oob lanes", "right"),
+        ("status", "left"),
+    ):
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    for r in rows:
+        status = r.status if r.exit_code in (None, 0) else f"{r.status} (exit {r.exit_code})"
+        table.add_row(
+            render.cell(r.id),
+            render.cell(render.local_time(r.started_at)),
+            render.cell(r.tag or ""),
+            render.cell(" ".join(r.argv)),
+            render.cell(render.count(r.launches)),
+            render.cell(render.count(r.kernels)),
+            render.cell(render.count(r.errors), "red" if r.errors else ""),
+            render.cell(render.count(r.oob_lanes), "bold red" if r.oob_lanes else ""),
+            render.status(status) if r.status == "ok" else render.cell(status, "red"),
+        )
+    console.print(table)

@@ -1,0 +1,184 @@
+"""``tilelens record SCRIPT [ARGS...]`` / ``tilelens record -m MODULE [ARGS...]``: run a program, record its launches.
+
+The program runs in this process as ``python`` would run it (see :mod:`tilelens.runner`); its output passes
+through untouched and its exit status becomes TileLens's. TileLens's own words (a live status line on a
+terminal, the summary at the end) go to stderr, so a program's stdout stays exactly its own.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import TYPE_CHECKING, Any
+
+import typer
+
+from tilelens.commands import render
+from tilelens.commands.common import state
+
+if TYPE_CHECKING:
+    from tilelens.core.recorder import Recording
+
+HELP = """Run a Python program as `python` would and record every Triton kernel launch it makes.
+
+Everything after SCRIPT (or after -m MODULE) goes to the program untouched. The program's output passes
+through, and its exit status is this command's. At the end a summary (run id, launches per kernel,
+errors, out-of-bounds lanes, where the history is) is printed on stderr.
+
+Examples:
+
+  tilelens record examples/vector_add.py
+
+  tilelens record --tag nightly -m pytest tests/kernels -x
+
+  tilelens --db runs/h.db record --autotune all train.py --epochs 1
+"""
+
+
+def register(app: typer.Typer) -> None:
+    app.command(
+        "record",
+        help=HELP,
+        context_settings={"allow_extra_args": True, "allow_interspersed_args": False},
+    )(record)
+
+
+def record(
+    ctx: typer.Context,
+    target: str = typer.Argument(..., metavar="SCRIPT|MODULE", help="Script path, or module name with -m."),
+    module: bool = typer.Option(False, "-m", help="Run MODULE as `python -m MODULE` does."),
+    tag: str | None = typer.Option(None, "--tag", metavar="TEXT", help="Label the run (ls --tag finds it)."),
+    autotune: str = typer.Option(
+        "first",
+        "--autotune",
+        metavar="first|all",
+        help="first: record the launch the autotuner picks; all: also every config it tries.",
+    ),
+    db: str | None = typer.Option(None, "--db", metavar="URL", help="History database (as tilelens --db)."),
+    blobs: str | None = typer.Option(
+        None, "--blobs", metavar="DIR", help="Blob folder (as tilelens --blobs)."
+    ),
+) -> None:
+    from tilelens import runner
+
+    if autotune not in ("first", "all"):
+        raise typer.BadParameter("must be first or all", param_hint="--autotune")
+    program = runner.Target(target, is_module=module)
+    args = list(ctx.args)
+    try:
+        runner.check(program)
+    except runner.ProgramNotFoundError as exc:
+        render.fail(str(exc))
+
+    from tilelens.core.recorder import Recording
+
+    st = state(ctx)
+    db, blobs = db or st.db, blobs or st.blobs
+    argv = (["-m", target] if module else [target]) + args
+    rec = Recording(db, blobs, tag=tag, autotune=autotune, argv=argv)  # type: ignore[arg-type]
+    started = time.monotonic()
+    outcome = runner.Outcome(0)
+    try:
+        with rec:
+            with _LiveStatus(rec, " ".join(argv)) if sys.stderr.isatty() else _NoStatus():
+                outcome = runner.run(program, args)
+            rec.exit_code = outcome.exit_code
+            if outcome.interrupted:
+                raise KeyboardInterrupt  # the run is marked interrupted, not failed
+    except KeyboardInterrupt:
+        outcome = runner.Outcome(130, interrupted=True)
+    _print_summary(rec, outcome, time.monotonic() - started, db, blobs)
+    raise typer.Exit(outcome.exit_code)
+
+
+class _NoStatus:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc_info: object) -> None:
+        return None
+
+
+class _LiveStatus:
+    """A spinner line on the terminal naming the latest kernel and the launches so far.
+
+    The program's stdout is routed above the line only when it goes to the same terminal; a redirected
+    stdout is left alone so that a file receives exactly what the program wrote.
+    """
+
+    def __init__(self, rec: Recording, command: str) -> None:
+        from rich.console import Console
+        from rich.live import Live
+        from rich.spinner import Spinner
+
+        self.rec = rec
+        self.spinner = Spinner("dots", text=f"recording {command}: no Triton launch yet")
+        self.live = Live(
+            self.spinner,
+            console=Console(file=sys.stderr),
+            transient=True,
+            refresh_per_second=8,
+            redirect_stdout=sys.stdout.isatty(),
+            redirect_stderr=True,
+        )
+        rec.on_launch = self.update
+
+    def update(self, record: Any, _launch_id: int) -> None:
+        from rich.text import Text
+
+        n = len(self.rec.launch_ids)
+        noun = "launch" if n == 1 else "launches"
+        self.spinner.update(text=Text(f"recording run {self.rec.run_id}: {record.kernel.name}, {n} {noun}"))
+
+    def __enter__(self) -> None:
+        self.live.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.live.stop()
+        self.rec.on_launch = None
+
+
+def _print_summary(rec: Recording, outcome: Any, elapsed: float, db: str | None, blobs: str | None) -> None:
+    from rich.text import Text
+
+    console = render.err()
+    launches = sum(rec.launches_per_kernel.values())
+    kernels = len(rec.launches_per_kernel)
+    head = Text("tilelens: ", style="bold")
+    head.append(f"run {rec.run_id}: ")
+    if launches:
+        head.append(f"{launches} {_plural(launches, 'launch', 'launches')} of {kernels} ")
+        head.append(f"{_plural(kernels, 'kernel', 'kernels')}, ")
+        head.append(
+            f"{rec.errors} {_plural(rec.errors, 'error', 'errors')}", style="red" if rec.errors else ""
+        )
+        head.append(", ")
+        head.append(f"{rec.oob_lanes:,} out-of-bounds lanes", style="bold red" if rec.oob_lanes else "")
+    else:
+        head.append("no Triton launches recorded")
+    head.append(f" ({elapsed:.1f} s)")
+    console.print(head)
+    for name, n in sorted(rec.launches_per_kernel.items(), key=lambda kv: (-kv[1], kv[0])):
+        console.print(Text(f"  {n:>6}  {name}"))
+    if rec.autotune_events:
+        console.print(Text(f"  autotune decisions: {rec.autotune_events}"))
+    if outcome.interrupted:
+        console.print(Text("  interrupted; the run is marked interrupted", style="yellow"))
+    elif outcome.exit_code:
+        console.print(
+            Text(f"  program exited with status {outcome.exit_code}; the run is marked failed", style="red")
+        )
+    history = rec.history
+    if history is not None:
+        location = history.location
+        where = location.sqlite_path or location.display_url()
+        console.print(Text(f"  history: {where} (blobs in {location.blobs_dir})"))
+    prefix = "tilelens" + (f" --db {db}" if db else "") + (f" --blobs {blobs}" if blobs else "")
+    hint = f"  next: {prefix} ls --run {rec.run_id}"
+    if rec.launch_ids:
+        hint += f"  |  {prefix} show {rec.launch_ids[-1]}"
+    console.print(Text(hint, style="dim"))
+
+
+def _plural(n: int, one: str, many: str) -> str:
+    return one if n == 1 else many

@@ -1,0 +1,249 @@
+"""``tilelens show ID``: one launch in full, optionally beside its kernel's source."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import typer
+
+from tilelens.commands import render
+from tilelens.commands.common import JSON_OPTION, print_json, state
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from tilelens.query import AccessStats, LaunchDetail
+
+HELP = """Show one launch: kernel, grid, config, arguments, what each argument's lanes did (loads, stores,
+atomics, lanes, bytes, distinct elements, out-of-bounds lanes) and the first out-of-bounds events.
+
+--source prints the kernel's source with the lanes each line loaded and stored in the margin.
+
+Examples:
+
+  tilelens show 42
+
+  tilelens show 42 --source
+
+  tilelens show 42 --json | jq '.args[] | {name, access}'
+"""
+
+
+def register(app: typer.Typer) -> None:
+    app.command("show", help=HELP)(show)
+
+
+def show(
+    ctx: typer.Context,
+    launch_id: int = typer.Argument(..., metavar="ID", help="Launch id, as `tilelens ls` lists it."),
+    source: bool = typer.Option(False, "--source", help="Print the kernel source with per-line lane counts."),
+    oob_events: int = typer.Option(
+        10, "--oob-events", min=0, metavar="N", help="Show at most N out-of-bounds events."
+    ),
+    as_json: bool = JSON_OPTION,
+) -> None:
+    from tilelens.query import open_query
+
+    st = state(ctx)
+    with open_query(st.db, st.blobs) as q:
+        detail = q.launch(launch_id, oob_events=oob_events, source=source)
+    if as_json:
+        print_json(detail.as_dict())
+        return
+    console = render.out()
+    _print_header(console, detail)
+    _print_arguments(console, detail)
+    _print_oob(console, detail)
+    _print_autotune_and_replays(console, detail)
+    if source:
+        _print_source(console, detail)
+
+
+def _field(console: Console, name: str, value: str, style: str = "") -> None:
+    from rich.text import Text
+
+    line = Text(f"  {name:<11}", style="bold")
+    line.append(value, style=style)
+    console.print(line)
+
+
+def _print_header(console: Console, d: LaunchDetail) -> None:
+    from rich.text import Text
+
+    launch, kernel = d.launch, d.kernel
+    title = Text(f"launch {launch.id}", style="bold")
+    title.append(f"  {kernel.name}", style="bold cyan")
+    run = f"  run {d.run['id']}" + (f" (tag {d.run['tag']})" if d.run["tag"] else "") + f", seq {launch.seq}"
+    title.append(run)
+    console.print(title)
+    _field(console, "kernel", f"{kernel.file}:{kernel.def_line}")
+    _field(console, "cache key", kernel.cache_key or "-")
+    _field(console, "source", f"sha256 {kernel.source_sha256}")
+    _field(
+        console,
+        "started",
+        f"{render.local_time(launch.started_at)}, {launch.duration_s:.3f} s, {launch.backend} on {launch.device}",
+    )
+    _field(console, "grid", render.grid(launch.grid))
+    _field(console, "config", render.config(launch.config))
+    if launch.tuning_key:
+        _field(console, "tuning key", launch.tuning_key)
+    if launch.role != "launch":
+        _field(console, "role", launch.role)
+    _field(console, "status", launch.status, "red" if launch.status != "ok" else "green")
+    if launch.error:
+        _field(console, "error", launch.error, "red")
+    s = d.summary
+    if d.trace is not None:
+        trace = (
+            f"{render.count(s['events'])} events, {render.count(s['lanes'])} lanes "
+            f"({render.count(launch.active_lanes)} active), blob {d.trace['blob'][:12]} "
+            f"({render.size(d.trace['bytes'])})"
+        )
+    else:
+        trace = "not recorded"
+    _field(console, "trace", trace)
+    if d.trace_error:
+        _field(console, "", d.trace_error, "red")
+    oob = f"{render.count(launch.oob_lanes)} lanes outside every argument"
+    _field(console, "oob", oob, "bold red" if launch.oob_lanes else "")
+
+
+def _print_arguments(console: Console, d: LaunchDetail) -> None:
+    from rich import box
+    from rich.table import Table
+
+    console.print()
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, title="arguments", title_justify="left")
+    for name in ("#", "name", "kind", "dtype", "shape", "strides", "value / change"):
+        table.add_column(name, justify="right" if name == "#" else "left")
+    for a in d.args:
+        if a.kind == "tensor":
+            value = "written" if a.changed else "unchanged"
+        else:
+            value = repr(a.value) if a.value is not None else "None"
+        table.add_row(
+            render.cell(a.position),
+            render.cell(a.name),
+            render.cell(a.kind),
+            render.cell(a.dtype or ""),
+            render.cell(_dims(a.shape)),
+            render.cell(_dims(a.strides)),
+            render.cell(value, "yellow" if a.changed else ""),
+        )
+    console.print(table)
+
+    traced = [(a.name, a.access, a.numel) for a in d.args if a.access is not None]
+    if d.unattributed is not None:
+        traced.append(("(no argument)", d.unattributed, None))
+    if not traced:
+        return
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, title="memory access", title_justify="left")
+    table.add_column("argument")
+    for name in (
+        "loads",
+        "stores",
+        "atomics",
+        "lanes",
+        "bytes read",
+        "bytes written",
+        "distinct",
+        "oob lanes",
+    ):
+        table.add_column(name, justify="right")
+    for name, access, numel in traced:
+        table.add_row(
+            render.cell(name),
+            render.cell(render.count(access.loads)),
+            render.cell(render.count(access.stores)),
+            render.cell(render.count(access.atomics)),
+            render.cell(render.count(access.active_lanes)),
+            render.cell(render.size(access.bytes_loaded)),
+            render.cell(render.size(access.bytes_stored)),
+            render.cell(_distinct(access, numel)),
+            render.cell(render.count(access.oob_lanes), "bold red" if access.oob_lanes else ""),
+        )
+    console.print(table)
+
+
+def _dims(values: list[int] | None) -> str:
+    return "" if values is None else "[" + ", ".join(str(v) for v in values) + "]"
+
+
+def _distinct(access: AccessStats, numel: int | None) -> str:
+    if access.distinct_elements is None:
+        return "-"
+    text = render.count(access.distinct_elements)
+    return f"{text} of {render.count(numel)}" if numel is not None else text
+
+
+def _print_oob(console: Console, d: LaunchDetail) -> None:
+    from rich.text import Text
+
+    if not d.oob_events:
+        return
+    console.print()
+    shown = len(d.oob_events)
+    heading = f"out-of-bounds events (first {shown} of {d.oob_event_count})"
+    console.print(Text(heading, style="bold red"))
+    sizes = {a.position: a.numel for a in d.args}
+    for e in d.oob_events:
+        where = e.arg_name if e.arg_name is not None else "no argument"
+        line = Text(f"  pid {render.grid(e.pid)}  {e.op} {where}  line {e.line}: ", style="")
+        line.append(f"{e.oob_lanes} of {e.active} active lanes outside", style="red")
+        if e.offsets is not None and e.arg_name is not None:
+            low, high = e.offsets
+            line.append(f", element offsets {low}..{high}")
+            if sizes.get(e.arg) is not None:
+                line.append(f" ({e.arg_name} has {sizes[e.arg]} elements)")
+        console.print(line)
+        if e.source_text is not None:
+            console.print(Text(f"      {e.source_text.strip()}", style="dim"))
+
+
+def _print_autotune_and_replays(console: Console, d: LaunchDetail) -> None:
+    from rich.text import Text
+
+    for a in d.autotune:
+        console.print()
+        chosen = render.config({"constexprs": a.chosen.get("kwargs", {}), "options": _options(a.chosen)})
+        text = Text("autotune  ", style="bold")
+        text.append(f"chose {chosen} among {len(a.configs)} configs")
+        text.append(" (cached)" if a.cache_hit else "")
+        console.print(text)
+    if d.replays:
+        console.print()
+        for r in d.replays:
+            text = Text("replay    ", style="bold")
+            text.append(f"#{r.id} {render.local_time(r.created_at)} {r.backend} on {r.device}: ")
+            text.append(r.outcome, style="green" if r.outcome == "match" else "red")
+            if r.max_abs_err is not None:
+                text.append(f" (max abs err {r.max_abs_err:.3g})")
+            console.print(text)
+
+
+def _options(config: dict) -> dict:
+    return {k: v for k, v in config.items() if k != "kwargs"}
+
+
+def _print_source(console: Console, d: LaunchDetail) -> None:
+    from rich.text import Text
+
+    lines = d.source_lines or []
+    console.print()
+    console.print(Text(f"source  {d.kernel.file}", style="bold"))
+    console.print(Text(f"{'line':>6} {'loaded':>9} {'stored':>9} {'atomic':>9} |", style="dim"))
+    outside = False
+    for s in lines:
+        if s.text is None and not outside:
+            outside = True
+            console.print(Text("       (lines outside the kernel's own source, e.g. in @triton.jit helpers)"))
+        margin = f"{s.line:>6} {_lanes(s.load_lanes)} {_lanes(s.store_lanes)} {_lanes(s.atomic_lanes)} | "
+        hot = s.load_lanes or s.store_lanes or s.atomic_lanes
+        text = Text(margin, style="cyan" if hot else "dim")
+        text.append(s.text if s.text is not None else "")
+        console.print(text)
+
+
+def _lanes(value: int) -> str:
+    return f"{value:>9,}" if value else " " * 9
