@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from tilelens.config import Location, resolve_location
-from tilelens.readonly import NoHistoryError, Reader, Result, open_reader
+from tilelens.readonly import NoHistoryError, QueryError, Reader, Result, open_reader
 from tilelens.store.errors import BlobError, HistoryError
 
 if TYPE_CHECKING:
@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 LAUNCH_STATUSES = ("ok", "error")
 RUN_STATUSES = ("running", "ok", "failed", "interrupted")
 EXPORT_FORMATS = ("parquet", "csv")
+VIEW_NAMES = ("launch_overview", "oob_launches", "autotune_choices", "run_overview")
 ExportFormat = Literal["parquet", "csv"]
 
 
@@ -742,8 +743,16 @@ class HistoryQuery:
     # -- SQL ----------------------------------------------------------------------------------------------
 
     def sql(self, query: str) -> Result:
-        """One read-only statement; the views of :mod:`tilelens.views` exist when opened with ``views=True``."""
-        return self.reader.execute(query)
+        """One read-only statement (the views of migration 0002 included); writes raise ReadOnlyError."""
+        try:
+            return self.reader.execute(query)
+        except QueryError as exc:
+            missing = [v for v in VIEW_NAMES if v in str(exc)]
+            if missing and ("no such table" in str(exc) or "does not exist" in str(exc)):
+                raise QueryError(
+                    f"{exc} (this history predates the views: `tilelens db upgrade` adds them)"
+                ) from exc
+            raise
 
 
 _ARGS_SELECT = (
@@ -801,14 +810,13 @@ def open_query(
     blobs: str | Path | None = None,
     *,
     location: Location | None = None,
-    views: bool = False,
 ) -> HistoryQuery:
     """Open the history at ``db``/``blobs`` (resolved like every TileLens command) for reading only.
 
     Raises :class:`tilelens.readonly.NoHistoryError` when nothing is there: reading never creates one.
     """
     location = location or resolve_location(db, blobs)
-    return HistoryQuery(location, open_reader(location, views=views))
+    return HistoryQuery(location, open_reader(location))
 
 
 __all__ = [

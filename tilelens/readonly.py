@@ -20,7 +20,6 @@ from typing import Any
 
 from tilelens.config import Location
 from tilelens.store.errors import HistoryError, NotAHistoryError, SchemaTooNewError
-from tilelens.views import create_temp_views
 
 VERSION_TABLE = "alembic_version"
 BUSY_TIMEOUT_S = 30.0
@@ -110,15 +109,12 @@ class Reader:
         self.close()
 
 
-def open_reader(location: Location, *, views: bool = False) -> Reader:
-    """Open the history at ``location`` for reading; raise :class:`NoHistoryError` when there is none.
-
-    ``views`` adds the TEMP views of :mod:`tilelens.views` to this connection (what ``tilelens sql`` offers).
-    """
+def open_reader(location: Location) -> Reader:
+    """Open the history at ``location`` for reading; raise :class:`NoHistoryError` when there is none."""
     path = location.sqlite_path
     if path is not None:
-        return SQLiteReader(location, path, views=views)
-    return EngineReader(location, views=views)
+        return SQLiteReader(location, path)
+    return EngineReader(location)
 
 
 # SQLite's authorizer sees every table, column, function and pragma a statement touches, before it runs.
@@ -200,7 +196,7 @@ def statement_verb(sql: str) -> str:
 class SQLiteReader(Reader):
     dialect = "sqlite"
 
-    def __init__(self, location: Location, path: Path, *, views: bool = False) -> None:
+    def __init__(self, location: Location, path: Path) -> None:
         self.location = location
         self.label = str(path)
         self.denied: str | None = None
@@ -221,8 +217,6 @@ class SQLiteReader(Reader):
                 else []
             )
             check_schema(self.label, tables, current)
-            if views:  # TEMP objects live outside the read-only file; created before query_only forbids them
-                create_temp_views(self.conn.execute)
             self.conn.execute("PRAGMA query_only = ON")
             if hasattr(self.conn, "setlimit"):  # Python 3.11+: no attached databases at all
                 self.conn.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
@@ -293,7 +287,7 @@ class SQLiteReader(Reader):
 class EngineReader(Reader):
     """Any other database, through SQLAlchemy (imported only here) in a read-only transaction."""
 
-    def __init__(self, location: Location, *, views: bool = False) -> None:
+    def __init__(self, location: Location) -> None:
         from sqlalchemy import create_engine, inspect, text
         from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
@@ -316,20 +310,9 @@ class EngineReader(Reader):
                 current = [r[0] for r in self.conn.execute(text(f"SELECT version_num FROM {VERSION_TABLE}"))]
             self.conn.rollback()
             check_schema(self.label, tables, current)
-            if views:
-                create_temp_views(self._one_transaction)
             begin_read_only(self.conn)
         except BaseException:
             self.close()
-            raise
-
-    def _one_transaction(self, sql: str) -> None:
-        # Each view in its own transaction: on PostgreSQL a failed statement would poison the rest.
-        try:
-            self.conn.exec_driver_sql(sql)
-            self.conn.commit()
-        except BaseException:
-            self.conn.rollback()
             raise
 
     def execute(self, sql: str, params: Mapping[str, Any] | None = None) -> Result:

@@ -40,7 +40,7 @@ def sql(
     if fmt not in ("table", "csv", "json"):
         raise typer.BadParameter("must be one of table, csv, json", param_hint="--format")
     st = state(ctx)
-    with open_query(st.db, st.blobs, views=True) as q:
+    with open_query(st.db, st.blobs) as q:
         result = q.sql(query)
     if fmt == "json":
         print_json([dict(zip(result.columns, (_plain(v) for v in row))) for row in result.rows])

@@ -1,16 +1,27 @@
-"""The views ``tilelens sql`` offers for the common questions, created per connection as TEMP views.
+"""Views for ``tilelens sql`` and any SQL client: launches with kernel names and configs, autotune choices,
+out-of-bounds launches, runs with their counts.
 
-They live in code rather than in a migration for two reasons. SQLite refuses to rename a table that a view
-names, and every future batch migration of ``launches``, ``kernels`` or ``runs`` renames a copy into place,
-so schema views would have to be dropped and re-created by each of them. And a view defined beside the
-code that reads the history always matches the columns that code knows. The SQL is plain: ``||``,
-``CAST(... AS TEXT)`` and ``json_array_length`` mean the same in SQLite and PostgreSQL.
-README.md documents the columns; renaming one is a breaking change.
+The common questions should not need four-table joins. The SQL is plain so one definition serves every
+backend: ``||``, ``CAST(... AS TEXT)`` and ``json_array_length`` mean the same in SQLite and PostgreSQL.
+README.md documents the columns; renaming one is a breaking change. A later migration that rebuilds one of
+the underlying tables keeps these working (SQLite migrations run with ``legacy_alter_table``); one that
+renames or drops a column they read must drop and re-create them.
+
+Revision ID: 0002
+Revises: 0001
+Create Date: 2026-11-30
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Sequence
+
+from alembic import op
+
+revision: str = "0002"
+down_revision: str | Sequence[str] | None = "0001"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
 
 LAUNCH_OVERVIEW = """
 SELECT
@@ -84,8 +95,8 @@ LEFT JOIN launches l ON l.run_id = r.id
 GROUP BY r.id, r.started_at, r.finished_at, r.status, r.exit_code, r.tag
 """
 
-#: (name, SELECT) in creation order: ``oob_launches`` reads ``launch_overview``.
-VIEWS: tuple[tuple[str, str], ...] = (
+# (name, SELECT) in creation order: ``oob_launches`` reads ``launch_overview``.
+VIEWS = (
     ("launch_overview", LAUNCH_OVERVIEW),
     ("oob_launches", OOB_LAUNCHES),
     ("autotune_choices", AUTOTUNE_CHOICES),
@@ -93,17 +104,11 @@ VIEWS: tuple[tuple[str, str], ...] = (
 )
 
 
-def create_temp_views(execute: Callable[[str], object]) -> list[str]:
-    """Create every view on one connection through ``execute``; returns the names that could be created.
-
-    A history older than this code may lack a column a view needs; that view is skipped (and a query
-    naming it fails with "no such table"), the others still work.
-    """
-    created = []
+def upgrade() -> None:
     for name, select in VIEWS:
-        try:
-            execute(f"CREATE TEMP VIEW {name} AS {select}")
-        except Exception:  # noqa: BLE001 - any driver's error means the same: this view is unavailable
-            continue
-        created.append(name)
-    return created
+        op.execute(f"CREATE VIEW {name} AS {select}")
+
+
+def downgrade() -> None:
+    for name, _ in reversed(VIEWS):
+        op.execute(f"DROP VIEW {name}")
