@@ -61,6 +61,12 @@ def _triton_state():
     }
     for name in compat.ACCESS_METHODS:
         state[f"InterpreterBuilder.{name}"] = vars(compat.InterpreterBuilder)[name]
+    # The semantic fixes (tilelens.core.semantics) patch builder methods, reductions, scans and two functions
+    # of the interpreter module.
+    for cls in (compat.InterpreterBuilder, compat.ReduceOps, compat.ScanOps):
+        state[f"{cls.__name__} vars"] = dict(vars(cls))
+    for name in ("_implicit_cvt", "_patch_lang"):
+        state[f"interpreter.{name}"] = vars(compat.interpreter_module)[name]
     for ns in compat.LANG_NAMESPACES:
         state[repr(ns)] = dict(vars(ns))
     return state

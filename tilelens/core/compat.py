@@ -113,3 +113,42 @@ def element_bytes(tl_dtype: Any) -> int:
     if bits is None:  # pointer element types
         bits = 64
     return max(1, bits // 8)
+
+
+# The interpreter internals TileLens's semantic fixes replace for the length of a launch (same names in 3.6
+# through 3.9): argument conversion, builtin patching, reductions and scans, the handle type.
+interpreter_module = _interpreter
+TensorHandle = _interpreter.TensorHandle
+ReduceOps = _interpreter.ReduceOps
+ScanOps = _interpreter.ScanOps
+is_builtin = tl.core.is_builtin
+
+
+def np_dtype(tl_dtype: Any) -> Any:
+    """The numpy dtype the interpreter stores a Triton type in (bf16 as uint16, fp8 as uint8)."""
+    return _interpreter._get_np_dtype(tl_dtype)
+
+
+def interpreter_semantic() -> Any:
+    return _interpreter.interpreter_semantic
+
+
+# libdevice: compiled Triton maps the stubs module to a backend's library (the CUDA backend's
+# get_module_map); the interpreter resolves them to the CUDA one too, where this Triton build has it.
+LIBDEVICE_STUB_MODULE = "triton.language.extra.libdevice"
+LIBDEVICE_BACKEND_MODULES = ("triton.language.extra.cuda.libdevice", "triton.language.extra.hip.libdevice")
+
+
+def libdevice_modules() -> tuple[Any, ...]:
+    import sys
+
+    names = (LIBDEVICE_STUB_MODULE, *LIBDEVICE_BACKEND_MODULES)
+    return tuple(sys.modules[n] for n in names if n in sys.modules)
+
+
+def libdevice_backend() -> Any:
+    try:
+        from triton.language.extra.cuda import libdevice
+    except ImportError:  # a Triton build without the CUDA backend
+        return None
+    return libdevice

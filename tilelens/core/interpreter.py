@@ -7,6 +7,8 @@ Two patch sets, each installed and removed as a unit, in reverse order, even whe
   like ``tl.sum`` in a process that imported Triton without ``TRITON_INTERPRET``) run interpreted, turns
   ``knobs.runtime.interpret`` on, and restores every ``tl`` namespace afterwards (the stock interpreter can leak
   patches of helpers' modules).
+  It also installs the compiled-Triton semantics of ``tilelens.core.semantics`` (typed scalar parameters,
+  bfloat16 arithmetic, libdevice), so recorded and replayed launches compute what compiled Triton computes.
 * ``interception_patches`` — for the length of a ``tilelens.record()`` block: makes every launch of a
   ``JITFunction``, ``Autotuner``, ``Heuristics`` or ``InterpretedFunction`` go through the recorder.
 
@@ -21,7 +23,9 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from tilelens.core import compat
+import numpy as np
+
+from tilelens.core import compat, semantics
 from tilelens.core.access import ATOMIC_CAS, LOAD, STORE, AccessCollector
 
 # Interpreted launches share one global interpreter builder in Triton: they must never overlap.
@@ -40,10 +44,20 @@ class _Patcher:
         self._saved.append((owner, name, had, vars(owner).get(name)))
         setattr(owner, name, value)
 
+    def set_item(self, mapping: dict[str, Any], key: str, value: Any) -> None:
+        """Like ``set`` for a dict that is no object's ``vars`` (a function's globals)."""
+        self._saved.append((mapping, key, key in mapping, mapping.get(key)))
+        mapping[key] = value
+
     def restore(self) -> None:
         while self._saved:
             owner, name, had, old = self._saved.pop()
-            if had:
+            if isinstance(owner, dict):
+                if had:
+                    owner[name] = old
+                else:
+                    owner.pop(name, None)
+            elif had:
                 setattr(owner, name, old)
             else:
                 delattr(owner, name)
@@ -52,9 +66,10 @@ class _Patcher:
 class LaunchContext:
     """Per-launch state: the collector receiving accesses and interpreted stand-ins for nested helpers."""
 
-    def __init__(self, collector: AccessCollector) -> None:
+    def __init__(self, collector: AccessCollector, patcher: _Patcher) -> None:
         self.collector = collector
         self.helpers: dict[int, Any] = {}
+        self.patcher = patcher  # for patches only known once the kernel runs (libdevice in its globals)
 
     def interpreted_helper(self, fn: Any) -> Any:
         # Keyed by id(): hashing a JITFunction computes its cache_key, which must not happen inside a launch.
@@ -138,6 +153,45 @@ def _access_hooks(originals: dict[str, Callable[..., Any]]) -> dict[str, Callabl
     }
 
 
+def _semantic_patches(patcher: _Patcher) -> None:
+    """Install the compiled-Triton semantics of ``tilelens.core.semantics`` (see there for why)."""
+    builder_cls = compat.InterpreterBuilder
+    module = compat.interpreter_module
+    patcher.set(module, "_implicit_cvt", semantics.typed_scalar_cvt(module._implicit_cvt))
+    patcher.set(module, "_patch_lang", _patch_lang_with_libdevice(module._patch_lang))
+    patcher.set(builder_cls, "get_bf16", semantics.get_bf16)
+    patcher.set(builder_cls, "create_extern_elementwise", semantics.extern_elementwise)
+    patcher.set(builder_cls, "cast_impl", semantics.bf16_cast(builder_cls.cast_impl))
+    for name in ("binary_op", "unary_op", "create_fma", "create_clampf"):
+        patcher.set(builder_cls, name, semantics.through_fp32(getattr(builder_cls, name)))
+    patcher.set(builder_cls, "create_dot", semantics.through_fp32(builder_cls.create_dot, result_from=2))
+    patcher.set(builder_cls, "create_atomic_rmw", semantics.bf16_atomic_rmw(builder_cls.create_atomic_rmw))
+    patcher.set(compat.ReduceOps, "sum", semantics.bf16_sum(compat.ReduceOps.sum))
+    patcher.set(compat.ReduceOps, "min_max", semantics.bf16_min_max(compat.ReduceOps.min_max))
+    patcher.set(compat.ScanOps, "cumsum", semantics.bf16_scan(compat.ScanOps.cumsum, np.cumsum))
+    patcher.set(compat.ScanOps, "cumprod", semantics.bf16_scan(compat.ScanOps.cumprod, np.cumprod))
+
+
+def _patch_lang_with_libdevice(original: Callable[..., Any]) -> Callable[..., Any]:
+    """The interpreter's per-function language patching, plus libdevice resolution in that function's globals.
+
+    The interpreter calls it for the kernel and for every interpreted helper, so helpers in other modules
+    get their libdevice references resolved too; all of it is undone when the launch ends.
+    """
+
+    def _patch_lang(fn):
+        scope = original(fn)
+        launch = current_launch()
+        if launch is not None:
+            fn_globals = getattr(fn, "__globals__", None)
+            if fn_globals is not None:
+                for name, value in semantics.libdevice_redirects(fn_globals):
+                    launch.patcher.set_item(fn_globals, name, value)
+        return scope
+
+    return _patch_lang
+
+
 def _jit_call(original: Callable[..., Any]) -> Callable[..., Any]:
     def __call__(self, *args, **kwargs):
         launch = current_launch()
@@ -157,11 +211,13 @@ def launch_patches(collector: AccessCollector) -> Iterator[LaunchContext]:
         patcher = _Patcher()
         lang_snapshot = [(ns, dict(vars(ns))) for ns in compat.LANG_NAMESPACES]
         builder_cls = compat.InterpreterBuilder
-        originals = {name: getattr(builder_cls, name) for name in compat.ACCESS_METHODS}
-        ctx = LaunchContext(collector)
+        ctx = LaunchContext(collector, patcher)
         try:
             with compat.runtime_interpret_scope():
                 compat.set_interpret(True)
+                _semantic_patches(patcher)
+                # Taken after the semantic patches, so accesses are captured around their versions too.
+                originals = {name: getattr(builder_cls, name) for name in compat.ACCESS_METHODS}
                 for name, hook in _access_hooks(originals).items():
                     patcher.set(builder_cls, name, hook)
                 patcher.set(compat.JITFunction, "__call__", _jit_call(compat.JITFunction.__call__))

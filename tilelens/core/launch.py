@@ -22,6 +22,7 @@ from tilelens.core.arguments import (
     resolve_grid,
 )
 from tilelens.core.interpreter import LAUNCH_LOCK, launch_patches
+from tilelens.core.semantics import describe_failure
 from tilelens.records import KernelIdentity, LaunchRecord, utcnow
 
 
@@ -98,7 +99,7 @@ def run_interpreted(
             grid=resolved,
             args=arg_records,
             status="ok" if error is None else "error",
-            error=None if error is None else _message(error),
+            error=None if error is None else describe_failure(error),
             backend="interpreter",
             device=device or "cpu",
             role=meta.role,  # type: ignore[arg-type]
@@ -111,8 +112,3 @@ def run_interpreted(
             per_arg=collector.per_arg,
         )
         return result, record, error
-
-
-def _message(exc: BaseException) -> str:
-    text = str(exc) or type(exc).__name__
-    return f"{type(exc).__name__}: {text}"
