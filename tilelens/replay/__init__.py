@@ -6,7 +6,7 @@ compares outputs (and, on the CPU, the access trace) with the record. ``tilelens
 these functions.
 """
 
-from tilelens.replay.compare import default_tolerance, uses_tf32_dot
+from tilelens.replay.compare import default_tolerance, uses_dot, uses_tf32_dot
 from tilelens.replay.engine import parse_device, replay_launch, replay_launches, select_launches
 from tilelens.replay.resolve import KernelResolver
 from tilelens.replay.result import ReplayFailure, ReplayResult, TensorDiff, TraceDiff, Writer
@@ -25,5 +25,6 @@ __all__ = [
     "replay_launch",
     "replay_launches",
     "select_launches",
+    "uses_dot",
     "uses_tf32_dot",
 ]

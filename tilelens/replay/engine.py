@@ -21,7 +21,7 @@ from sqlalchemy import or_, select
 
 from tilelens.core import compat, session
 from tilelens.core.arguments import span_copy
-from tilelens.replay.compare import Tolerance, compare_span, default_tolerance, uses_tf32_dot
+from tilelens.replay.compare import Tolerance, compare_span, default_tolerance
 from tilelens.replay.rebuild import RebuiltArgs, decode_options, rebuild_arguments
 from tilelens.replay.resolve import KernelResolver, ResolvedKernel
 from tilelens.replay.result import ReplayFailure, ReplayResult, TensorDiff
@@ -199,7 +199,7 @@ def _replay_cpu(
     for rt in args.tensors:
         tolerance = None
         if override is not None:
-            tolerance = _tolerance(rt.expected, override, tf32_dot=False)
+            tolerance = _tolerance(rt.expected, override, "")
         diff = _compare(rt, tolerance)
         if (
             not diff.equal
@@ -231,10 +231,9 @@ def _replay_cuda(
         error = exc
     result.run_s = time.perf_counter() - t0
     result.replay_error = _message(error)
-    tf32 = uses_tf32_dot(spec.kernel.source)
     override = _override(result)
     for rt in args.tensors:
-        tolerance = _tolerance(rt.expected, override or (None, None), tf32_dot=tf32)
+        tolerance = _tolerance(rt.expected, override or (None, None), spec.kernel.source)
         result.tensors.append(_compare(rt, tolerance))
 
 
@@ -244,10 +243,8 @@ def _override(result: ReplayResult) -> tuple[float | None, float | None] | None:
     return (result.atol, result.rtol)
 
 
-def _tolerance(
-    expected: torch.Tensor, override: tuple[float | None, float | None], tf32_dot: bool
-) -> Tolerance:
-    default = default_tolerance(expected.dtype, expected, tf32_dot)
+def _tolerance(expected: torch.Tensor, override: tuple[float | None, float | None], source: str) -> Tolerance:
+    default = default_tolerance(expected.dtype, expected, source)
     atol, rtol = override
     return Tolerance(default.atol if atol is None else atol, default.rtol if rtol is None else rtol)
 
