@@ -69,6 +69,21 @@ def main(out: Path) -> int:
                 print(f"     {r.message}")
                 results.append(r.to_dict())
     (out / "results.json").write_text(json.dumps(results, indent=1))
+    from tilelens.cli import main as cli
+
+    argv = [
+        "--db",
+        where["db"],
+        "--blobs",
+        where["blobs"],
+        "replay",
+        "--run",
+        str(run_id),
+        "--device",
+        "cuda",
+    ]
+    print(f"$ tilelens {' '.join(argv[4:])}", flush=True)
+    worst = max(worst, cli(argv))
     return worst
 
 

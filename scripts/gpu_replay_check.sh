@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # On a CUDA machine, from the repository root: record the examples on CUDA tensors, replay them on cuda and
-# cpu, and run the replay tests with the CUDA ones enabled. Output goes to $OUT (default ./gpu-replay-out).
+# cpu, run the replay tests with the CUDA ones enabled, and measure CPU replay cost (BENCH=0 skips that).
+# Output goes to $OUT (default ./gpu-replay-out).
 # Wheels for packages the machine lacks (sqlalchemy, alembic, mako, greenlet, and numpy<2.4 for Triton 3.6's
 # interpreter) are taken from $WHEELS (default .whl-replay) when that folder exists.
 set -uo pipefail
@@ -18,5 +19,8 @@ python3 scripts/gpu_replay_check.py "$OUT" 2>&1 | tee "$OUT/check.log"
 check=${PIPESTATUS[0]}
 python3 -m pytest -q -p no:cacheprovider -rs tests/end_to_end/test_replay.py 2>&1 | tee "$OUT/pytest.log"
 tests=${PIPESTATUS[0]}
+if [ "${BENCH:-1}" = 1 ]; then
+  python3 scripts/bench_replay.py --json "$OUT/bench_replay.json" 2>&1 | tee "$OUT/bench_replay.md"
+fi
 echo "check exit $check, tests exit $tests" | tee -a "$OUT/gpu.txt"
 exit $(( check > tests ? check : tests ))
