@@ -1,0 +1,169 @@
+"""Fill a history with many launches fast, for measuring the read commands at scale.
+
+Usage: python scripts/make_synthetic_history.py PATH [--launches 100000] [--runs 100] [--kernels 50]
+
+The examples are recorded for real first (real kernels, real rows, real trace and tensor blobs); their rows
+are then copied in bulk through SQLAlchemy Core, so every synthetic launch has exactly the shape of one the
+recorder wrote and points at a real blob (the blobs are shared, the rows are not). Copies vary what the
+read commands filter on: run, kernel (versions of the example kernels under other names), status, time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from sqlalchemy import func, insert, select  # noqa: E402
+
+from tilelens.store import History  # noqa: E402
+from tilelens.store.models import AutotuneEventRow, Kernel, Launch, LaunchArg, Run  # noqa: E402
+
+CHUNK = 20_000
+
+
+def record_examples(db: str) -> None:
+    """One real recording of every example: the rows and blobs every copy is made from."""
+    import tilelens
+
+    sys.path.insert(0, str(ROOT / "examples"))
+    import autotuned_matmul
+    import heuristics_scale
+    import oob_bug
+    import softmax
+    import vector_add
+
+    with tilelens.record(db=db, tag="seed"):
+        for example in (vector_add, softmax, autotuned_matmul, heuristics_scale, oob_bug):
+            example.main()
+
+
+def rows(conn: Any, table: Any) -> list[dict[str, Any]]:
+    return [dict(r._mapping) for r in conn.execute(select(table).order_by(*table.primary_key.columns))]
+
+
+def build(path: Path, launches: int, runs: int, kernels: int) -> None:
+    started = time.perf_counter()
+    record_examples(str(path))
+    print(f"seed recording: {time.perf_counter() - started:.1f} s", file=sys.stderr)
+
+    with History.open(str(path)) as history, history.engine.begin() as conn:
+        seed_launches = rows(conn, Launch.__table__)
+        seed_args = rows(conn, LaunchArg.__table__)
+        seed_kernels = rows(conn, Kernel.__table__)
+        seed_events = {r["launch_id"]: r for r in rows(conn, AutotuneEventRow.__table__)}
+        (seed_run,) = rows(conn, Run.__table__)
+        args_of: dict[int, list[dict[str, Any]]] = {}
+        for a in seed_args:
+            args_of.setdefault(a["launch_id"], []).append(a)
+
+        # Kernel versions: the seed kernels under other module names, same source (so traces and lines agree).
+        kernel_rows = []
+        for i in range(max(0, kernels - len(seed_kernels))):
+            k = dict(seed_kernels[i % len(seed_kernels)])
+            k.pop("id")
+            k["module"] = f"synthetic{i // len(seed_kernels)}.{k['module']}"
+            kernel_rows.append(k)
+        if kernel_rows:
+            conn.execute(insert(Kernel.__table__), kernel_rows)
+        kernel_of_seed = {k["id"]: k for k in seed_kernels}
+        all_kernels = rows(conn, Kernel.__table__)
+        versions: dict[str, list[int]] = {}
+        for k in all_kernels:
+            versions.setdefault(k["source_sha256"], []).append(k["id"])
+
+        t0 = seed_run["started_at"] - dt.timedelta(days=30)
+        run_rows = []
+        for r in range(runs):
+            run = dict(seed_run)
+            run.pop("id")
+            run.update(
+                tag=f"synthetic-{r % 7}",
+                status="failed" if r % 10 == 9 else "ok",
+                exit_code=1 if r % 10 == 9 else 0,
+                started_at=t0 + dt.timedelta(minutes=r * 10),
+                finished_at=t0 + dt.timedelta(minutes=r * 10 + 5),
+            )
+            run_rows.append(run)
+        conn.execute(insert(Run.__table__), run_rows)
+        run_ids = [
+            r[0] for r in conn.execute(select(Run.id).where(Run.tag.like("synthetic-%")).order_by(Run.id))
+        ]
+
+        next_id = conn.execute(select(func.max(Launch.id))).scalar_one() + 1
+        per_run = max(1, launches // runs)
+        launch_batch: list[dict[str, Any]] = []
+        arg_batch: list[dict[str, Any]] = []
+        event_batch: list[dict[str, Any]] = []
+
+        def flush() -> None:
+            conn.execute(insert(Launch.__table__), launch_batch)
+            conn.execute(insert(LaunchArg.__table__), arg_batch)
+            if event_batch:
+                conn.execute(insert(AutotuneEventRow.__table__), event_batch)
+            launch_batch.clear()
+            arg_batch.clear()
+            event_batch.clear()
+
+        for i in range(launches):
+            seed = seed_launches[i % len(seed_launches)]
+            launch_id = next_id + i
+            run_id = run_ids[min(i // per_run, len(run_ids) - 1)]
+            sha = kernel_of_seed[seed["kernel_id"]]["source_sha256"]
+            choices = versions[sha]
+            when = t0 + dt.timedelta(minutes=(i // per_run) * 10, milliseconds=(i % per_run) * 3)
+            launch = dict(seed)
+            launch.update(
+                id=launch_id,
+                run_id=run_id,
+                seq=i % per_run,
+                kernel_id=choices[(i // len(seed_launches)) % len(choices)],
+                started_at=when,
+                created_at=when,
+            )
+            if i % 97 == 13:
+                launch.update(status="error", error="synthetic failure: IndexError in the kernel")
+            launch_batch.append(launch)
+            for a in args_of.get(seed["id"], []):
+                arg = dict(a)
+                arg.pop("id")
+                arg["launch_id"] = launch_id
+                arg_batch.append(arg)
+            event = seed_events.get(seed["id"])
+            if event is not None:
+                ev = dict(event)
+                ev.pop("id")
+                ev.update(launch_id=launch_id, run_id=run_id, kernel_id=launch["kernel_id"], created_at=when)
+                event_batch.append(ev)
+            if len(launch_batch) >= CHUNK:
+                flush()
+        if launch_batch:
+            flush()
+    print(
+        f"{launches:,} synthetic launches in {len(run_ids)} runs over {len(all_kernels)} kernels: "
+        f"{time.perf_counter() - started:.1f} s in all ({path})",
+        file=sys.stderr,
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("path", type=Path, help="history database file to create (must not exist)")
+    parser.add_argument("--launches", type=int, default=100_000)
+    parser.add_argument("--runs", type=int, default=100)
+    parser.add_argument("--kernels", type=int, default=50)
+    args = parser.parse_args()
+    if args.path.exists():
+        parser.error(f"{args.path} exists; give a new file")
+    args.path.parent.mkdir(parents=True, exist_ok=True)
+    build(args.path, args.launches, args.runs, args.kernels)
+
+
+if __name__ == "__main__":
+    main()
