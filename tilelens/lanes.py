@@ -4,6 +4,9 @@ A trace row is one memory event with its lanes encoded compactly (affine base an
 offsets; packed masks). ``show`` needs per-argument distinct elements and ``export`` needs one row per lane;
 decoding row by row in Python would cost seconds on traces with millions of lanes, so the decoding here
 works on flat arrays, a bounded number of lanes at a time.
+
+Only Arrow buffers and numpy are used on the ``show`` path: importing ``pyarrow.compute`` alone costs a
+quarter of that command's time budget, so it is imported only to write exports.
 """
 
 from __future__ import annotations
@@ -14,7 +17,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 #: One row per lane: the flat table ``tilelens export`` writes.
 LANE_SCHEMA = pa.schema(
@@ -53,16 +55,63 @@ def _numpy(table: pa.Table, name: str, dtype: Any) -> np.ndarray:
     return _column(table, name).to_numpy(zero_copy_only=False).astype(dtype, copy=False)
 
 
+def _validity(arr: pa.Array) -> np.ndarray:
+    """Which entries are not null, from the validity bitmap (``Array.is_valid`` needs pyarrow.compute)."""
+    n = len(arr)
+    if arr.null_count == 0:
+        return np.ones(n, dtype=bool)
+    bitmap = arr.buffers()[0]
+    if bitmap is None:  # a null type: everything is null
+        return np.zeros(n, dtype=bool)
+    bits = np.unpackbits(np.frombuffer(bitmap, dtype=np.uint8), bitorder="little")
+    return bits[arr.offset : arr.offset + n].astype(bool)
+
+
+def _list_lengths(arr: pa.Array) -> np.ndarray:
+    """Length of every list (0 for a null one)."""
+    lengths = np.diff(arr.offsets.to_numpy(zero_copy_only=False)).astype(np.int64)
+    lengths[~_validity(arr)] = 0
+    return lengths
+
+
+def _flatten(arr: pa.Array) -> np.ndarray:
+    """The values of every non-null list, in order, as int64 (``ListArray.flatten`` needs pyarrow.compute)."""
+    offsets = arr.offsets.to_numpy(zero_copy_only=False).astype(np.int64)
+    lengths = _list_lengths(arr)
+    values = arr.values.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+    if lengths.sum() == offsets[-1] - offsets[0]:  # no null list hides values: one contiguous slice
+        return values[offsets[0] : offsets[-1]]
+    starts = np.repeat(offsets[:-1], lengths)
+    return values[starts + np.arange(starts.size) - np.repeat(_exclusive_cumsum(lengths), lengths)]
+
+
 def _padded(col: pa.Array, n: int, width: int, fill: int) -> np.ndarray:
     """A list column as an (n, width) matrix; short or null lists are padded with ``fill``."""
-    lengths = pc.list_value_length(col).fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
-    flat = col.flatten().to_numpy(zero_copy_only=False).astype(np.int64)
+    lengths = _list_lengths(col)
+    flat = _flatten(col)
     out = np.full((n, width), fill, dtype=np.int64)
     if flat.size:
         rows = np.repeat(np.arange(n), lengths)
         pos = np.arange(flat.size) - np.repeat(_exclusive_cumsum(lengths), lengths)
         out[rows, pos] = flat
     return out
+
+
+def _codes(col: pa.ChunkedArray) -> tuple[np.ndarray, list[str]]:
+    """A (dictionary-encoded) string column as integer codes and the strings they stand for."""
+    index: dict[str, int] = {}
+    parts = []
+    for chunk in col.chunks:
+        if isinstance(chunk, pa.DictionaryArray):
+            local = np.array(
+                [index.setdefault(v, len(index)) for v in chunk.dictionary.to_pylist()], np.int64
+            )
+            codes = chunk.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+            parts.append(local[codes] if local.size else codes)
+        else:
+            parts.append(np.array([index.setdefault(v, len(index)) for v in chunk.to_pylist()], np.int64))
+    codes = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+    return codes, list(index)
 
 
 @dataclass
@@ -75,7 +124,7 @@ class _Bits:
 
     @classmethod
     def of(cls, col: pa.Array) -> _Bits:
-        valid = col.is_valid().to_numpy(zero_copy_only=False)
+        valid = _validity(col)
         buffers = col.buffers()
         width = np.int64 if pa.types.is_large_binary(col.type) else np.int32
         if buffers[1] is None:
@@ -114,7 +163,7 @@ class LaneDecoder:
         n = self.rows = trace.num_rows
         self.lanes = _numpy(trace, "lanes", np.int64)
         shape = _column(trace, "shape")
-        ndim = pc.list_value_length(shape).fill_null(0).to_numpy(zero_copy_only=False)
+        ndim = _list_lengths(shape)
         width = max(1, int(ndim.max()) if n else 1)
         # Trailing padding with size-1 axes and zero strides leaves C-order unravelling unchanged.
         self.shape = _padded(shape, n, width, 1)
@@ -125,10 +174,9 @@ class LaneDecoder:
             suffix[:, axis] = suffix[:, axis + 1] * self.shape[:, axis + 1]
         self.suffix = suffix
         offsets = _column(trace, "offsets")
-        self.irregular = offsets.is_valid().to_numpy(zero_copy_only=False)
-        self.irregular_values = offsets.flatten().to_numpy(zero_copy_only=False).astype(np.int64)
-        lengths = pc.list_value_length(offsets).fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
-        self.irregular_starts = _exclusive_cumsum(lengths)
+        self.irregular = _validity(offsets)
+        self.irregular_values = _flatten(offsets)
+        self.irregular_starts = _exclusive_cumsum(_list_lengths(offsets))
         self.mask = _Bits.of(_column(trace, "mask"))
         self.oob_mask = _Bits.of(_column(trace, "oob_mask"))
 
@@ -206,9 +254,8 @@ def line_counts(trace: pa.Table) -> dict[int, LineCounts]:
         return {}
     line = _numpy(trace, "line", np.int64)
     active = _numpy(trace, "active", np.int64)
-    ops = _column(trace, "op").cast(pa.string()).dictionary_encode()
-    codes = ops.indices.to_numpy(zero_copy_only=False)
-    kinds = np.array([op_kind(str(v)) for v in ops.dictionary.to_pylist()], dtype=object)
+    codes, names = _codes(trace.column("op"))
+    kinds = np.array([op_kind(str(v)) for v in names], dtype=object)
     lines, inverse = np.unique(line, return_inverse=True)
     out = {int(v): LineCounts(int(v)) for v in lines}
     events = np.bincount(inverse, minlength=lines.size)
@@ -224,7 +271,11 @@ def line_counts(trace: pa.Table) -> dict[int, LineCounts]:
 
 @dataclass
 class OobRows:
-    """The first trace rows with out-of-bounds lanes (as dicts) and how many such rows there are."""
+    """The first trace rows with out-of-bounds lanes and how many such rows there are.
+
+    Each row is a dict of the trace's columns plus ``oob_offsets``: the smallest and largest element offset
+    of its out-of-bounds lanes (None if the row has none).
+    """
 
     total: int
     rows: list[dict[str, Any]] = field(default_factory=list)
@@ -234,7 +285,16 @@ def oob_rows(trace: pa.Table, first: int) -> OobRows:
     if trace.num_rows == 0:
         return OobRows(0)
     hits = np.flatnonzero(_numpy(trace, "oob", np.int64) > 0)
-    rows = [trace.slice(int(i), 1).to_pylist()[0] for i in hits[:first]]
+    if not hits.size or first <= 0:
+        return OobRows(int(hits.size))
+    decoder = LaneDecoder(trace)
+    rows = []
+    for i in hits[:first]:
+        row = trace.slice(int(i), 1).to_pylist()[0]
+        lanes = decoder.decode(int(i), int(i) + 1)
+        outside = lanes.offset[lanes.oob]
+        row["oob_offsets"] = (int(outside.min()), int(outside.max())) if outside.size else None
+        rows.append(row)
     return OobRows(int(hits.size), rows)
 
 
@@ -252,8 +312,8 @@ def lane_table(
     event = _numpy(trace, "event", np.int32)
     arg = _numpy(trace, "arg", np.int16)
     line = _numpy(trace, "line", np.int32)
-    ops = _column(trace, "op").cast(pa.string()).dictionary_encode()
-    op_codes = ops.indices.to_numpy(zero_copy_only=False)
+    op_codes, op_names = _codes(trace.column("op"))
+    ops = pa.array(op_names, type=pa.string())
     names, name_codes = _arg_dictionary(arg, arg_names)
     for chunk in decoder.chunks(max_lanes):
         r = chunk.row
@@ -263,7 +323,7 @@ def lane_table(
             pa.array(pid[1][r]),
             pa.array(pid[2][r]),
             pa.array(event[r]),
-            pa.DictionaryArray.from_arrays(pa.array(op_codes[r]), ops.dictionary).cast(pa.string()),
+            pa.DictionaryArray.from_arrays(pa.array(op_codes[r].astype(np.int32)), ops).cast(pa.string()),
             pa.array(arg[r]),
             pa.DictionaryArray.from_arrays(pa.array(name_codes[r]), names).cast(pa.string()),
             pa.array(line[r]),

@@ -20,11 +20,11 @@ EXIT_USAGE = 2
 def out() -> Console:
     """stdout; a pipe gets wide lines instead of rich's 80-column default, so tables are not squeezed."""
     width = None if sys.stdout.isatty() else 240
-    return Console(file=sys.stdout, highlight=False, width=width, soft_wrap=False)
+    return Console(file=sys.stdout, highlight=False, emoji=False, width=width, soft_wrap=False)
 
 
 def err() -> Console:
-    return Console(file=sys.stderr, highlight=False, soft_wrap=True)
+    return Console(file=sys.stderr, highlight=False, emoji=False, soft_wrap=True)
 
 
 def fail(message: str) -> NoReturn:
