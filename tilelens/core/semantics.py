@@ -12,7 +12,8 @@ ran correctly compute bit for bit what they computed before.
   ``eps.to(tl.float32)`` fails) and stores such an int as ``uint32``.
 * **bfloat16.** The interpreter keeps bf16 values as their raw 16 bits in ``uint16`` arrays, and then does
   integer arithmetic, integer reductions and ``tl.dot`` on those bits, truncates fp32 -> bf16 instead of
-  rounding to nearest even, has no ``get_bf16`` to make a bf16 constant, and its C atomics reject them.
+  rounding to nearest even, has no ``get_bf16`` to make a bf16 constant (3.9's truncates), and its C atomics
+  reject them.
   Here bf16 data is widened to fp32 for every numeric operation and rounded back to nearest even, which is
   what the GPU's bf16 instructions compute.
 * **libdevice.** ``triton.language.extra.libdevice`` holds stubs that compiled Triton maps to the backend's
