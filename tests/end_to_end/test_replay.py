@@ -418,6 +418,18 @@ def test_cuda_tf32_matmul_is_judged_with_tf32_tolerance(tmp_path: Path) -> None:
     assert strict.outcome == "mismatch" and strict.max_abs_err and strict.max_abs_err > 1e-6
 
 
+@needs_cuda
+def test_cuda_compiles_the_recorded_source_with_from_history(bump: tuple[dict[str, str], Path, int]) -> None:
+    where, script, launch = bump
+    script.write_text(BUMP.replace("x * 2.0", "x * 3.0"))
+    with History.open(**where) as h:
+        changed = replay_launch(h, launch, device="cuda", allow_changed=True)
+        recorded = replay_launch(h, launch, device="cuda", from_history=True, trust_source=True)
+    assert changed.outcome == "mismatch" and changed.source_changed
+    assert recorded.outcome == "match", recorded.message
+    assert recorded.message.startswith("recorded source; launch")
+
+
 def test_replay_rows_carry_outcome_device_and_time(examples: dict[str, str]) -> None:
     with History.open(**examples) as h:
         r = replay_launch(h, 2)

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from tilelens.replay.blobread import read_tensor
 from tilelens.replay.result import ReplayFailure
 from tilelens.replay.spec import ArgSpec, LaunchSpec
 from tilelens.store import BlobError, BlobStore
@@ -83,7 +84,7 @@ def _load(blobs: BlobStore, launch: LaunchSpec, a: ArgSpec, sha: str | None, whi
     if sha is None:
         raise ReplayFailure(f"launch {launch.id}: argument {a.name} has no {which} snapshot to rebuild from")
     try:
-        t = blobs.get_tensor(sha)
+        t = read_tensor(blobs, sha)
     except BlobError as exc:
         raise ReplayFailure(f"launch {launch.id}: argument {a.name} ({which} snapshot): {exc}") from None
     except ValueError as exc:  # not a tensor this code can decode
