@@ -67,7 +67,7 @@ def replay_launch(
         launch_id=spec.id,
         kernel=spec.kernel.name,
         device=device,
-        backend="interpreter" if device == "cpu" else "compiled",
+        backend="compiled" if device.startswith("cuda") else "interpreter",
         outcome="error",
         message="",
         from_history=from_history,
@@ -79,6 +79,7 @@ def replay_launch(
     try:
         dev = parse_device(device)
         result.device = str(dev)
+        result.backend = "interpreter" if dev.type == "cpu" else "compiled"
         resolved = (resolver or KernelResolver()).resolve(spec.kernel, from_history=from_history)
         result.source_changed = resolved.source_changed
         if resolved.source_changed and not allow_changed:
@@ -99,6 +100,9 @@ def replay_launch(
     except ReplayFailure as failure:
         result.outcome = "error"
         result.message = str(failure)
+    except Exception as exc:  # a bug or an environment problem: still one answer, and one row, per launch
+        result.outcome = "error"
+        result.message = f"launch {spec.id}: replay failed unexpectedly: {_message(exc)}"
     result.duration_s = time.perf_counter() - started
     if store:
         result.replay_id = history.write_replay(

@@ -122,16 +122,7 @@ def _rebuild_group(
         start = a.storage_offset * dtype.itemsize
         placed.append((a, dtype, start, snap))
         nbytes = max(nbytes, start + span * dtype.itemsize)
-    # numpy for the host buffer: torch fills and copies large CPU tensors with its thread pool, whose wake-up
-    # alone costs milliseconds on a busy machine, more than a small launch takes to interpret.
-    host = np.zeros(nbytes + GUARD_BYTES, dtype=np.uint8)
-    for _a, _dt, start, snap in placed:
-        if snap.numel():
-            data = snap.contiguous().view(torch.uint8).numpy()
-            host[start : start + data.size] = data
-    raw = torch.from_numpy(host)
-    if device.type != "cpu":
-        raw = raw.to(device)
+    raw = _fill(nbytes + GUARD_BYTES, [(start, snap) for _a, _dt, start, snap in placed], device)
     storage = raw.untyped_storage()
     views = {}
     for a, dtype, _start, _snap in placed:
@@ -139,6 +130,29 @@ def _rebuild_group(
         view.set_(storage, a.storage_offset, a.shape, a.strides)
         views[a.position] = view
     return views
+
+
+def _fill(nbytes: int, pieces: list[tuple[int, torch.Tensor]], device: torch.device) -> torch.Tensor:
+    """A zeroed byte buffer on ``device`` with each snapshot's bytes at its byte offset.
+
+    Only the recorded bytes travel: a view deep into a large storage costs its span, not the zeros before it
+    (calloc'd pages on the host, one memset on a GPU).
+    """
+    if device.type == "cpu":
+        # numpy, not torch: torch fills and copies large CPU tensors with its thread pool, whose wake-up alone
+        # costs milliseconds on a busy machine, more than a small launch takes to interpret.
+        host = np.zeros(nbytes, dtype=np.uint8)
+        for start, snap in pieces:
+            if snap.numel():
+                data = snap.contiguous().view(torch.uint8).numpy()
+                host[start : start + data.size] = data
+        return torch.from_numpy(host)
+    raw = torch.zeros(nbytes, dtype=torch.uint8, device=device)
+    for start, snap in pieces:
+        if snap.numel():
+            data = snap.contiguous().view(torch.uint8)
+            raw[start : start + data.numel()].copy_(data)
+    return raw
 
 
 def _maybe_reinterpret(launch: LaunchSpec, a: ArgSpec, view: torch.Tensor) -> Any:
