@@ -574,22 +574,32 @@ class HistoryQuery:
             {"blob": extra[11], "rows": extra[12], "bytes": extra[13]} if extra[11] is not None else None
         )
 
+        arg_rows = self._rows(_ARGS_SELECT, {"id": launch_id})
+        # The trace is read only for what the rows do not hold: Parquet means importing pyarrow, a third of
+        # this command's time. A recorder that stores ``distinct_elements`` per argument spares it for
+        # launches without out-of-bounds lanes.
+        stored = all(_json(r[10]) is None or "distinct_elements" in _json(r[10]) for r in arg_rows)
+        need_trace = source or launch.oob_lanes > 0 or not stored
         trace, trace_error = None, None
-        if trace_info is not None:
+        if trace_info is not None and need_trace:
             try:
                 trace = self._trace_table(trace_info["blob"])
             except BlobError as exc:
                 trace_error = str(exc)
 
-        from tilelens import lanes
+        distinct = None
+        if trace is not None:
+            from tilelens import lanes
 
-        distinct = lanes.distinct_elements(trace) if trace is not None else None
-        args = [self._argument(r, distinct) for r in self._rows(_ARGS_SELECT, {"id": launch_id})]
+            distinct = lanes.distinct_elements(trace)
+        args = [self._argument(r, distinct) for r in arg_rows]
         unattributed = AccessStats.of(unattributed_summary, None) if unattributed_summary else None
 
         events: list[OobEvent] = []
         event_count = 0
         if trace is not None and launch.oob_lanes:
+            from tilelens import lanes
+
             found = lanes.oob_rows(trace, oob_events)
             event_count = found.total
             names = {a.position: a.name for a in args}
@@ -597,6 +607,8 @@ class HistoryQuery:
 
         source_lines = None
         if source:
+            from tilelens import lanes
+
             source_lines = _source_lines(kernel, lanes.line_counts(trace) if trace is not None else {})
 
         return LaunchDetail(
@@ -618,6 +630,8 @@ class HistoryQuery:
     def _argument(self, r: Sequence[Any], distinct: dict[int, int] | None) -> ArgumentInfo:
         access = _json(r[10])
         position = int(r[0])
+        if distinct is None and access is not None and access.get("distinct_elements") is not None:
+            distinct = {position: int(access["distinct_elements"])}
         return ArgumentInfo(
             position=position,
             name=r[1],
