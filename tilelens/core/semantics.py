@@ -213,16 +213,12 @@ def bf16_scan(original: Callable[..., Any], numpy_scan: Callable[..., np.ndarray
     return scan
 
 
-_RMW_BF16: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
-    "FADD": lambda old, val: old + val,
-    "MAX": np.maximum,
-    "MIN": np.minimum,
-    "XCHG": lambda old, val: val,
-}
+# Triton's semantics allows only atomic_add on bf16 (atomic_max/min/xchg reject it before the builder).
+_RMW_BF16: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {"FADD": np.add}
 
 
 def bf16_atomic_rmw(original: Callable[..., Any]) -> Callable[..., Any]:
-    """Atomic read-modify-write on bf16 memory (the interpreter's C atomics reject 16-bit floats).
+    """bf16 atomic_add (the interpreter's C atomics reject 16-bit floats).
 
     Programs run one after another, so lanes are applied in order; a lane that hits an address an earlier
     lane of the same call updated sees that update, as it would after the hardware serialised them.
