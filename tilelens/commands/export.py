@@ -9,18 +9,15 @@ import typer
 from tilelens.commands import render
 from tilelens.commands.common import state
 
-HELP = """Write a launch's access trace as a flat table with one row per lane: launch_id, pid_x, pid_y,
-pid_z, event, op, arg, arg_name, line, lane, offset (in elements of the argument), active (the mask) and
-oob. Read it with pandas, polars or DuckDB.
-
-Examples:
-
-  tilelens export 42 -o launch42.parquet
-
-  tilelens export 42 --format csv -o launch42.csv
-
-  duckdb -c "SELECT line, count(*) FROM 'launch42.parquet' WHERE active GROUP BY line"
-"""
+HELP = (
+    "Write a launch's access trace as a flat table with one row per lane: launch_id, pid_x, pid_y, "
+    "pid_z, event, op, arg, arg_name, line, lane, offset (in elements of the argument), active (the "
+    "mask) and oob. Read it with pandas, polars or DuckDB.\n\n"
+    "Examples:\n\n"
+    "  tilelens export 42 -o launch42.parquet\n\n"
+    "  tilelens export 42 --format csv -o launch42.csv\n\n"
+    "  duckdb -c \"SELECT line, count(*) FROM 'launch42.parquet' WHERE active GROUP BY line\"\n"
+)
 
 
 def register(app: typer.Typer) -> None:

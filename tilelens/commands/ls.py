@@ -7,19 +7,15 @@ import typer
 from tilelens.commands import render
 from tilelens.commands.common import JSON_OPTION, print_json, state
 
-HELP = """List recorded launches, newest first (with --runs: recording runs).
-
-Filters combine: every one given must hold. --kernel takes a kernel's name or module.name, with * as a
-wildcard.
-
-Examples:
-
-  tilelens ls --limit 20
-
-  tilelens ls --kernel matmul_kernel --oob
-
-  tilelens ls --runs --status failed --json
-"""
+HELP = (
+    "List recorded launches, newest first (with --runs: recording runs).\n\n"
+    "Filters combine: every one given must hold. --kernel takes a kernel's name or module.name, with "
+    "* as a wildcard.\n\n"
+    "Examples:\n\n"
+    "  tilelens ls --limit 20\n\n"
+    "  tilelens ls --kernel matmul_kernel --oob\n\n"
+    "  tilelens ls --runs --status failed --json\n"
+)
 
 
 def register(app: typer.Typer) -> None:

@@ -19,20 +19,16 @@ from tilelens.commands.common import state
 if TYPE_CHECKING:
     from tilelens.core.recorder import Recording
 
-HELP = """Run a Python program as `python` would and record every Triton kernel launch it makes.
-
-Everything after SCRIPT (or after -m MODULE) goes to the program untouched. The program's output passes
-through, and its exit status is this command's. At the end a summary (run id, launches per kernel,
-errors, out-of-bounds lanes, where the history is) is printed on stderr.
-
-Examples:
-
-  tilelens record examples/vector_add.py
-
-  tilelens record --tag nightly -m pytest tests/kernels -x
-
-  tilelens --db runs/h.db record --autotune all train.py --epochs 1
-"""
+HELP = (
+    "Run a Python program as `python` would and record every Triton kernel launch it makes.\n\n"
+    "Everything after SCRIPT (or after -m MODULE) goes to the program untouched. The program's "
+    "output passes through, and its exit status is this command's. At the end a summary (run id, "
+    "launches per kernel, errors, out-of-bounds lanes, where the history is) is printed on stderr.\n\n"
+    "Examples:\n\n"
+    "  tilelens record examples/vector_add.py\n\n"
+    "  tilelens record --tag nightly -m pytest tests/kernels -x\n\n"
+    "  tilelens --db runs/h.db record --autotune all train.py --epochs 1\n"
+)
 
 
 def register(app: typer.Typer) -> None:

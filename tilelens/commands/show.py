@@ -14,19 +14,16 @@ if TYPE_CHECKING:
 
     from tilelens.query import AccessStats, LaunchDetail
 
-HELP = """Show one launch: kernel, grid, config, arguments, what each argument's lanes did (loads, stores,
-atomics, lanes, bytes, distinct elements, out-of-bounds lanes) and the first out-of-bounds events.
-
---source prints the kernel's source with the lanes each line loaded and stored in the margin.
-
-Examples:
-
-  tilelens show 42
-
-  tilelens show 42 --source
-
-  tilelens show 42 --json | jq '.args[] | {name, access}'
-"""
+HELP = (
+    "Show one launch: kernel, grid, config, arguments, what each argument's lanes did (loads, "
+    "stores, atomics, lanes, bytes, distinct elements, out-of-bounds lanes) and the first "
+    "out-of-bounds events.\n\n"
+    "--source prints the kernel's source with the lanes each line loaded and stored in the margin.\n\n"
+    "Examples:\n\n"
+    "  tilelens show 42\n\n"
+    "  tilelens show 42 --source\n\n"
+    "  tilelens show 42 --json | jq '.args[] | {name, access}'\n"
+)
 
 
 def register(app: typer.Typer) -> None:

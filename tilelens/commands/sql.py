@@ -11,19 +11,16 @@ import typer
 from tilelens.commands import render
 from tilelens.commands.common import print_json, state
 
-HELP = """Run one read-only SQL query over the history.
-
-The database itself refuses writes (INSERT, UPDATE, DELETE, DROP, ATTACH, PRAGMA assignments...): such a
-statement fails with a one-line message and changes nothing. Besides the tables (runs, kernels, launches,
-launch_args, autotune_events, replays, blobs) there are views: launch_overview, oob_launches,
-autotune_choices and run_overview (see README.md).
-
-Examples:
-
-  tilelens sql "SELECT kernel, count(*) FROM launch_overview GROUP BY kernel"
-
-  tilelens sql "SELECT * FROM oob_launches ORDER BY launch_id DESC LIMIT 5" --format json
-"""
+HELP = (
+    "Run one read-only SQL query over the history.\n\n"
+    "The database itself refuses writes (INSERT, UPDATE, DELETE, DROP, ATTACH, PRAGMA "
+    "assignments...): such a statement fails with a one-line message and changes nothing. Besides "
+    "the tables (runs, kernels, launches, launch_args, autotune_events, replays, blobs) there are "
+    "views: launch_overview, oob_launches, autotune_choices and run_overview (see README.md).\n\n"
+    "Examples:\n\n"
+    '  tilelens sql "SELECT kernel, count(*) FROM launch_overview GROUP BY kernel"\n\n'
+    '  tilelens sql "SELECT * FROM oob_launches ORDER BY launch_id DESC LIMIT 5" --format json\n'
+)
 
 
 def register(app: typer.Typer) -> None:
