@@ -70,6 +70,7 @@ class LaunchContext:
         self.collector = collector
         self.helpers: dict[int, Any] = {}
         self.patcher = patcher  # for patches only known once the kernel runs (libdevice in its globals)
+        self.redirected: set[int] = set()  # ids of the globals dicts whose libdevice names are redirected
 
     def interpreted_helper(self, fn: Any) -> Any:
         # Keyed by id(): hashing a JITFunction computes its cache_key, which must not happen inside a launch.
@@ -184,7 +185,9 @@ def _patch_lang_with_libdevice(original: Callable[..., Any]) -> Callable[..., An
         launch = current_launch()
         if launch is not None:
             fn_globals = getattr(fn, "__globals__", None)
-            if fn_globals is not None:
+            # Once per module and launch: the interpreter calls this for every helper call, in every loop.
+            if fn_globals is not None and id(fn_globals) not in launch.redirected:
+                launch.redirected.add(id(fn_globals))
                 for name, value in semantics.libdevice_redirects(fn_globals):
                     launch.patcher.set_item(fn_globals, name, value)
         return scope
@@ -229,6 +232,21 @@ def launch_patches(collector: AccessCollector) -> Iterator[LaunchContext]:
         finally:
             patcher.restore()
             _restore_namespaces(lang_snapshot)
+
+
+class _NoCapture(AccessCollector):
+    def record(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def compiled_semantics() -> Iterator[None]:
+    """Triton's interpreter with TileLens's compiled-Triton semantics but no capture, for the block.
+
+    The baseline for kernels the stock interpreter cannot run at all (the benchmark's "stock" for them).
+    """
+    with launch_patches(_NoCapture()):
+        yield
 
 
 def _restore_namespaces(snapshot: list[tuple[Any, dict[str, Any]]]) -> None:

@@ -7,9 +7,10 @@ nothing here changes Triton outside a TileLens launch. Each fix only acts on the
 and wide integer scalar parameters, bfloat16 data, libdevice calls): kernels the stock interpreter already
 ran correctly compute bit for bit what they computed before.
 
-* **Scalar parameters.** Compiled Triton types a Python ``float`` argument as an ``fp32`` scalar and an int
-  in [2**31, 2**63) as ``i64``; the stock interpreter passes the float through as a Python float (so
-  ``eps.to(tl.float32)`` fails) and stores such an int as ``uint32``.
+* **Scalar parameters.** Compiled Triton types a Python ``float`` argument as an ``fp32`` scalar, an int in
+  [2**31, 2**63) as ``i64`` and a bool as ``i1``; the stock interpreter passes the float through as a Python
+  float (so ``eps.to(tl.float32)`` fails), stores ints in [2**31, 2**32) as ``uint32``, and (3.6) a bool as
+  int32 data under an ``i1`` type, which fails.
 * **bfloat16.** The interpreter keeps bf16 values as their raw 16 bits in ``uint16`` arrays, and then does
   integer arithmetic, integer reductions and ``tl.dot`` on those bits, truncates fp32 -> bf16 instead of
   rounding to nearest even, has no ``get_bf16`` to make a bf16 constant (3.9's truncates), and its C atomics
@@ -53,6 +54,8 @@ def typed_scalar_cvt(original: Callable[[Any], Any]) -> Callable[[Any], Any]:
     """
 
     def _implicit_cvt(arg: Any) -> Any:
+        if isinstance(arg, bool):  # i1 (Triton 3.6 stores it as int32 under an i1 type, which then fails)
+            return tl.tensor(TensorHandle(np.array([arg], dtype=np.bool_), tl.int1), tl.int1)
         if isinstance(arg, float):
             with np.errstate(over="ignore"):  # compiled Triton passes a C float: out of range becomes inf
                 data = np.array([arg], dtype=np.float32)
@@ -108,7 +111,8 @@ def to_bf16(values: Any) -> np.ndarray:
 
 
 def _is_bf16(value: Any) -> bool:
-    return isinstance(value, TensorHandle) and value.dtype == tl.bfloat16
+    # By name: cheaper than tl.dtype.__eq__, and this runs for every operand of every builder call.
+    return type(value) is TensorHandle and getattr(value.dtype, "name", None) == "bf16"
 
 
 def _widen(value: Any) -> Any:
@@ -132,7 +136,10 @@ def through_fp32(method: Callable[..., Any], result_from: int | None = None) -> 
     """
 
     def wrapper(self: Any, *args: Any) -> Any:
-        if not any(_is_bf16(a) for a in args):
+        for a in args:
+            if type(a) is TensorHandle and getattr(a.dtype, "name", None) == "bf16":
+                break
+        else:
             return method(self, *args)
         result = method(self, *[_widen(a) for a in args])
         narrow = _is_bf16(args[result_from]) if result_from is not None else True
@@ -523,8 +530,9 @@ def _kernel_frame(exc: BaseException) -> tuple[str, int] | None:
         found = None
         tb = link.__traceback__
         while tb is not None:
-            filename = os.path.abspath(tb.tb_frame.f_code.co_filename)
-            if not filename.startswith(_OWN_FILES) and not filename.startswith("<"):
+            raw = tb.tb_frame.f_code.co_filename
+            filename = os.path.abspath(raw)
+            if not raw.startswith("<") and not filename.startswith(_OWN_FILES):
                 found = (filename, tb.tb_lineno)
             tb = tb.tb_next
         if found is not None:
