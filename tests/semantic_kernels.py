@@ -32,6 +32,13 @@ with knobs.runtime.scope():
         tl.store(out_ptr, n + n)
 
     @triton.jit
+    def bool_param(out_ptr, flag, n):
+        if flag:
+            tl.store(out_ptr, n + 1)
+        else:
+            tl.store(out_ptr, n - 1)
+
+    @triton.jit
     def bf16_constants(x_ptr, out_ptr, N: tl.constexpr):
         offs = tl.arange(0, N)
         tl.store(out_ptr + offs, tl.load(x_ptr + offs) * 2.0 + 1.5)

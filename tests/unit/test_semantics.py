@@ -77,6 +77,17 @@ def test_int_parameter_between_2_31_and_2_63_is_i64():
     assert rec.status == "ok" and out.item() == 2 * n
 
 
+def test_bool_parameter_is_i1():
+    out = torch.zeros(1, dtype=torch.int32)
+    try:
+        stock(sk.bool_param, out, True, 5)
+    except ValueError as exc:  # raised while converting arguments, before the interpreter wraps errors
+        assert "exceeds dtype primitive_bitwidth" in str(exc)  # Triton 3.6: int32 data under an i1 type
+    for flag, expected in ((True, 6), (False, 4)):
+        assert recorded(sk.bool_param, out, flag, 5).status == "ok"
+        assert out.item() == expected
+
+
 # ---------------------------------------------------------------------------------------------------- bf16
 
 
@@ -131,6 +142,8 @@ def test_bf16_dot_accumulates_in_fp32():
     torch.manual_seed(2)
     a, b = torch.randn(16, 16, dtype=torch.bfloat16), torch.randn(16, 16, dtype=torch.bfloat16)
     c = torch.empty(16, 16)
+    stock(sk.bf16_dot, a, b, c, N=16)
+    assert not torch.allclose(c, a.float() @ b.float(), rtol=1e-2, atol=1e-2)  # a product of the raw bits
     assert recorded(sk.bf16_dot, a, b, c, N=16).status == "ok"
     torch.testing.assert_close(c, a.float() @ b.float(), rtol=1e-6, atol=1e-5)
 
