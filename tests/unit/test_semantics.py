@@ -19,7 +19,7 @@ import torch
 
 from tests import semantic_kernels as sk
 from tilelens.core import compat, semantics
-from tilelens.core.interpreter import make_interpreted
+from tilelens.core.interpreter import _Patcher, make_interpreted
 from tilelens.core.trace import TritonTrace
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -191,6 +191,32 @@ def test_libdevice_redirects_are_removed_after_the_launch():
     recorded(sk.libdevice_calls, torch.rand(16), torch.empty(48), N=16)
     assert {name: vars(sk)[name] for name in names} == before
     assert sk.tanh.__module__ == compat.LIBDEVICE_STUB_MODULE
+
+
+def test_cache_keys_are_unchanged_while_libdevice_is_redirected():
+    # Another thread may compute a cache key while a launch has the redirects in place: Triton's dependency
+    # walker must see them as it sees the stubs and modules they replace.
+    registry = dict(compat.jit_registry or {})
+    stub_tanh, stubs = sk.tanh, sk.libdevice
+
+    def fresh_key():
+        return compat.JITFunction(sk.libdevice_calls.fn).cache_key
+
+    try:
+        before = fresh_key()
+        patcher = _Patcher()
+        for name, value in semantics.libdevice_redirects(vars(sk)):
+            patcher.set_item(vars(sk), name, value)
+        assert vars(sk)["tanh"] is not stub_tanh and vars(sk)["libdevice"] is not stubs
+        try:
+            during = fresh_key()
+        finally:
+            patcher.restore()
+    finally:
+        if compat.jit_registry is not None:
+            compat.jit_registry.clear()
+            compat.jit_registry.update(registry)
+    assert during == before
 
 
 # ----------------------------------------------------------------------------------------------- failures

@@ -32,6 +32,7 @@ import inspect
 import linecache
 import math
 import os
+import types
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -447,17 +448,24 @@ def _interpreted_extern(builtin: Any) -> Callable[..., Any]:
     return wrapper
 
 
-class InterpretedLibdevice:
-    """Stands in for a libdevice module named in a kernel's globals (``libdevice.tanh(x)``)."""
+_interpreted_modules: dict[int, types.ModuleType] = {}
 
-    def __init__(self, backend: Any) -> None:
-        self._backend = backend
-        self.__name__ = compat.LIBDEVICE_STUB_MODULE
 
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return _interpreted_extern(getattr(self._backend, name))
+def interpreted_libdevice(backend: Any) -> types.ModuleType:
+    """Stands in for a libdevice module named in a kernel's globals (``libdevice.tanh(x)``).
+
+    A real module object (cached per backend): Triton's dependency walker skips modules, so a cache key that
+    another thread computes during the launch is unchanged.
+    """
+    module = _interpreted_modules.get(id(backend))
+    if module is None:
+        module = types.ModuleType(compat.LIBDEVICE_STUB_MODULE)
+        for name, value in vars(backend).items():
+            if compat.is_builtin(value):
+                setattr(module, name, _interpreted_extern(value))
+        module._tilelens_backend = backend  # type: ignore[attr-defined]
+        _interpreted_modules[id(backend)] = module
+    return module
 
 
 def libdevice_redirects(fn_globals: dict[str, Any]) -> Iterator[tuple[str, Any]]:
@@ -472,16 +480,15 @@ def libdevice_redirects(fn_globals: dict[str, Any]) -> Iterator[tuple[str, Any]]
         return
     modules = compat.libdevice_modules()
     for name, value in list(fn_globals.items()):
-        if isinstance(value, InterpretedLibdevice) or getattr(value, "_tilelens_builtin", None) is not None:
-            continue
         if inspect.ismodule(value):
             if any(value is m for m in modules):
                 target = backend if value.__name__ == compat.LIBDEVICE_STUB_MODULE else value
-                yield name, InterpretedLibdevice(target)
+                yield name, interpreted_libdevice(target)
             continue
-        if not callable(value):
+        # Stubs and the backends' builtins are plain functions; so are the wrappers already put in place.
+        if not inspect.isfunction(value) or getattr(value, "_tilelens_builtin", None) is not None:
             continue
-        module = getattr(value, "__module__", None)
+        module = value.__module__
         if module == compat.LIBDEVICE_STUB_MODULE:
             real = getattr(backend, getattr(value, "__name__", name), None)
             if real is not None:
