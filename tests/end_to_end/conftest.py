@@ -1,0 +1,117 @@
+"""The ``tilelens`` command run as users run it, and one recorded history the CLI tests share.
+
+Recording starts a process that imports torch and Triton (seconds each time), so the examples are recorded
+once per test session (per xdist worker) and the read-command tests query that history; tests that change
+a history record their own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import sqlite3
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples"
+
+
+def tilelens_argv() -> list[str]:
+    script = Path(sys.executable).with_name("tilelens")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "tilelens.cli"]
+
+
+def tilelens(
+    *args: object, cwd: Path | None = None, timeout: float = 600
+) -> subprocess.CompletedProcess[str]:
+    """Run ``tilelens ARGS`` in a fresh process; stdout and stderr are captured separately."""
+    env = dict(os.environ)
+    env.pop("COLUMNS", None)
+    return subprocess.run(
+        [*tilelens_argv(), *(str(a) for a in args)],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env,
+        timeout=timeout,
+    )
+
+
+@dataclass(frozen=True)
+class Output:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def tilelens_in_process(*args: object) -> Output:
+    """``tilelens ARGS`` through the same entry point in this process: for the many cheap read-command checks.
+
+    Read commands import neither torch nor Triton, so a fresh process would only add its start-up time;
+    the process-level behaviour (exit status, stderr) is covered by the subprocess tests.
+    """
+    from tilelens.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main([str(a) for a in args])
+    return Output(code, out.getvalue(), err.getvalue())
+
+
+def one_line_error(proc: subprocess.CompletedProcess[str] | Output) -> str:
+    """The single stderr line of an input error (exit 2, no traceback)."""
+    assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert lines[0].startswith("tilelens: error: "), lines[0]
+    return lines[0]
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """The examples recorded by ``tilelens record --autotune all examples/run_all.py``."""
+
+    db: Path
+    proc: subprocess.CompletedProcess[str]
+    run_id: int
+    ids: dict[str, list[int]]  # kernel qualname -> launch ids, oldest first
+
+    def rows(self, sql: str) -> list[tuple]:
+        with sqlite3.connect(f"file:{self.db}?mode=ro", uri=True) as conn:
+            return conn.execute(sql).fetchall()
+
+    @property
+    def location(self) -> list[object]:
+        # Explicit blobs: the tests' TILELENS_BLOBS changes from test to test and would win over "beside --db".
+        return ["--db", self.db, "--blobs", self.db.parent / "blobs"]
+
+    def cli(self, *args: object) -> subprocess.CompletedProcess[str]:
+        return tilelens(*self.location, *args)
+
+    def main(self, *args: object) -> Output:
+        return tilelens_in_process(*self.location, *args)
+
+
+@pytest.fixture(scope="session")
+def examples_history(tmp_path_factory: pytest.TempPathFactory) -> Recorded:
+    db = tmp_path_factory.mktemp("examples-history") / "h.db"
+    proc = tilelens(
+        "--db", db, "--blobs", db.parent / "blobs", "record", "--tag", "examples", "--autotune", "all",
+        EXAMPLES / "run_all.py", "--ignored",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    with sqlite3.connect(db) as conn:
+        (run_id,) = conn.execute("SELECT max(id) FROM runs").fetchone()
+        ids: dict[str, list[int]] = {}
+        for launch_id, qualname in conn.execute(
+            "SELECT l.id, k.qualname FROM launches l JOIN kernels k ON k.id = l.kernel_id ORDER BY l.id"
+        ):
+            ids.setdefault(qualname, []).append(launch_id)
+    return Recorded(db=db, proc=proc, run_id=run_id, ids=ids)
