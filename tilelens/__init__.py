@@ -12,11 +12,31 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
-    from tilelens.api import Recording, TritonTrace, record, trace
+    from tilelens.api import (
+        GluonTrace,
+        History,
+        Recording,
+        TritonTrace,
+        open_history,
+        open_query,
+        record,
+        replay_launch,
+        trace,
+    )
 
-_LAZY = {"Recording", "TritonTrace", "record", "trace"}
-
-__all__ = ["Recording", "TritonTrace", "__version__", "record", "trace"]
+__all__ = [
+    "GluonTrace",
+    "History",
+    "Recording",
+    "TritonTrace",
+    "__version__",
+    "open_history",
+    "open_query",
+    "record",
+    "replay_launch",
+    "trace",
+]
+_LAZY = set(__all__) - {"__version__"}
 
 
 def __getattr__(name: str) -> Any:

@@ -2,7 +2,35 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 from tilelens.core.recorder import Recording, record
 from tilelens.core.trace import GluonTrace, TritonTrace, trace
+from tilelens.replay import replay_launch
+from tilelens.store import History
 
-__all__ = ["GluonTrace", "Recording", "TritonTrace", "record", "trace"]
+
+def open_history(db: str | None = None, blobs: str | Path | None = None) -> History:
+    """The history at ``db``/``blobs`` (default ``./.tilelens``), created or upgraded to the current schema."""
+    return History.open(db, blobs)
+
+
+def open_query(db: str | None = None, blobs: str | Path | None = None) -> Any:
+    """Read-only access for listings and launch details (``tilelens ls`` / ``show`` from Python)."""
+    from tilelens.query import open_query as _open_query
+
+    return _open_query(db, blobs)
+
+
+__all__ = [
+    "GluonTrace",
+    "History",
+    "Recording",
+    "TritonTrace",
+    "open_history",
+    "open_query",
+    "record",
+    "replay_launch",
+    "trace",
+]
