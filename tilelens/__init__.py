@@ -39,11 +39,15 @@ __all__ = [
 _LAZY = set(__all__) - {"__version__"}
 
 
+# Names whose home needs neither torch nor Triton are loaded from there, not through tilelens.api.
+_LIGHT_HOMES = {"open_query": "tilelens.query"}
+
+
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
-        from tilelens import api
+        import importlib
 
-        value = getattr(api, name)
+        value = getattr(importlib.import_module(_LIGHT_HOMES.get(name, "tilelens.api")), name)
         globals()[name] = value  # later look-ups skip this function
         return value
     raise AttributeError(f"module 'tilelens' has no attribute {name!r}")
