@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import sys
 import traceback
-from importlib import metadata
 
 import typer
-from sqlalchemy.exc import SQLAlchemyError
 
 from tilelens.commands import register_all
 from tilelens.commands.common import CliState
@@ -31,6 +29,8 @@ app = typer.Typer(
 
 
 def version() -> str:
+    from importlib import metadata  # 20 ms of every start otherwise
+
     try:
         return metadata.version("tilelens")
     except metadata.PackageNotFoundError:
@@ -81,12 +81,20 @@ def main(argv: list[str] | None = None) -> int:
         app(args=argv, prog_name="tilelens", obj=st)
     except SystemExit as exc:
         return _exit_code(exc.code)
-    except (HistoryError, LocationError, SQLAlchemyError, OSError) as exc:
+    except Exception as exc:
+        if not _expected(exc):
+            raise
         if st.debug:
             traceback.print_exc()
         print(f"tilelens: error: {_one_line(exc)}", file=sys.stderr)
         return EXIT_USAGE
     return 0
+
+
+def _expected(exc: BaseException) -> bool:
+    sa_exc = sys.modules.get("sqlalchemy.exc")  # imported by whatever raised it, if anything did
+    types = (HistoryError, LocationError, OSError) + ((sa_exc.SQLAlchemyError,) if sa_exc else ())
+    return isinstance(exc, types)
 
 
 def _exit_code(code: object) -> int:

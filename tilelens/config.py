@@ -12,9 +12,11 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+from urllib.parse import quote, unquote
 
-from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import ArgumentError
+if TYPE_CHECKING:
+    from sqlalchemy.engine import URL
 
 ENV_DB = "TILELENS_DB"
 ENV_BLOBS = "TILELENS_BLOBS"
@@ -39,11 +41,16 @@ class Location:
 
     @property
     def url(self) -> URL:
+        from sqlalchemy.engine import make_url
+
         return make_url(self.db_url)
 
     @property
     def sqlite_path(self) -> Path | None:
         """The database file, for file-backed SQLite; None for servers and in-memory databases."""
+        match = _PLAIN_SQLITE_URL.match(self.db_url)
+        if match is not None:  # what a plain path resolves to: no need to import SQLAlchemy to read it
+            return _sqlite_database(unquote(match.group(1)))
         return _sqlite_file(self.url)
 
     def display_url(self) -> str:
@@ -51,10 +58,17 @@ class Location:
         return self.url.render_as_string(hide_password=True)
 
 
+# "sqlite:///<database>" with no driver and no query: render_as_string quotes the database with safe=" +/".
+_PLAIN_SQLITE_URL = re.compile(r"^sqlite:///([^?#]*)$")
+
+
 def _sqlite_file(url: URL) -> Path | None:
     if url.get_backend_name() != "sqlite":
         return None
-    database = url.database
+    return _sqlite_database(url.database)
+
+
+def _sqlite_database(database: str | None) -> Path | None:
     if not database or database == ":memory:" or database.startswith("file:"):
         return None
     return Path(database)
@@ -70,7 +84,11 @@ def _absolute(path: str | Path, cwd: Path) -> Path:
 
 def _normalise_db(db: str, cwd: Path) -> str:
     if not _URL_RE.match(db):
-        return URL.create("sqlite", database=str(_absolute(db, cwd))).render_as_string(hide_password=False)
+        # Exactly URL.create("sqlite", database=...).render_as_string(), without importing SQLAlchemy.
+        return "sqlite:///" + quote(str(_absolute(db, cwd)), safe=" +/")
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
     try:
         url = make_url(db)
     except (ArgumentError, ValueError) as exc:  # ValueError: e.g. a non-numeric port
@@ -108,7 +126,7 @@ def resolve_location(
     if blobs is not None:
         blobs_dir = _absolute(blobs, base)
     else:
-        sqlite_file = _sqlite_file(make_url(db_url))
+        sqlite_file = Location(db_url, base).sqlite_path
         parent = sqlite_file.parent if sqlite_file is not None else base / DEFAULT_DIR
         blobs_dir = _absolute(parent / DEFAULT_BLOBS_DIR, base)
     return Location(db_url=db_url, blobs_dir=blobs_dir)

@@ -9,13 +9,15 @@ from __future__ import annotations
 import json
 import sys
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import Console
 
 from tilelens.config import Location, resolve_location
-from tilelens.store import History
+
+if TYPE_CHECKING:
+    from tilelens.store import History
 
 
 @dataclass
@@ -28,6 +30,8 @@ class CliState:
         return resolve_location(self.db, self.blobs)
 
     def open_history(self) -> History:
+        from tilelens.store import History
+
         return History.open(location=self.location())
 
 

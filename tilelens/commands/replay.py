@@ -7,15 +7,17 @@ the worst outcome: 0 match, 1 mismatch, 2 error (including a launch that was rec
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
 from tilelens.commands.common import JSON_OPTION, console, print_json, state
-from tilelens.replay import ReplayResult, replay_launch, replay_launches, select_launches
+
+if TYPE_CHECKING:
+    from tilelens.replay import ReplayResult
 
 _STYLE = {"match": "green", "mismatch": "red", "error": "yellow"}
 
@@ -74,6 +76,8 @@ def replay(
         "atol": atol,
         "rtol": rtol,
     }
+    from tilelens.replay import replay_launch, select_launches
+
     with state(ctx).open_history() as history:
         if not batch:
             assert launch_id is not None
@@ -91,6 +95,10 @@ def replay(
 
 
 def _replay_with_progress(history: object, ids: list[int], options: dict[str, object]) -> list[ReplayResult]:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from tilelens.replay import replay_launches
+
     columns = (
         TextColumn("replaying"),
         BarColumn(),

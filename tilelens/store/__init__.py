@@ -3,27 +3,31 @@
 Importing this package does not import torch; tensors are encoded only when one is stored or loaded.
 """
 
-from tilelens.store.blobs import BlobRef, BlobStore
-from tilelens.store.errors import (
-    BlobCorruptError,
-    BlobError,
-    BlobMissingError,
-    HistoryError,
-    NotAHistoryError,
-    SchemaTooNewError,
-)
-from tilelens.store.history import History, HistoryStatus, inspect_history
+from typing import Any
 
-__all__ = [
-    "BlobCorruptError",
-    "BlobError",
-    "BlobMissingError",
-    "BlobRef",
-    "BlobStore",
-    "History",
-    "HistoryError",
-    "HistoryStatus",
-    "NotAHistoryError",
-    "SchemaTooNewError",
-    "inspect_history",
-]
+_EXPORTS = {
+    "BlobRef": "tilelens.store.blobs",
+    "BlobStore": "tilelens.store.blobs",
+    "BlobCorruptError": "tilelens.store.errors",
+    "BlobError": "tilelens.store.errors",
+    "BlobMissingError": "tilelens.store.errors",
+    "HistoryError": "tilelens.store.errors",
+    "NotAHistoryError": "tilelens.store.errors",
+    "SchemaTooNewError": "tilelens.store.errors",
+    "History": "tilelens.store.history",
+    "HistoryStatus": "tilelens.store.history",
+    "inspect_history": "tilelens.store.history",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'tilelens.store' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
