@@ -113,4 +113,16 @@ def test_tensor_round_trip_and_dedup(store: BlobStore) -> None:
     assert back.stride() == t.stride() and torch.equal(back, t)
     assert store.put_tensor(t.clone().t().contiguous().t()) == sha  # same view geometry and bytes
     assert store.put_tensor(t.contiguous()) != sha  # same values, other strides: another blob
-    assert store.path(sha).read_bytes()[:4] == b"PAR1"
+    assert store.path(sha).read_bytes()[:6] == b"ARROW1"  # tensors are Arrow IPC files
+
+
+def test_tensor_blob_written_as_parquet_still_reads(store: BlobStore) -> None:
+    from tilelens.store.blobs import table_to_parquet
+    from tilelens.store.tensors import tensor_to_table
+
+    t = torch.arange(12, dtype=torch.int16).view(3, 4)[:, 1:]
+    sha = store.put_bytes(table_to_parquet(tensor_to_table(t)), "tensor")
+    back = store.get_tensor(sha)
+    assert (
+        back.stride() == t.stride() and back.storage_offset() == t.storage_offset() and torch.equal(back, t)
+    )

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tilelens.store import tensors
-from tilelens.store.blobs import table_to_parquet
+from tilelens.store.blobs import table_to_ipc
 from tilelens.store.tensors import DTYPES, TensorCodecError, table_to_tensor, tensor_to_table
 
 REQUIRED = [
@@ -42,9 +41,9 @@ def assert_identical(a: torch.Tensor, b: torch.Tensor) -> None:
 
 
 def roundtrip(t: torch.Tensor) -> torch.Tensor:
-    """Through Parquet bytes, as the blob store does."""
-    data = table_to_parquet(tensor_to_table(t))
-    return table_to_tensor(pq.read_table(pa.BufferReader(data)))
+    """Through Arrow IPC bytes, as the blob store does."""
+    data = table_to_ipc(tensor_to_table(t))
+    return table_to_tensor(pa.ipc.open_file(pa.BufferReader(data)).read_all())
 
 
 def random_storage(dtype: torch.dtype, n: int, data: bytes) -> torch.Tensor:

@@ -21,7 +21,6 @@ from sqlalchemy import or_, select
 
 from tilelens.core import compat, session
 from tilelens.core.arguments import span_copy
-from tilelens.replay.blobread import read_table
 from tilelens.replay.compare import Tolerance, compare_span, default_tolerance
 from tilelens.replay.rebuild import RebuiltArgs, decode_options, rebuild_arguments
 from tilelens.replay.resolve import KernelResolver, ResolvedKernel
@@ -267,7 +266,7 @@ def _trace(history: History, spec: LaunchSpec) -> pa.Table | None:
     if spec.trace_blob is None:
         return None
     try:
-        return read_table(history.blobs, spec.trace_blob)
+        return history.blobs.get_table(spec.trace_blob)
     except BlobError as exc:
         raise ReplayFailure(f"launch {spec.id}: access trace: {exc}") from None
 

@@ -20,7 +20,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from tilelens.replay.blobread import read_tensor
 from tilelens.replay.result import ReplayFailure
 from tilelens.replay.spec import ArgSpec, LaunchSpec
 from tilelens.store import BlobError, BlobStore
@@ -84,7 +83,7 @@ def _load(blobs: BlobStore, launch: LaunchSpec, a: ArgSpec, sha: str | None, whi
     if sha is None:
         raise ReplayFailure(f"launch {launch.id}: argument {a.name} has no {which} snapshot to rebuild from")
     try:
-        t = read_tensor(blobs, sha)
+        t = blobs.get_tensor(sha)
     except BlobError as exc:
         raise ReplayFailure(f"launch {launch.id}: argument {a.name} ({which} snapshot): {exc}") from None
     except ValueError as exc:  # not a tensor this code can decode

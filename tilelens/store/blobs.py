@@ -57,6 +57,18 @@ def table_to_parquet(table: pa.Table, **write_options: Any) -> pa.Buffer:
     return sink.getvalue()
 
 
+IPC_MAGIC = b"ARROW1"
+IPC_OPTIONS = pa.ipc.IpcWriteOptions(compression="lz4")
+
+
+def table_to_ipc(table: pa.Table) -> pa.Buffer:
+    """Arrow IPC file bytes; deterministic like ``table_to_parquet``."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_file(sink, table.schema, options=IPC_OPTIONS) as writer:
+        writer.write_table(table)
+    return sink.getvalue()
+
+
 class BlobStore:
     """Blobs under ``root/<sha[:2]>/<sha>``; ``put_*`` return the sha256, ``store_*`` a full :class:`BlobRef`."""
 
@@ -116,11 +128,13 @@ class BlobStore:
         return self.store_bytes(table_to_parquet(table, **write_options), kind, rows=table.num_rows)
 
     def store_tensor(self, tensor: torch.Tensor, kind: str = "tensor") -> BlobRef:
+        """An Arrow IPC file (lz4 buffers): a one-row table of raw bytes needs none of Parquet's machinery,
+        which costs twenty times more to write; lz4 still shrinks the zero-filled outputs most launches start
+        from, and passes incompressible floats through at memory speed."""
         from tilelens.store.tensors import tensor_to_table
 
-        # Raw tensor bytes rarely compress; dictionary pages and statistics over a 1 MB value are pure cost.
         table = tensor_to_table(tensor)
-        return self.store_table(table, kind, use_dictionary=False, write_statistics=False)
+        return self.store_bytes(table_to_ipc(table), kind, rows=table.num_rows)
 
     def put_bytes(self, data: bytes | bytearray | memoryview | pa.Buffer, kind: str) -> str:
         return self.store_bytes(data, kind).sha256
@@ -148,7 +162,12 @@ class BlobStore:
         self.get_bytes(sha256)
 
     def get_table(self, sha256: str) -> pa.Table:
-        return pq.read_table(pa.BufferReader(self.get_bytes(sha256)))
+        """A table blob, Parquet or Arrow IPC (told apart by their magic bytes)."""
+        data = self.get_bytes(sha256)
+        if data[:6] == IPC_MAGIC:
+            return pa.ipc.open_file(pa.BufferReader(data)).read_all()
+        # ParquetFile.read, not pq.read_table: the latter imports pyarrow.dataset, and with it pandas.
+        return pq.ParquetFile(pa.BufferReader(data)).read()
 
     def get_tensor(self, sha256: str) -> torch.Tensor:
         from tilelens.store.tensors import table_to_tensor

@@ -110,6 +110,7 @@ class History:
         self.engine = engine
         self.blobs = blobs
         self.trace_write_options = {}
+        self._kernel_ids: dict[tuple[str, str, str], int] = {}  # filled after commits only
         self.migrated_from: tuple[str, ...] = ()
 
     @classmethod
@@ -283,7 +284,10 @@ class History:
             launch.kernel_id = self._kernel_id(s, rec.kernel)
             s.add(launch)
             s.flush()
-            return launch.id
+        self._kernel_ids[(rec.kernel.module, rec.kernel.qualname, rec.kernel.source_sha256)] = (
+            launch.kernel_id
+        )
+        return launch.id
 
     def write_autotune_event(self, run_id: int, ev: AutotuneEvent, launch_id: int | None = None) -> int:
         row = AutotuneEventRow(
@@ -348,6 +352,11 @@ class History:
         database.insert_ignore(s, Blob.__table__, rows, keys=("sha256",))
 
     def _kernel_id(self, s: Session, k: KernelIdentity) -> int:
+        # Kernel rows are never changed or deleted, so an id seen in a committed write stays right.
+        known = self._kernel_ids.get((k.module, k.qualname, k.source_sha256))
+        return known if known is not None else self._insert_kernel(s, k)
+
+    def _insert_kernel(self, s: Session, k: KernelIdentity) -> int:
         row = {
             "module": k.module,
             "qualname": k.qualname,
