@@ -43,6 +43,15 @@ TRACE_SCHEMA = pa.schema(
     ]
 )
 
+# Parquet options for trace blobs: statistics over every column cost a third of the write and are never
+# read; only ``op`` repeats enough for a dictionary; irregular offsets (gathers) are small deltas of each
+# other far more often than they are small numbers, so they go delta-packed.
+TRACE_WRITE_OPTIONS: dict[str, Any] = {
+    "write_statistics": False,
+    "use_dictionary": ["op"],
+    "column_encoding": {"offsets.list.element": "DELTA_BINARY_PACKED"},
+}
+
 LOAD, STORE, ATOMIC_CAS = "load", "store", "atomic_cas"
 
 
