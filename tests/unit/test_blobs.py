@@ -126,3 +126,22 @@ def test_tensor_blob_written_as_parquet_still_reads(store: BlobStore) -> None:
     assert (
         back.stride() == t.stride() and back.storage_offset() == t.storage_offset() and torch.equal(back, t)
     )
+
+
+def test_recent_identical_tensor_is_not_encoded_again(store: BlobStore, monkeypatch) -> None:
+    writes = []
+    original = store.store_bytes
+    monkeypatch.setattr(
+        store,
+        "store_bytes",
+        lambda data, kind, rows=None: writes.append(kind) or original(data, kind, rows=rows),
+    )
+    t = torch.randn(1000)
+    first = store.store_tensor(t)
+    assert store.store_tensor(t.clone()) == first  # same bytes, found by comparison
+    assert writes == ["tensor"]
+    t[3] = 42.0  # the store kept its own copy: a later change is new content
+    changed = store.store_tensor(t)
+    assert changed.sha256 != first.sha256 and writes == ["tensor", "tensor"]
+    assert torch.equal(store.get_tensor(changed.sha256), t)
+    assert store.store_tensor(t.view(10, 100)).sha256 != changed.sha256  # other geometry, other blob

@@ -57,6 +57,53 @@ def table_to_parquet(table: pa.Table, **write_options: Any) -> pa.Buffer:
     return sink.getvalue()
 
 
+class _RecentTensors:
+    """The bytes of the last tensors stored (up to a budget), to skip re-hashing identical content.
+
+    Kept and compared as numpy byte arrays: plain memcpy/memcmp, where torch's copy and compare kernels
+    would wake its thread pool for every tensor.
+    """
+
+    def __init__(self, budget: int = 64 << 20) -> None:
+        self._entries: list[tuple[Any, BlobRef, tuple[Any, ...]]] = []
+        self._bytes = 0
+        self._budget = budget
+
+    @staticmethod
+    def _bytes_of(t: Any) -> Any:
+        import torch
+
+        if t.device.type != "cpu" or t.numel() == 0 or not t.is_contiguous():
+            return None
+        return t.detach().reshape(-1).view(torch.uint8).numpy()
+
+    @staticmethod
+    def _key(t: Any) -> tuple[Any, ...]:
+        return (t.dtype, tuple(t.shape), tuple(t.stride()), t.storage_offset())
+
+    def find(self, t: Any, kind: str) -> BlobRef | None:
+        import numpy as np
+
+        raw = self._bytes_of(t)
+        if raw is None:
+            return None
+        key = self._key(t)
+        for other, ref, other_key in reversed(self._entries):
+            if other_key == key and ref.kind == kind and np.array_equal(raw, other):
+                return ref
+        return None
+
+    def add(self, t: Any, ref: BlobRef) -> None:
+        raw = self._bytes_of(t)
+        if raw is None or raw.nbytes > self._budget:
+            return
+        self._entries.append((raw.copy(), ref, self._key(t)))  # a copy: the caller may write to its tensor
+        self._bytes += raw.nbytes
+        while self._bytes > self._budget:
+            old, _, _ = self._entries.pop(0)
+            self._bytes -= old.nbytes
+
+
 IPC_MAGIC = b"ARROW1"
 IPC_OPTIONS = pa.ipc.IpcWriteOptions(compression="lz4")
 
@@ -74,6 +121,7 @@ class BlobStore:
 
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root)
+        self._recent = _RecentTensors()
 
     def __repr__(self) -> str:
         return f"BlobStore({str(self.root)!r})"
@@ -130,11 +178,20 @@ class BlobStore:
     def store_tensor(self, tensor: torch.Tensor, kind: str = "tensor") -> BlobRef:
         """An Arrow IPC file (lz4 buffers): a one-row table of raw bytes needs none of Parquet's machinery,
         which costs twenty times more to write; lz4 still shrinks the zero-filled outputs most launches start
-        from, and passes incompressible floats through at memory speed."""
+        from, and passes incompressible floats through at memory speed.
+
+        A tensor byte-identical to one stored moments ago (the same input launched again, an output that
+        becomes the next launch's input) is recognised by comparing bytes, which is far cheaper than
+        hashing and encoding it again."""
         from tilelens.store.tensors import tensor_to_table
 
+        known = self._recent.find(tensor, kind)
+        if known is not None and self.path(known.sha256).exists():
+            return known
         table = tensor_to_table(tensor)
-        return self.store_bytes(table_to_ipc(table), kind, rows=table.num_rows)
+        ref = self.store_bytes(table_to_ipc(table), kind, rows=table.num_rows)
+        self._recent.add(tensor, ref)
+        return ref
 
     def put_bytes(self, data: bytes | bytearray | memoryview | pa.Buffer, kind: str) -> str:
         return self.store_bytes(data, kind).sha256
