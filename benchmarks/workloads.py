@@ -42,9 +42,10 @@ def _liger_version() -> str | None:
 def gemm(size: int, oob: bool = False, block: int = 32) -> Case:
     a, b = torch.randn(size, size), torch.randn(size, size)
     if oob:
-        b = torch.randn(size * size + 1)[: size * size].view(
-            size, size
-        )  # the stray read stays in memory we own
+        # The stray read lands on a zero just past b, in memory we own: replay pads with zeros too.
+        buf = torch.randn(size * size + 1)
+        buf[-1] = 0.0
+        b = buf[: size * size].view(size, size)
     c = torch.empty(size, size)
     grid = (size // block, size // block)
 
