@@ -24,7 +24,7 @@ from tilelens.replay import replay_launch, select_launches
 from tilelens.replay.rebuild import rebuild_arguments
 from tilelens.replay.spec import load_launch
 from tilelens.store import History
-from tilelens.store.models import Launch, LaunchArg, Replay
+from tilelens.store.models import Launch, LaunchArg, Replay, Run
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -186,6 +186,23 @@ def test_cli_single_launch_and_unknown_id(
     assert code == 2 and "--run" in err
     code, _, err = _cli(capsys, examples, "replay", "--run", "42")
     assert code == 2 and "no launches of run 42" in err
+    code, _, err = _cli(capsys, examples, "replay", "--run", "1", "--last")
+    assert code == 2 and "--last" in err
+
+
+def test_cli_last_replays_the_newest_run(
+    examples: dict[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = _cli(capsys, examples, "replay", "--last", "--json")
+    report = json.loads(out)
+    results = report["results"]
+    with History.open(**examples) as h, h.session() as s:
+        newest = s.scalar(select(func.max(Run.id)))
+        expected = s.scalars(
+            select(Launch.id).where(Launch.run_id == newest, Launch.role == "launch").order_by(Launch.id)
+        ).all()
+    assert code == 0 and [r["launch_id"] for r in results] == expected and len(expected) > 0
+    assert report["summary"] == {"match": len(expected), "mismatch": 0, "error": 0}
 
 
 # -- changed kernels -----------------------------------------------------------------------------------------

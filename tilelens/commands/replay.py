@@ -30,6 +30,7 @@ def replay(
     ctx: typer.Context,
     launch_id: int | None = typer.Argument(None, metavar="[ID]", help="Launch to replay."),
     run: int | None = typer.Option(None, "--run", metavar="ID", help="Replay every launch of this run."),
+    last: bool = typer.Option(False, "--last", help="Replay every launch of the newest run."),
     kernel: str | None = typer.Option(
         None,
         "--kernel",
@@ -59,10 +60,23 @@ def replay(
     ),
     as_json: bool = JSON_OPTION,
 ) -> None:
-    """Replay recorded launches and compare outputs (and, on the CPU, access traces) with the record."""
-    batch = run is not None or kernel is not None
+    """Replay recorded launches and compare outputs (and, on the CPU, access traces) with the record.
+
+    Examples:
+
+      tilelens replay 42
+
+      tilelens replay --last              # every launch of the newest run
+
+      tilelens replay --kernel matmul_kernel --device cuda
+    """
+    if last and run is not None:
+        raise typer.BadParameter("give --run ID or --last, not both", param_hint="--last")
+    batch = run is not None or kernel is not None or last
     if batch == (launch_id is not None):
-        raise typer.BadParameter("give a launch ID, or --run ID and/or --kernel NAME", param_hint="ID")
+        raise typer.BadParameter(
+            "give a launch ID, or --run ID / --last and/or --kernel NAME", param_hint="ID"
+        )
     if from_history and not trust_source:
         raise typer.BadParameter(
             "--from-history executes kernel source read from the history; add --trust-source to allow it",
@@ -84,6 +98,8 @@ def replay(
             result = replay_launch(history, launch_id, **options)
             _show_one(result, as_json)
             raise typer.Exit(result.exit_code)
+        if last:
+            run = _newest_run(history)
         ids = select_launches(history, run_id=run, kernel=kernel, trials=trials)
         if not ids:
             what = " and ".join(p for p in (f"run {run}" if run is not None else "", kernel or "") if p)
@@ -92,6 +108,19 @@ def replay(
         results = _replay_with_progress(history, ids, options)
     _show_many(results, as_json)
     raise typer.Exit(max(r.exit_code for r in results))
+
+
+def _newest_run(history: object) -> int:
+    from sqlalchemy import func, select
+
+    from tilelens.store.models import Run
+
+    with history.session() as s:  # type: ignore[attr-defined]
+        newest = s.scalar(select(func.max(Run.id)))
+    if newest is None:
+        print("tilelens: error: the history has no runs to replay", file=sys.stderr)
+        raise typer.Exit(2)
+    return int(newest)
 
 
 def _replay_with_progress(history: object, ids: list[int], options: dict[str, object]) -> list[ReplayResult]:
