@@ -10,10 +10,11 @@ import sys
 from typing import TYPE_CHECKING
 
 import typer
-from rich.console import Console
+from rich import box
 from rich.table import Table
 from rich.text import Text
 
+from tilelens.commands import render
 from tilelens.commands.common import JSON_OPTION, console, print_json, state
 
 if TYPE_CHECKING:
@@ -135,7 +136,7 @@ def _replay_with_progress(history: object, ids: list[int], options: dict[str, ob
         TextColumn("{task.fields[last]}"),
         TimeElapsedColumn(),
     )
-    with Progress(*columns, console=Console(file=sys.stderr), transient=True) as progress:
+    with Progress(*columns, console=render.err(), transient=True) as progress:
         task = progress.add_task("replay", total=len(ids), last="")
 
         def advance(result: ReplayResult) -> None:
@@ -167,8 +168,9 @@ def _show_many(results: list[ReplayResult], as_json: bool) -> None:
     if as_json:
         print_json({"results": [r.to_dict() for r in results], "summary": counts})
         return
-    table = Table("id", "kernel", "device", "outcome", "trace", "max err", "secs")
-    table.columns[1].no_wrap = True
+    table = Table("id", "kernel", "device", "outcome", "trace", "max err", "secs", box=box.SIMPLE_HEAD)
+    for column in table.columns:
+        column.no_wrap = True  # a narrow terminal scrolls; it must not truncate outcomes to "outco…"
     for r in results:
         trace = {True: "equal", False: "differs", None: "-"}[r.trace_equal]
         err = "-" if r.max_abs_err is None else f"{r.max_abs_err:.3g}"
@@ -181,7 +183,7 @@ def _show_many(results: list[ReplayResult], as_json: bool) -> None:
             err,
             f"{r.duration_s:.3f}",
         )
-    out = console()
+    out = render.out()
     out.print(table)
     for r in results:
         if r.outcome != "match":
