@@ -157,3 +157,14 @@ def fused_linear_jsd_kernel(h_ptr, w_ptr, t_ptr, loss_ptr, H, V, beta, BH: tl.co
         m = beta * p + (1 - beta) * q
         loss += beta * p * (t - tl.log(m)) + (1 - beta) * q * (logits - tl.log(m))
     tl.store(loss_ptr + row, tl.sum(loss, axis=0))
+
+
+@triton.jit
+def softmax_kernel(x_ptr, y_ptr, n_cols, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    offs = tl.arange(0, BLOCK)
+    mask = offs < n_cols
+    x = tl.load(x_ptr + row * n_cols + offs, mask=mask, other=-float("inf"))
+    x = x - tl.max(x, axis=0)
+    e = tl.exp(x)
+    tl.store(y_ptr + row * n_cols + offs, e / tl.sum(e, axis=0), mask=mask)

@@ -208,6 +208,14 @@ def fused_linear_jsd(rows: int, hidden: int, vocab: int) -> Case:
     )
 
 
+def softmax(rows: int, cols: int) -> Case:
+    """The recorder issue's second target (64 x 1000), beside gemm[256^3] with 32 x 32 x 32 tiles."""
+    x = torch.randn(rows, cols)
+    y = torch.empty_like(x)
+    block = triton.next_power_of_2(cols)
+    return Case("softmax", f"{rows}x{cols}", lambda: k.softmax_kernel[(rows,)](x, y, cols, BLOCK=block))
+
+
 def all_cases(quick: bool) -> list[Case]:
     """Every workload in the seed table's order; ``quick`` keeps one shape of each."""
     from tilelens.core import compat
@@ -226,4 +234,8 @@ def all_cases(quick: bool) -> list[Case]:
         [lambda: cross_entropy(16, 4096), lambda: cross_entropy(64, 4096)],
         [lambda: fused_linear_jsd(8, 128, 256), lambda: fused_linear_jsd(16, 128, 512)],
     ]
-    return [make() for group in shapes for make in (group[:1] if quick else group)]
+    # The recorder's own targets: a 256^3 fp32 matmul in 32^3 tiles (gemm above) and a 64 x 1000 softmax.
+    targets = [lambda: gemm(256), lambda: softmax(64, 1000)]
+    if quick:
+        return [make() for group in shapes for make in group[:1]] + [make() for make in targets]
+    return [make() for group in shapes for make in group] + [targets[1]()]
