@@ -61,11 +61,15 @@ class _RecentTensors:
     """The bytes of the last tensors stored (up to a budget), to skip re-hashing identical content.
 
     Kept and compared as numpy byte arrays: plain memcpy/memcmp, where torch's copy and compare kernels
-    would wake its thread pool for every tensor.
+    would wake its thread pool for every tensor. Only the last few tensors of the same geometry are compared:
+    the repeats worth catching are the same input launched again and an output read back as an input.
     """
 
+    PER_GEOMETRY = 4
+
     def __init__(self, budget: int = 64 << 20) -> None:
-        self._entries: list[tuple[Any, BlobRef, tuple[Any, ...]]] = []
+        self._by_geometry: dict[tuple[Any, ...], list[tuple[Any, BlobRef]]] = {}
+        self._order: list[tuple[tuple[Any, ...], Any]] = []
         self._bytes = 0
         self._budget = budget
 
@@ -78,8 +82,8 @@ class _RecentTensors:
         return t.detach().reshape(-1).view(torch.uint8).numpy()
 
     @staticmethod
-    def _key(t: Any) -> tuple[Any, ...]:
-        return (t.dtype, tuple(t.shape), tuple(t.stride()), t.storage_offset())
+    def _key(t: Any, kind: str) -> tuple[Any, ...]:
+        return (kind, t.dtype, tuple(t.shape), tuple(t.stride()), t.storage_offset())
 
     def find(self, t: Any, kind: str) -> BlobRef | None:
         import numpy as np
@@ -87,9 +91,8 @@ class _RecentTensors:
         raw = self._bytes_of(t)
         if raw is None:
             return None
-        key = self._key(t)
-        for other, ref, other_key in reversed(self._entries):
-            if other_key == key and ref.kind == kind and np.array_equal(raw, other):
+        for other, ref in reversed(self._by_geometry.get(self._key(t, kind), ())):
+            if np.array_equal(raw, other):
                 return ref
         return None
 
@@ -97,11 +100,32 @@ class _RecentTensors:
         raw = self._bytes_of(t)
         if raw is None or raw.nbytes > self._budget:
             return
-        self._entries.append((raw.copy(), ref, self._key(t)))  # a copy: the caller may write to its tensor
+        key = self._key(t, ref.kind)
+        entry = (raw.copy(), ref)  # a copy: the caller may write to its tensor
+        same = self._by_geometry.setdefault(key, [])
+        same.append(entry)
+        self._order.append((key, entry[0]))
         self._bytes += raw.nbytes
-        while self._bytes > self._budget:
-            old, _, _ = self._entries.pop(0)
-            self._bytes -= old.nbytes
+        if len(same) > self.PER_GEOMETRY:
+            dropped = same.pop(0)
+            self._forget(key, dropped[0])
+        while self._bytes > self._budget and self._order:
+            old_key, old_raw = self._order[0]
+            group = self._by_geometry.get(old_key, [])
+            for i, (raw_i, _) in enumerate(group):
+                if raw_i is old_raw:
+                    del group[i]
+                    break
+            self._forget(old_key, old_raw)
+
+    def _forget(self, key: tuple[Any, ...], raw: Any) -> None:
+        for i, (_, r) in enumerate(self._order):
+            if r is raw:
+                del self._order[i]
+                self._bytes -= raw.nbytes
+                break
+        if not self._by_geometry.get(key):
+            self._by_geometry.pop(key, None)
 
 
 IPC_MAGIC = b"ARROW1"

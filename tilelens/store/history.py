@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from sqlalchemy import Engine, select, update
+from sqlalchemy import Engine, insert, select, update
 from sqlalchemy.orm import Session
 
 from tilelens.config import Location, resolve_location
@@ -212,29 +212,33 @@ class History:
             return ref.sha256
 
         per_arg = getattr(rec, "per_arg", None) or {}
-        args: list[LaunchArg] = []
+        # Plain rows through SQLAlchemy Core: ORM objects cost more than the SQL itself at this size, and
+        # this runs once per recorded launch.
+        args: list[dict[str, Any]] = []
         for a in rec.args:
             before = keep(self.blobs.store_tensor(a.before)) if a.before is not None else None
             after = keep(self.blobs.store_tensor(a.after)) if a.after is not None else before
             tensor = a.before if a.before is not None else a.after
             args.append(
-                LaunchArg(
-                    position=a.position,
-                    name=a.name,
-                    kind=a.kind,
-                    dtype=a.dtype if a.dtype is not None or tensor is None else str(tensor.dtype),
-                    shape=_ints(a.shape if a.shape is not None or tensor is None else tensor.shape),
-                    strides=_ints(a.strides if a.strides is not None or tensor is None else tensor.stride()),
-                    storage_offset=a.storage_offset
+                {
+                    "position": a.position,
+                    "name": a.name,
+                    "kind": a.kind,
+                    "dtype": a.dtype if a.dtype is not None or tensor is None else str(tensor.dtype),
+                    "shape": _ints(a.shape if a.shape is not None or tensor is None else tensor.shape),
+                    "strides": _ints(
+                        a.strides if a.strides is not None or tensor is None else tensor.stride()
+                    ),
+                    "storage_offset": a.storage_offset
                     if a.storage_offset is not None or tensor is None
                     else tensor.storage_offset(),
-                    storage_group=a.storage_group,
-                    device=a.device,
-                    value=to_json(a.value),
-                    access=_summary(per_arg.get(a.position)),
-                    before_blob=before,
-                    after_blob=after,
-                )
+                    "storage_group": a.storage_group,
+                    "device": a.device,
+                    "value": to_json(a.value),
+                    "access": _summary(per_arg.get(a.position)),
+                    "before_blob": before,
+                    "after_blob": after,
+                }
             )
         trace_ref = (
             keep(self.blobs.store_table(rec.trace, "trace", **self.trace_write_options))
@@ -245,49 +249,50 @@ class History:
 
         s_ = rec.summary
         grid = tuple(rec.grid) + (1,) * (3 - len(rec.grid))
-        launch = Launch(
-            run_id=run_id,
-            seq=rec.seq,
-            role=rec.role,
-            status=rec.status,
-            error=rec.error,
-            backend=rec.backend,
-            device=rec.device,
-            grid_x=int(grid[0]),
-            grid_y=int(grid[1]),
-            grid_z=int(grid[2]),
-            config=to_json(dict(rec.config)),
-            tuning_key=rec.tuning_key,
-            cache_key=rec.kernel.cache_key,
-            loads=s_.loads,
-            stores=s_.stores,
-            atomics=s_.atomics,
-            load_lanes=s_.load_lanes,
-            store_lanes=s_.store_lanes,
-            atomic_lanes=s_.atomic_lanes,
-            bytes_loaded=s_.bytes_loaded,
-            bytes_stored=s_.bytes_stored,
-            oob_lanes=s_.oob_lanes,
-            events=s_.events,
-            lanes=s_.lanes,
-            unattributed=_summary(per_arg.get(-1)),
-            trace_blob=trace.sha256 if trace else None,
-            trace_rows=trace.rows if trace else None,
-            trace_bytes=trace.size if trace else None,
-            started_at=rec.started_at,
-            duration_s=float(rec.duration_s),
-            created_at=utcnow(),
-        )
-        launch.args = args
+        launch = {
+            "run_id": run_id,
+            "seq": rec.seq,
+            "role": rec.role,
+            "status": rec.status,
+            "error": rec.error,
+            "backend": rec.backend,
+            "device": rec.device,
+            "grid_x": int(grid[0]),
+            "grid_y": int(grid[1]),
+            "grid_z": int(grid[2]),
+            "config": to_json(dict(rec.config)),
+            "tuning_key": rec.tuning_key,
+            "cache_key": rec.kernel.cache_key,
+            "loads": s_.loads,
+            "stores": s_.stores,
+            "atomics": s_.atomics,
+            "load_lanes": s_.load_lanes,
+            "store_lanes": s_.store_lanes,
+            "atomic_lanes": s_.atomic_lanes,
+            "bytes_loaded": s_.bytes_loaded,
+            "bytes_stored": s_.bytes_stored,
+            "oob_lanes": s_.oob_lanes,
+            "events": s_.events,
+            "lanes": s_.lanes,
+            "unattributed": _summary(per_arg.get(-1)),
+            "trace_blob": trace.sha256 if trace else None,
+            "trace_rows": trace.rows if trace else None,
+            "trace_bytes": trace.size if trace else None,
+            "started_at": rec.started_at,
+            "duration_s": float(rec.duration_s),
+            "created_at": utcnow(),
+        }
         with database.write_session(self.engine) as s:
             self._register_blobs(s, refs.values())
-            launch.kernel_id = self._kernel_id(s, rec.kernel)
-            s.add(launch)
-            s.flush()
-        self._kernel_ids[(rec.kernel.module, rec.kernel.qualname, rec.kernel.source_sha256)] = (
-            launch.kernel_id
-        )
-        return launch.id
+            launch["kernel_id"] = self._kernel_id(s, rec.kernel)
+            result = s.execute(insert(Launch.__table__).values(**launch))
+            launch_id = int(result.inserted_primary_key[0])
+            if args:
+                s.execute(insert(LaunchArg.__table__), [{**a, "launch_id": launch_id} for a in args])
+        self._kernel_ids[(rec.kernel.module, rec.kernel.qualname, rec.kernel.source_sha256)] = launch[
+            "kernel_id"
+        ]
+        return launch_id
 
     def write_autotune_event(self, run_id: int, ev: AutotuneEvent, launch_id: int | None = None) -> int:
         row = AutotuneEventRow(
