@@ -130,12 +130,15 @@ class _RecentTensors:
 
 IPC_MAGIC = b"ARROW1"
 IPC_OPTIONS = pa.ipc.IpcWriteOptions(compression="lz4")
+IPC_PLAIN = pa.ipc.IpcWriteOptions()
+COMPRESS_FROM = 64 << 10  # below this, compressing costs more time than the bytes it saves are worth
 
 
 def table_to_ipc(table: pa.Table) -> pa.Buffer:
     """Arrow IPC file bytes; deterministic like ``table_to_parquet``."""
     sink = pa.BufferOutputStream()
-    with pa.ipc.new_file(sink, table.schema, options=IPC_OPTIONS) as writer:
+    options = IPC_OPTIONS if table.nbytes >= COMPRESS_FROM else IPC_PLAIN
+    with pa.ipc.new_file(sink, table.schema, options=options) as writer:
         writer.write_table(table)
     return sink.getvalue()
 

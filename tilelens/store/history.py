@@ -285,7 +285,7 @@ class History:
         with database.write_session(self.engine) as s:
             self._register_blobs(s, refs.values())
             launch["kernel_id"] = self._kernel_id(s, rec.kernel)
-            result = s.execute(insert(Launch.__table__).values(**launch))
+            result = s.execute(insert(Launch.__table__), launch)  # parameters, not .values(): cached SQL
             launch_id = int(result.inserted_primary_key[0])
             if args:
                 s.execute(insert(LaunchArg.__table__), [{**a, "launch_id": launch_id} for a in args])
