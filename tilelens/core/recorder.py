@@ -24,7 +24,6 @@ from tilelens.core.access import TRACE_WRITE_OPTIONS
 from tilelens.core.interpreter import interception_patches
 from tilelens.core.session import AutotunePolicy
 from tilelens.core.trace import TritonTrace
-from tilelens.core.writer import BackgroundWriter, Pending
 from tilelens.records import AutotuneEvent, LaunchRecord, RunInfo
 
 
@@ -78,7 +77,6 @@ class Recording:
         self._mirrored: dict[tuple[int, str], tuple[Any, bool, Any]] = {}
         self._lock = threading.Lock()
         self._patches: Any = None
-        self._writer: BackgroundWriter | None = None
         self._next_seq = 0
         self.on_launch: Any = None  # optional callback(record, launch_id), e.g. a live status line
         self.exit_code: int | None = None  # set by `tilelens record` to the program's exit status
@@ -99,14 +97,12 @@ class Recording:
         )
         self._history.trace_write_options = dict(TRACE_WRITE_OPTIONS)
         self.run_id = self._history.begin_run(info)
-        self._writer = BackgroundWriter()
         session.activate(self)
         self._patches = interception_patches(self._route)
         try:
             self._patches.__enter__()
         except BaseException:
             session.deactivate(self)
-            self._writer.close()
             raise
         return self
 
@@ -119,11 +115,6 @@ class Recording:
             session.deactivate(self)
             self._traced.clear()
             self._restore_mirrored()
-            write_error: BaseException | None = None
-            try:
-                self._writer.close()  # every queued launch is written before the run is closed
-            except BaseException as exc:
-                write_error = exc
             if exc_type is None:
                 status = "ok" if not self.exit_code else "failed"
             else:
@@ -134,13 +125,10 @@ class Recording:
             finally:
                 if self._owns_history:
                     self._history.close()
-            if write_error is not None and exc_type is None:
-                raise write_error
 
     def flush(self) -> None:
-        """Wait until every launch made so far is in the history (they are written in the background)."""
-        if self._writer is not None:
-            self._writer.flush()
+        """Every launch is in the history when its launch returns (writes are synchronous); kept so that
+        code written against a buffered writer keeps working."""
 
     @contextlib.contextmanager
     def paused(self) -> Iterator[None]:
@@ -200,35 +188,31 @@ class Recording:
 
     # -- sink -------------------------------------------------------------------------------------------
 
-    def write_launch(self, rec: LaunchRecord) -> Pending:
-        assert self.run_id is not None and self._writer is not None
+    def write_launch(self, rec: LaunchRecord) -> int:
+        """Persist one launch before its launch returns to the program.
+
+        Synchronously, on purpose: a background writer thread was measured (scripts/bench.py) to make small
+        launches slower, not faster. Its Python half (row building, SQLAlchemy) competes for the GIL with
+        the interpreter, and its GIL-free half (hashing, fsync) is a few milliseconds that it could not hide.
+        """
+        assert self.run_id is not None
         with self._lock:
             rec.seq = self._next_seq
             self._next_seq += 1
+            launch_id = self._history.write_launch(self.run_id, rec)
+            self.launch_ids.append(launch_id)
             self.launches_per_kernel[rec.kernel.name] += 1
             self.errors += rec.status == "error"
             self.oob_lanes += rec.summary.oob_lanes
-        pending = Pending()
-        run_id, history = self.run_id, self._history
+        if self.on_launch is not None:
+            self.on_launch(rec, launch_id)
+        return launch_id
 
-        def persist() -> None:
-            pending.value = history.write_launch(run_id, rec)
-            self.launch_ids.append(pending.value)
-            if self.on_launch is not None:
-                self.on_launch(rec, pending.value)
-
-        self._writer.submit(persist)
-        return pending
-
-    def write_autotune_event(self, event: AutotuneEvent, launch: Pending | None) -> None:
-        assert self.run_id is not None and self._writer is not None
+    def write_autotune_event(self, event: AutotuneEvent, launch_id: int | None) -> None:
+        assert self.run_id is not None
         with self._lock:
+            self._history.write_autotune_event(self.run_id, event, launch_id)
             self.autotune_events += 1
-        run_id, history = self.run_id, self._history
-        # Queued after the launch it belongs to, so that launch's id is known when this runs.
-        self._writer.submit(
-            lambda: history.write_autotune_event(run_id, event, launch.value if launch else None)
-        )
 
 
 def record(
