@@ -56,15 +56,7 @@ def run_history_scale(where: Path, sizes: list[int], repeat: int = 5, budget: fl
         build_s = time.perf_counter() - t0
         launch = cli.pick_launch(db)
         base = [*cli.tilelens_command(), "--db", str(db)]
-        commands = {
-            "ls --limit 50": [*base, "ls", "--limit", "50"],
-            f"show {launch}": [*base, "show", str(launch)],
-            "sql (indexed)": [
-                *base,
-                "sql",
-                f"SELECT launch_id, kernel, grid, oob_lanes FROM launch_overview WHERE launch_id = {launch}",
-            ],
-        }
+        commands = cli.read_commands(base, launch)
         for name, argv in commands.items():
             cli.timed(argv, 1)  # page cache and .pyc files
             times = cli.timed(argv, repeat)

@@ -56,6 +56,19 @@ def pick_launch(db: Path) -> int:
         )
 
 
+def read_commands(base: list[str], launch: int) -> dict[str, list[str]]:
+    """The read commands the 0.3 s budget is about, on the history ``base`` names (also used by bench.py)."""
+    return {
+        "ls --limit 50": [*base, "ls", "--limit", "50"],
+        f"show {launch}": [*base, "show", str(launch)],
+        "sql (indexed)": [
+            *base,
+            "sql",
+            f"SELECT launch_id, kernel, grid, oob_lanes FROM launch_overview WHERE launch_id = {launch}",
+        ],
+    }
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--db", type=Path, default=None, help="existing history (default: make one)")
@@ -78,20 +91,12 @@ def main() -> int:
     try:
         base = [*tilelens_command(), "--db", str(db)]
         launch = pick_launch(db)
-        commands = {
-            "ls --limit 50": [*base, "ls", "--limit", "50"],
-            f"show {launch}": [*base, "show", str(launch)],
-            "sql (indexed)": [
-                *base,
-                "sql",
-                f"SELECT launch_id, kernel, grid, oob_lanes FROM launch_overview WHERE launch_id = {launch}",
-            ],
-            "sql (index, count)": [
-                *base,
-                "sql",
-                "SELECT count(*) FROM launches WHERE kernel_id = 3 AND status = 'error'",
-            ],
-        }
+        commands = read_commands(base, launch)
+        commands["sql (index, count)"] = [
+            *base,
+            "sql",
+            "SELECT count(*) FROM launches WHERE kernel_id = 3 AND status = 'error'",
+        ]
         with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
             n = conn.execute("SELECT count(*) FROM launches").fetchone()[0]
         print(f"history: {db} ({n:,} launches); {args.repeat} runs each, process start included")

@@ -80,7 +80,9 @@ def main(argv: list[str] | None = None) -> int:
         # by the commands themselves arrive here.
         app(args=argv, prog_name="tilelens", obj=st)
     except SystemExit as exc:
-        return _exit_code(exc.code)
+        from tilelens.runner import exit_status
+
+        return exit_status(exc.code)
     except Exception as exc:
         if not _expected(exc):
             raise
@@ -95,15 +97,6 @@ def _expected(exc: BaseException) -> bool:
     sa_exc = sys.modules.get("sqlalchemy.exc")  # imported by whatever raised it, if anything did
     types = (HistoryError, LocationError, OSError) + ((sa_exc.SQLAlchemyError,) if sa_exc else ())
     return isinstance(exc, types)
-
-
-def _exit_code(code: object) -> int:
-    if code is None:
-        return 0
-    if isinstance(code, int):
-        return code
-    print(code, file=sys.stderr)
-    return 1
 
 
 if __name__ == "__main__":

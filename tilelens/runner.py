@@ -112,7 +112,7 @@ def run(target: Target, args: list[str]) -> Outcome:
                 else:
                     _run_script(target.name)
             except SystemExit as exc:
-                return Outcome(_exit_status(exc.code))
+                return Outcome(exit_status(exc.code))
             except KeyboardInterrupt as exc:
                 _print_uncaught(exc)
                 return Outcome(130, interrupted=True)
@@ -151,7 +151,7 @@ def _run_script(path: str) -> None:
             sys.modules["__main__"] = saved
 
 
-def _exit_status(code: object) -> int:
+def exit_status(code: object) -> int:
     """``sys.exit(code)`` as python turns it into a status: None is 0, text is printed and gives 1."""
     if code is None:
         return 0

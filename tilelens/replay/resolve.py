@@ -28,8 +28,8 @@ from typing import Any
 
 from tilelens.core import compat
 from tilelens.core.identity import kernel_identity, source_sha256
+from tilelens.records import KernelIdentity
 from tilelens.replay.result import ReplayFailure
-from tilelens.replay.spec import KernelSpec
 
 MAX_CHAIN = 64
 
@@ -75,7 +75,7 @@ class KernelResolver:
     def __init__(self) -> None:
         self._cache: dict[tuple[Any, ...], ResolvedKernel] = {}
 
-    def resolve(self, kernel: KernelSpec, *, from_history: bool = False) -> ResolvedKernel:
+    def resolve(self, kernel: KernelIdentity, *, from_history: bool = False) -> ResolvedKernel:
         key = (kernel.module, kernel.qualname, kernel.file, kernel.source_sha256, from_history)
         found = self._cache.get(key)
         if found is None:
@@ -83,7 +83,7 @@ class KernelResolver:
         return found
 
 
-def _from_code(kernel: KernelSpec) -> ResolvedKernel:
+def _from_code(kernel: KernelIdentity) -> ResolvedKernel:
     reasons: list[str] = []
     for origin, module in _candidate_modules(kernel, reasons):
         try:
@@ -96,7 +96,7 @@ def _from_code(kernel: KernelSpec) -> ResolvedKernel:
     raise ReplayFailure(f"cannot find kernel {kernel.name}: " + "; ".join(reasons))
 
 
-def _candidate_modules(kernel: KernelSpec, reasons: list[str]) -> Iterator[tuple[str, ModuleType]]:
+def _candidate_modules(kernel: KernelIdentity, reasons: list[str]) -> Iterator[tuple[str, ModuleType]]:
     """The importable module, then the recorded file; lazily, so the file loads only when needed."""
     if kernel.module != "__main__":
         imported = None
@@ -184,7 +184,7 @@ def current_sha256(fn: Any) -> str:
     return kernel_identity(fn).source_sha256
 
 
-def _from_history(kernel: KernelSpec) -> ResolvedKernel:
+def _from_history(kernel: KernelIdentity) -> ResolvedKernel:
     import triton
     import triton.language as tl
 
@@ -215,7 +215,7 @@ def _from_history(kernel: KernelSpec) -> ResolvedKernel:
     return ResolvedKernel(fn, "history", sha, kernel.source_sha256)
 
 
-def _namespace_module(kernel: KernelSpec) -> ModuleType | None:
+def _namespace_module(kernel: KernelIdentity) -> ModuleType | None:
     for _origin, module in _candidate_modules(kernel, []):
         return module
     return None

@@ -13,6 +13,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import selectinload
 
+from tilelens.records import KernelIdentity
 from tilelens.store import History, HistoryError
 from tilelens.store.models import Kernel, Launch
 
@@ -37,24 +38,10 @@ class ArgSpec:
 
 
 @dataclass(frozen=True)
-class KernelSpec:
-    module: str
-    qualname: str
-    file: str
-    def_line: int
-    source: str
-    source_sha256: str
-
-    @property
-    def name(self) -> str:
-        return f"{self.module}.{self.qualname}"
-
-
-@dataclass(frozen=True)
 class LaunchSpec:
     id: int
     run_id: int
-    kernel: KernelSpec
+    kernel: KernelIdentity
     grid: tuple[int, int, int]
     config: dict[str, Any]
     status: str
@@ -95,7 +82,9 @@ def _spec(row: Launch) -> LaunchSpec:
     return LaunchSpec(
         id=row.id,
         run_id=row.run_id,
-        kernel=KernelSpec(k.module, k.qualname, k.file, k.def_line, k.source, k.source_sha256),
+        kernel=KernelIdentity(
+            k.module, k.qualname, k.file, k.def_line, k.source, k.source_sha256, k.cache_key
+        ),
         grid=(row.grid_x, row.grid_y, row.grid_z),
         config=dict(row.config or {}),
         status=row.status,
