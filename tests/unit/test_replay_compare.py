@@ -12,10 +12,11 @@ import triton.language as tl
 
 from tests import kernels
 from tilelens.core.trace import TritonTrace
+from tilelens.records import KernelIdentity
 from tilelens.replay.compare import Tolerance, compare_span, default_tolerance, uses_tf32_dot, view_index
 from tilelens.replay.rebuild import decode_value
 from tilelens.replay.result import ReplayFailure
-from tilelens.replay.spec import KernelSpec, LaunchSpec
+from tilelens.replay.spec import LaunchSpec
 from tilelens.replay.traces import first_difference, last_writer
 
 
@@ -89,7 +90,7 @@ def test_default_tolerances_follow_dtype_and_dots() -> None:
 
 
 def _launch() -> LaunchSpec:
-    kernel = KernelSpec("m", "k", "/f.py", 1, "def k(): pass", "0" * 64)
+    kernel = KernelIdentity("m", "k", "/f.py", 1, "def k(): pass", "0" * 64, None)
     return LaunchSpec(1, 1, kernel, (1, 1, 1), {}, "ok", None, "cpu", None, 0.0)
 
 
