@@ -1,9 +1,8 @@
 """Measuring the workloads: stock interpreter vs recorded (persisted), trace size, CPU replay.
 
 Stock and recorded samples alternate, so drift of a shared machine hits both alike, and the minimum over the
-samples is reported. One recorded sample is ``burst`` launches back to back plus ``Recording.flush()``: every
-launch of the sample is fully written to the history before its clock stops (the background writer may overlap
-a write with the next launch of the same burst, as it does in a real program, but never with the stock runs).
+samples is reported. One recorded sample is ``burst`` launches back to back; every launch is fully written to the
+history (blobs, rows, commit) before it returns, so persistence is inside the clock.
 The process must run with TRITON_INTERPRET=1 so that the stock interpreter can run nested @jit helpers.
 """
 
@@ -67,7 +66,6 @@ def measure(case: Case, history: History, samples: int, burst: int) -> Result:
     with Recording(history=history, argv=["bench", case.name]) as rec:
         try:
             case.run()  # warm-up: identity, AST rewrite, first allocation
-            rec.flush()
         except Exception as exc:
             if case.fallback is None:
                 raise
@@ -76,7 +74,6 @@ def measure(case: Case, history: History, samples: int, burst: int) -> Result:
             )
             case = case.fallback()
             case.run()
-            rec.flush()
         baseline = _stock_baseline(rec, case, notes)
         stock, recorded = [], []
         first_sample_launch = len(rec.launch_ids)
@@ -87,7 +84,6 @@ def measure(case: Case, history: History, samples: int, burst: int) -> Result:
             def recorded_burst() -> None:
                 for _ in range(burst):
                     case.run()
-                rec.flush()
 
             recorded.append(_timed(recorded_burst) / burst)
         per_sample = (len(rec.launch_ids) - first_sample_launch) // (samples * burst)

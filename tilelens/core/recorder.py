@@ -126,10 +126,6 @@ class Recording:
                 if self._owns_history:
                     self._history.close()
 
-    def flush(self) -> None:
-        """Every launch is in the history when its launch returns (writes are synchronous); kept so that
-        code written against a buffered writer keeps working."""
-
     @contextlib.contextmanager
     def paused(self) -> Iterator[None]:
         """Launches inside this block run as they would without TileLens, and are not recorded."""
