@@ -70,7 +70,7 @@ class LaunchContext:
         self.collector = collector
         self.helpers: dict[int, Any] = {}
         self.patcher = patcher  # for patches only known once the kernel runs (libdevice in its globals)
-        self.redirected: set[int] = set()  # ids of the globals dicts whose libdevice names are redirected
+        self.redirected: set[int] = set()  # ids of the code objects whose libdevice names are redirected
 
     def interpreted_helper(self, fn: Any) -> Any:
         # Keyed by id(): hashing a JITFunction computes its cache_key, which must not happen inside a launch.
@@ -185,10 +185,12 @@ def _patch_lang_with_libdevice(original: Callable[..., Any]) -> Callable[..., An
         launch = current_launch()
         if launch is not None:
             fn_globals = getattr(fn, "__globals__", None)
-            # Once per module and launch: the interpreter calls this for every helper call, in every loop.
-            if fn_globals is not None and id(fn_globals) not in launch.redirected:
-                launch.redirected.add(id(fn_globals))
-                for name, value in semantics.libdevice_redirects(fn_globals):
+            code = getattr(fn, "__code__", None)
+            # Once per function and launch: the interpreter calls this for every helper call, in every loop.
+            if fn_globals is not None and code is not None and id(code) not in launch.redirected:
+                launch.redirected.add(id(code))
+                names = semantics.global_names(code)
+                for name, value in semantics.libdevice_redirects(fn_globals, names):
                     launch.patcher.set_item(fn_globals, name, value)
         return scope
 

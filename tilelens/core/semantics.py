@@ -468,8 +468,22 @@ def interpreted_libdevice(backend: Any) -> types.ModuleType:
     return module
 
 
-def libdevice_redirects(fn_globals: dict[str, Any]) -> Iterator[tuple[str, Any]]:
+def global_names(code: Any) -> set[str]:
+    """Every global name a function's code (and code nested in it) can look up."""
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if hasattr(const, "co_names"):
+            names |= global_names(const)
+    return names
+
+
+def libdevice_redirects(
+    fn_globals: dict[str, Any], names: set[str] | None = None
+) -> Iterator[tuple[str, Any]]:
     """(name, replacement) for each libdevice reference in an interpreted function's globals.
+
+    ``names`` limits the scan to the globals the function uses: a module such as Liger's imports hundreds of
+    names, and the scan runs for every launch.
 
     Compiled Triton on an NVIDIA GPU resolves the stubs of ``triton.language.extra.libdevice`` to the CUDA
     backend's functions; the same resolution happens here. Direct imports of a backend's libdevice
@@ -479,7 +493,10 @@ def libdevice_redirects(fn_globals: dict[str, Any]) -> Iterator[tuple[str, Any]]
     if backend is None:
         return
     modules = compat.libdevice_modules()
-    for name, value in list(fn_globals.items()):
+    items = (
+        list(fn_globals.items()) if names is None else [(n, fn_globals[n]) for n in names if n in fn_globals]
+    )
+    for name, value in items:
         if inspect.ismodule(value):
             if any(value is m for m in modules):
                 target = backend if value.__name__ == compat.LIBDEVICE_STUB_MODULE else value
