@@ -3,13 +3,13 @@
 A recorded argument must come back exactly as the kernel saw it: same dtype, shape, strides and storage
 offset, and every element bit for bit (NaN payloads and negative zeros included), because replay feeds it to
 the same kernel again and compares the results. So the codec stores raw bytes plus the view geometry, never
-values converted through numpy (which has no bfloat16 or float8) and never pickle or ``torch.load`` (which can
-execute code). Only the span of storage the view can reach is stored: a slice of a huge buffer costs what the
+values converted through numpy (which has no bfloat16 or float8), and never a Python object serialisation
+(loading one can execute code). Only the span of storage the view can reach is stored: a slice of a huge buffer costs what the
 slice covers, not the buffer.
 
 Layout: a one-row Arrow table with columns ``dtype`` (torch name, e.g. ``"bfloat16"``), ``shape``,
 ``strides``, ``storage_offset`` (elements) and ``data`` (the reachable span as a list of byte chunks, so no
-single Parquet value approaches the 2 GiB limit). The schema metadata carries a format version and the byte
+single Arrow value approaches the 2 GiB limit). The schema metadata carries a format version and the byte
 order.
 """
 
