@@ -21,10 +21,8 @@ JITFunction = _jit.JITFunction
 KernelInterface = _jit.KernelInterface
 Autotuner = _autotuner.Autotuner
 Heuristics = _autotuner.Heuristics
-Config = _autotuner.Config
 InterpretedFunction = _interpreter.InterpretedFunction
 InterpreterBuilder = _interpreter.InterpreterBuilder
-interpreter_builder = _interpreter.interpreter_builder
 InterpreterError = _interpreter.InterpreterError
 # Triton 3.8 registers every JITFunction by "module:qualname"; 3.6 keeps no registry.
 jit_registry: dict[str, Any] | None = getattr(_jit, "_triton_jit_function_registry", None)
@@ -41,37 +39,6 @@ ACCESS_METHODS = ("create_masked_load", "create_masked_store", "create_atomic_rm
 
 # Modules and classes whose attributes the interpreter patches for the length of a launch.
 LANG_NAMESPACES: tuple[Any, ...] = (tl, tl.core, tl.math, tl.tensor, tl.core.tensor_descriptor_base)
-
-# Launch options that reach JITFunction.run as keyword arguments but are not kernel parameters.
-LAUNCH_OPTIONS = frozenset(
-    {
-        "num_warps",
-        "num_stages",
-        "num_ctas",
-        "maxnreg",
-        "enable_fp_fusion",
-        "launch_cooperative_grid",
-        "launch_pdl",
-        "ir_override",
-        "debug",
-        "instrumentation_mode",
-        "waves_per_eu",
-        "matrix_instr_nonkdim",
-        "kpack",
-        "num_buffers_warp_spec",
-        "num_consumer_groups",
-        "reg_dec_producer",
-        "reg_inc_consumer",
-        "sanitize_overflow",
-        "arch",
-        "supported_fp8_dtypes",
-        "deprecated_fp8_dtypes",
-        "extern_libs",
-        "allowed_dot_input_precisions",
-        "default_dot_input_precision",
-        "max_num_imprecise_acc_default",
-    }
-)
 
 
 def is_gluon(fn: Any) -> bool:
@@ -102,10 +69,6 @@ def runtime_interpret_scope() -> Any:
 
 def set_interpret(value: bool) -> None:
     knobs.runtime.interpret = value
-
-
-def autotune_listener() -> Any:
-    return getattr(knobs.autotuning, "listener", None) if HAS_AUTOTUNE_LISTENER else None
 
 
 def element_bytes(tl_dtype: Any) -> int:
