@@ -11,11 +11,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import select
-from sqlalchemy.orm import selectinload
 
 from tilelens.records import KernelIdentity
 from tilelens.store import History, HistoryError
-from tilelens.store.models import Kernel, Launch
+from tilelens.store.models import Kernel, Launch, LaunchArg
 
 
 class LaunchNotFoundError(HistoryError):
@@ -66,24 +65,57 @@ class LaunchSpec:
 
 
 def load_launch(history: History, launch_id: int) -> LaunchSpec:
+    # Two plain Core queries: ORM objects with eager loading cost several times the SQL for rows read once.
+    L, K, A = Launch.__table__.c, Kernel.__table__.c, LaunchArg.__table__.c
     with history.session() as s:
         row = s.execute(
-            select(Launch)
-            .where(Launch.id == launch_id)
-            .options(selectinload(Launch.args), selectinload(Launch.kernel))
-        ).scalar_one_or_none()
+            select(
+                L.id,
+                L.run_id,
+                L.grid_x,
+                L.grid_y,
+                L.grid_z,
+                L.config,
+                L.status,
+                L.error,
+                L.device,
+                L.trace_blob,
+                L.duration_s,
+                K.module,
+                K.qualname,
+                K.file,
+                K.def_line,
+                K.source,
+                K.source_sha256,
+                K.cache_key,
+            )
+            .join_from(Launch.__table__, Kernel.__table__, L.kernel_id == K.id)
+            .where(L.id == launch_id)
+        ).one_or_none()
         if row is None:
             raise LaunchNotFoundError(f"no launch {launch_id} in history {history.location.display_url()}")
-        return _spec(row)
-
-
-def _spec(row: Launch) -> LaunchSpec:
-    k: Kernel = row.kernel
+        args = s.execute(
+            select(
+                A.position,
+                A.name,
+                A.kind,
+                A.dtype,
+                A.shape,
+                A.strides,
+                A.storage_offset,
+                A.storage_group,
+                A.value,
+                A.before_blob,
+                A.after_blob,
+            )
+            .where(A.launch_id == launch_id)
+            .order_by(A.position)
+        ).all()
     return LaunchSpec(
         id=row.id,
         run_id=row.run_id,
         kernel=KernelIdentity(
-            k.module, k.qualname, k.file, k.def_line, k.source, k.source_sha256, k.cache_key
+            row.module, row.qualname, row.file, row.def_line, row.source, row.source_sha256, row.cache_key
         ),
         grid=(row.grid_x, row.grid_y, row.grid_z),
         config=dict(row.config or {}),
@@ -106,6 +138,6 @@ def _spec(row: Launch) -> LaunchSpec:
                 before_blob=a.before_blob,
                 after_blob=a.after_blob,
             )
-            for a in sorted(row.args, key=lambda a: a.position)
+            for a in args
         ],
     )

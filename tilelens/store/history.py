@@ -328,23 +328,21 @@ class History:
     ) -> int:
         if outcome not in REPLAY_OUTCOMES:
             raise ValueError(f"replay outcome must be one of {REPLAY_OUTCOMES}, got {outcome!r}")
-        row = Replay(
-            launch_id=launch_id,
-            device=device,
-            backend=backend,
-            outcome=outcome,
-            max_abs_err=_finite_or_none(max_abs_err),
-            max_rel_err=_finite_or_none(max_rel_err),
-            trace_equal=trace_equal,
-            message=message,
-            duration_s=duration_s,
-            versions=to_json(versions) if versions is not None else None,
-            created_at=created_at or utcnow(),
-        )
+        row = {
+            "launch_id": launch_id,
+            "device": device,
+            "backend": backend,
+            "outcome": outcome,
+            "max_abs_err": _finite_or_none(max_abs_err),
+            "max_rel_err": _finite_or_none(max_rel_err),
+            "trace_equal": trace_equal,
+            "message": message,
+            "duration_s": duration_s,
+            "versions": to_json(versions) if versions is not None else None,
+            "created_at": created_at or utcnow(),
+        }
         with database.write_session(self.engine) as s:
-            s.add(row)
-            s.flush()
-            return row.id
+            return int(s.execute(insert(Replay.__table__), row).inserted_primary_key[0])
 
     # -- helpers -------------------------------------------------------------------------------------------
 
