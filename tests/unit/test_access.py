@@ -182,3 +182,15 @@ def test_aliased_views_are_flagged_and_attributed_to_a_containing_argument():
     loads = [r for r in rows(rec) if r["op"] == "load"]
     assert [r["arg"] for r in loads] == [0, 1]
     np.testing.assert_array_equal(lane_offsets(loads[1])[lane_mask(loads[1])], np.arange(200))
+
+
+def test_records_without_snapshots_keep_geometry_and_trace():
+    x, y, out = torch.randn(100), torch.randn(100), torch.empty(100)
+    traced = TritonTrace(kernels.add_kernel, in_place=False, snapshots=False)
+    traced[(1,)](x, y, out, 100, BLOCK=128)
+    assert torch.equal(out, x + y)
+    rec = traced.records[-1]
+    tensors = [a for a in rec.args if a.kind == "tensor"]
+    assert [a.shape for a in tensors] == [(100,), (100,), (100,)]
+    assert all(a.before is None and a.after is None for a in tensors)
+    assert rec.summary.load_lanes == 200 and rec.summary.store_lanes == 100

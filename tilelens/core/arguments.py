@@ -133,8 +133,10 @@ def jsonable(value: Any) -> Any:
     return {"repr": repr(value)}
 
 
-def describe_arguments(params: list[Param], bound: dict[str, Any]) -> list[ArgumentRecord]:
-    """One record per parameter, with a 'before' snapshot of every tensor."""
+def describe_arguments(
+    params: list[Param], bound: dict[str, Any], snapshots: bool = True
+) -> list[ArgumentRecord]:
+    """One record per parameter, with a 'before' snapshot of every tensor (unless ``snapshots`` is off)."""
     groups: dict[int, int] = {}
     records = []
     for p in params:
@@ -154,7 +156,7 @@ def describe_arguments(params: list[Param], bound: dict[str, Any]) -> list[Argum
             rec.storage_offset = t.storage_offset()
             rec.storage_group = groups.setdefault(sp, len(groups))
             rec.device = str(t.device)
-            rec.before = span_copy(t)
+            rec.before = span_copy(t) if snapshots else None
             if t is not value:
                 rec.value = {"reinterpret": str(value.dtype)}
         elif isinstance(value, (bool, int, float, np.integer, np.floating)):

@@ -55,15 +55,20 @@ def run_interpreted(
     grid: Any,
     kwargs: dict[str, Any],
     meta: LaunchMeta,
+    snapshots: bool = True,
 ) -> tuple[Any, LaunchRecord, BaseException | None]:
-    """Interpret one launch; return (kernel result, record, the exception it raised or None)."""
+    """Interpret one launch; return (kernel result, record, the exception it raised or None).
+
+    ``snapshots=False`` leaves the tensor copies out of the record, for callers that keep the tensors
+    themselves (replay compares the rebuilt arguments directly).
+    """
     with LAUNCH_LOCK:
         bound, options = bind(params, args, kwargs)
         started = utcnow()
         t0 = time.perf_counter()
         error: BaseException | None = None
         result = None
-        arg_records = describe_arguments(params, bound)
+        arg_records = describe_arguments(params, bound, snapshots)
         collector = AccessCollector()
         resolved: tuple[int, int, int] = (0, 0, 0)
 
@@ -81,7 +86,8 @@ def run_interpreted(
         finally:
             interpreted.pre_run_hooks = saved_hooks
         duration = time.perf_counter() - t0
-        capture_after(params, bound, arg_records)
+        if snapshots:
+            capture_after(params, bound, arg_records)
         trace = collector.finish()
         config: dict[str, Any] = {
             "constexprs": {p.name: jsonable(bound.get(p.name)) for p in params if p.constexpr},

@@ -76,6 +76,7 @@ class _InterpretedLeaf(compat.KernelInterface):
 
     def __init__(self, source: Any) -> None:
         self.fn = source
+        self.snapshots = True  # tensor copies in each record; off for replay, which keeps its own tensors
         self.layers: list[Any] = []
         self.memory = MemorySink()
         pyfn = source.fn
@@ -88,7 +89,15 @@ class _InterpretedLeaf(compat.KernelInterface):
         )
 
     def __getattr__(self, name: str) -> Any:
-        if name.startswith("__") or name in ("fn", "interpreted", "layers", "memory", "params", "identity"):
+        if name.startswith("__") or name in (
+            "fn",
+            "interpreted",
+            "layers",
+            "memory",
+            "params",
+            "identity",
+            "snapshots",
+        ):
             raise AttributeError(name)
         return getattr(self.interpreted, name)
 
@@ -99,7 +108,7 @@ class _InterpretedLeaf(compat.KernelInterface):
         meta = self._meta(kwargs)
         user_hooks = list(getattr(self.fn, "pre_run_hooks", ())) if self.fn is not self.interpreted else []
         result, record, error = run_interpreted(
-            self.interpreted, self.identity, self.params, user_hooks, args, grid, kwargs, meta
+            self.interpreted, self.identity, self.params, user_hooks, args, grid, kwargs, meta, self.snapshots
         )
         handle = sink.write_launch(record)
         stack = _stack()
@@ -238,10 +247,12 @@ class TritonTrace(compat.KernelInterface):
     (the last 100 launches, in memory).
     """
 
-    def __init__(self, kernel: Any, *, in_place: bool = True) -> None:
+    def __init__(self, kernel: Any, *, in_place: bool = True, snapshots: bool = True) -> None:
         self.kernel = kernel
         self.source_layers = _layers_of(kernel)
         self.runner, self.layers, self.leaf = unpack_kernel(kernel, in_place=in_place)
+        if not snapshots:
+            self.leaf.snapshots = False
 
     @property
     def jit_fn(self) -> Any:
@@ -282,7 +293,7 @@ class TritonTrace(compat.KernelInterface):
 class GluonTrace(TritonTrace):
     """Gluon kernels always compile (no interpreter path in Triton 3.8); tracing them is not supported yet."""
 
-    def __init__(self, kernel: Any, *, in_place: bool = True) -> None:
+    def __init__(self, kernel: Any, *, in_place: bool = True, snapshots: bool = True) -> None:
         raise NotImplementedError(
             "TileLens cannot trace Gluon kernels yet: triton.experimental.gluon has no interpreter path"
         )

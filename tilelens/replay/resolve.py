@@ -54,7 +54,8 @@ class ResolvedKernel:
         if self._traced is None:
             from tilelens.core.trace import TritonTrace
 
-            self._traced = TritonTrace(self.fn, in_place=False)
+            # No tensor copies in its records: replay compares the rebuilt arguments themselves.
+            self._traced = TritonTrace(self.fn, in_place=False, snapshots=False)
         return self._traced
 
     def compiled(self) -> Any:
