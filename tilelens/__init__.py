@@ -40,7 +40,7 @@ _LAZY = set(__all__) - {"__version__"}
 
 
 # Names whose home needs neither torch nor Triton are loaded from there, not through tilelens.api.
-_LIGHT_HOMES = {"open_query": "tilelens.query"}
+_LIGHT_HOMES = {"open_query": "tilelens.store.query"}
 
 
 def __getattr__(name: str) -> Any:

@@ -18,7 +18,7 @@ def open_history(db: str | None = None, blobs: str | Path | None = None) -> Hist
 
 def open_query(db: str | None = None, blobs: str | Path | None = None) -> Any:
     """Read-only access for listings and launch details (``tilelens ls`` / ``show`` from Python)."""
-    from tilelens.query import open_query as _open_query
+    from tilelens.store.query import open_query as _open_query
 
     return _open_query(db, blobs)
 

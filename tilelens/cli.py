@@ -15,7 +15,7 @@ import typer
 from tilelens.commands import register_all
 from tilelens.commands.common import CliState
 from tilelens.config import LocationError
-from tilelens.store.errors import HistoryError
+from tilelens.errors import HistoryError
 
 EXIT_USAGE = 2
 

@@ -22,8 +22,8 @@ from tests import kernels
 from tilelens.cli import main
 from tilelens.replay import replay_launch, select_launches
 from tilelens.replay.rebuild import rebuild_arguments
-from tilelens.replay.spec import load_launch
 from tilelens.store import History
+from tilelens.store.launches import load_launch
 from tilelens.store.models import Launch, LaunchArg, Replay, Run
 
 ROOT = Path(__file__).resolve().parents[2]

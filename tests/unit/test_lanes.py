@@ -8,8 +8,8 @@ import pyarrow.parquet as pq
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tilelens import lanes
 from tilelens.core.access import AccessCollector, ArgSpan, SpanTable, lane_mask, lane_offsets, lane_oob
+from tilelens.store import lanes
 
 ELEM = 4
 # Two 100-element float arguments with a gap between them; addresses past either are out of bounds.

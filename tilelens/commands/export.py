@@ -32,7 +32,7 @@ def export(
         None, "--output", "-o", metavar="PATH", help="File to write (default: launch-ID.FORMAT)."
     ),
 ) -> None:
-    from tilelens.query import EXPORT_FORMATS, open_query
+    from tilelens.store.query import EXPORT_FORMATS, open_query
 
     if fmt not in EXPORT_FORMATS:
         raise typer.BadParameter(f"must be one of {', '.join(EXPORT_FORMATS)}", param_hint="--format")

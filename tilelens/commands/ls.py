@@ -38,7 +38,7 @@ def ls(
     limit: int = typer.Option(50, "--limit", "-n", min=1, metavar="N", help="At most N rows."),
     as_json: bool = JSON_OPTION,
 ) -> None:
-    from tilelens.query import LAUNCH_STATUSES, RUN_STATUSES, open_query
+    from tilelens.store.query import LAUNCH_STATUSES, RUN_STATUSES, open_query
 
     allowed = RUN_STATUSES if runs else LAUNCH_STATUSES
     if status is not None and status not in allowed:

@@ -12,7 +12,7 @@ from tilelens.commands.common import JSON_OPTION, print_json, state
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from tilelens.query import AccessStats, LaunchDetail
+    from tilelens.store.query import AccessStats, LaunchDetail
 
 HELP = (
     "Show one launch: kernel, grid, config, arguments, what each argument's lanes did (loads, "
@@ -39,7 +39,7 @@ def show(
     ),
     as_json: bool = JSON_OPTION,
 ) -> None:
-    from tilelens.query import open_query
+    from tilelens.store.query import open_query
 
     st = state(ctx)
     with open_query(st.db, st.blobs) as q:

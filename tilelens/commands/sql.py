@@ -32,7 +32,7 @@ def sql(
     query: str = typer.Argument(..., metavar="QUERY", help="One SQL statement (SELECT, WITH ...)."),
     fmt: str = typer.Option("table", "--format", "-f", metavar="FORMAT", help="table, csv or json."),
 ) -> None:
-    from tilelens.query import open_query
+    from tilelens.store.query import open_query
 
     if fmt not in ("table", "csv", "json"):
         raise typer.BadParameter("must be one of table, csv, json", param_hint="--format")

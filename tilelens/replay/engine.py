@@ -25,9 +25,9 @@ from tilelens.replay.compare import Tolerance, compare_span, default_tolerance
 from tilelens.replay.rebuild import RebuiltArgs, decode_options, rebuild_arguments
 from tilelens.replay.resolve import KernelResolver, ResolvedKernel
 from tilelens.replay.result import ReplayFailure, ReplayResult, TensorDiff
-from tilelens.replay.spec import LaunchSpec, load_launch
 from tilelens.replay.traces import first_difference, last_writer
 from tilelens.store import BlobError, History
+from tilelens.store.launches import LaunchSpec, load_launch
 from tilelens.store.models import Kernel, Launch
 
 

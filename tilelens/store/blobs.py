@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tilelens.store.errors import BlobCorruptError, BlobMissingError
+from tilelens.errors import BlobCorruptError, BlobMissingError
 
 if TYPE_CHECKING:
     import torch

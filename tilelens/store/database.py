@@ -36,7 +36,7 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
 
-from tilelens.store.errors import HistoryError, NotAHistoryError, SchemaTooNewError
+from tilelens.errors import HistoryError, NotAHistoryError, SchemaTooNewError
 
 BUSY_TIMEOUT_S = 30.0
 MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"

@@ -21,10 +21,10 @@ from sqlalchemy import Engine, insert, select, update
 from sqlalchemy.orm import Session
 
 from tilelens.config import Location, resolve_location
+from tilelens.errors import HistoryError, NotAHistoryError
 from tilelens.records import AccessSummary, AutotuneEvent, KernelIdentity, LaunchRecord, RunInfo, utcnow
 from tilelens.store import database
 from tilelens.store.blobs import BlobRef, BlobStore
-from tilelens.store.errors import HistoryError, NotAHistoryError
 from tilelens.store.jsonvalues import to_json
 from tilelens.store.models import (
     TABLES,

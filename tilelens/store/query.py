@@ -3,7 +3,7 @@
 The command line only formats what this module returns, so anything the CLI shows is also available from
 Python with the same names (and the ``as_dict()`` of each result is exactly the CLI's ``--json``)::
 
-    from tilelens.query import open_query
+    from tilelens.store.query import open_query
 
     with open_query("runs/h.db") as q:
         for launch in q.launches(kernel="matmul_kernel", oob=True, limit=10):
@@ -11,7 +11,7 @@ Python with the same names (and the ``as_dict()`` of each result is exactly the 
         detail = q.launch(42, source=True)
 
 Reads never create or migrate a history and never import torch, Triton or Alembic; see
-:mod:`tilelens.readonly` for how the database is opened. (The result classes are plain, not frozen,
+:mod:`tilelens.store.readonly` for how the database is opened. (The result classes are plain, not frozen,
 dataclasses: generating their methods is a measurable part of a 0.3 s command.)
 """
 
@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from tilelens.config import Location, resolve_location
-from tilelens.readonly import NoHistoryError, QueryError, Reader, Result, open_reader
-from tilelens.store.errors import BlobError, HistoryError
+from tilelens.errors import BlobError, HistoryError
+from tilelens.store.readonly import NoHistoryError, QueryError, Reader, Result, open_reader
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -589,7 +589,7 @@ class HistoryQuery:
 
         distinct = None
         if trace is not None:
-            from tilelens import lanes
+            from tilelens.store import lanes
 
             distinct = lanes.distinct_elements(trace)
         args = [self._argument(r, distinct) for r in arg_rows]
@@ -598,7 +598,7 @@ class HistoryQuery:
         events: list[OobEvent] = []
         event_count = 0
         if trace is not None and launch.oob_lanes:
-            from tilelens import lanes
+            from tilelens.store import lanes
 
             found = lanes.oob_rows(trace, oob_events)
             event_count = found.total
@@ -607,7 +607,7 @@ class HistoryQuery:
 
         source_lines = None
         if source:
-            from tilelens import lanes
+            from tilelens.store import lanes
 
             source_lines = _source_lines(kernel, lanes.line_counts(trace) if trace is not None else {})
 
@@ -715,8 +715,8 @@ class HistoryQuery:
         return self._trace_table(rows[0][0])
 
     def lane_batches(self, launch_id: int) -> Iterator[pa.RecordBatch]:
-        """The trace as one flat row per lane (``tilelens.lanes.LANE_SCHEMA``), in record batches."""
-        from tilelens import lanes
+        """The trace as one flat row per lane (``tilelens.store.lanes.LANE_SCHEMA``), in record batches."""
+        from tilelens.store import lanes
 
         trace = self.trace(launch_id)
         names = {r[0]: r[1] for r in self._rows(_ARG_NAMES, {"id": launch_id})}
@@ -726,7 +726,7 @@ class HistoryQuery:
         """:meth:`lane_batches` as one table, for pandas (``.to_pandas()``) or polars."""
         import pyarrow as pa
 
-        from tilelens import lanes
+        from tilelens.store import lanes
 
         return pa.Table.from_batches(list(self.lane_batches(launch_id)), schema=lanes.LANE_SCHEMA)
 
@@ -734,7 +734,7 @@ class HistoryQuery:
         """Write :meth:`lane_batches` to ``path``; the file appears whole or not at all."""
         if format not in EXPORT_FORMATS:
             raise ValueError(f"export format must be one of {', '.join(EXPORT_FORMATS)}, not {format!r}")
-        from tilelens import lanes
+        from tilelens.store import lanes
 
         batches = self.lane_batches(launch_id)
         path = Path(path)
@@ -832,7 +832,7 @@ def open_query(
 ) -> HistoryQuery:
     """Open the history at ``db``/``blobs`` (resolved like every TileLens command) for reading only.
 
-    Raises :class:`tilelens.readonly.NoHistoryError` when nothing is there: reading never creates one.
+    Raises :class:`tilelens.store.readonly.NoHistoryError` when nothing is there: reading never creates one.
     """
     location = location or resolve_location(db, blobs)
     return HistoryQuery(location, open_reader(location))

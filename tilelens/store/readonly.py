@@ -19,12 +19,12 @@ from pathlib import Path
 from typing import Any
 
 from tilelens.config import Location
-from tilelens.store.errors import HistoryError, NotAHistoryError, SchemaTooNewError
+from tilelens.errors import HistoryError, NotAHistoryError, SchemaTooNewError
 
 VERSION_TABLE = "alembic_version"
 BUSY_TIMEOUT_S = 30.0
 # The store keeps its migrations beside the package; see tilelens.store.database.MIGRATIONS_DIR.
-MIGRATIONS_VERSIONS = Path(__file__).resolve().parents[1] / "migrations" / "versions"
+MIGRATIONS_VERSIONS = Path(__file__).resolve().parents[2] / "migrations" / "versions"
 
 
 class NoHistoryError(HistoryError):
