@@ -100,7 +100,7 @@ class LaunchRecord:
     tuning_key: str | None = None
     summary: AccessSummary = field(default_factory=AccessSummary)
     per_arg: dict[int, AccessSummary] = field(default_factory=dict)  # by parameter position; -1: no argument
-    trace: pa.Table | None = None  # access trace, see tilelens.core.access.TRACE_SCHEMA
+    trace: pa.Table | None = None  # access trace, see tilelens.store.traces.TRACE_SCHEMA
     started_at: _dt.datetime = field(default_factory=utcnow)
     duration_s: float = 0.0
     seq: int = 0  # order within its run, assigned by the recorder

@@ -20,7 +20,6 @@ from types import TracebackType
 from typing import Any
 
 from tilelens.core import compat, session
-from tilelens.core.access import TRACE_WRITE_OPTIONS
 from tilelens.core.interpreter import interception_patches
 from tilelens.core.session import AutotunePolicy
 from tilelens.core.trace import TritonTrace
@@ -95,7 +94,6 @@ class Recording:
         info = RunInfo(
             argv=self._argv, cwd=os.getcwd(), host=socket.gethostname(), versions=versions(), tag=self._tag
         )
-        self._history.trace_write_options = dict(TRACE_WRITE_OPTIONS)
         self.run_id = self._history.begin_run(info)
         session.activate(self)
         self._patches = interception_patches(self._route)

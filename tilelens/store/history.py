@@ -36,6 +36,7 @@ from tilelens.store.models import (
     Replay,
     Run,
 )
+from tilelens.store.traces import TRACE_WRITE_OPTIONS
 
 RunStatus = Literal["ok", "failed", "interrupted"]
 ReplayOutcome = Literal["match", "mismatch", "error"]
@@ -102,14 +103,10 @@ class History:
     file at once. Use :meth:`open`; the constructor takes already-prepared parts.
     """
 
-    #: Parquet options for access-trace blobs (the recorder may tune encodings for its trace schema).
-    trace_write_options: dict[str, Any]
-
     def __init__(self, location: Location, engine: Engine, blobs: BlobStore) -> None:
         self.location = location
         self.engine = engine
         self.blobs = blobs
-        self.trace_write_options = {}
         self._kernel_ids: dict[tuple[str, str, str], int] = {}  # filled after commits only
         self.migrated_from: tuple[str, ...] = ()
 
@@ -241,7 +238,7 @@ class History:
                 }
             )
         trace_ref = (
-            keep(self.blobs.store_table(rec.trace, "trace", **self.trace_write_options))
+            keep(self.blobs.store_table(rec.trace, "trace", **TRACE_WRITE_OPTIONS))
             if rec.trace is not None
             else None
         )
