@@ -36,7 +36,7 @@ def replay(
         None,
         "--kernel",
         metavar="NAME",
-        help="Replay every launch of this kernel (qualname or module.qualname).",
+        help="Replay every launch of the kernels so named (as ls --kernel: qualname or module.qualname, * wildcards).",
     ),
     trials: bool = typer.Option(
         False, "--trials", help="With --run/--kernel, include autotune trial launches."
@@ -112,16 +112,13 @@ def replay(
 
 
 def _newest_run(history: object) -> int:
-    from sqlalchemy import func, select
+    from tilelens.store.launches import newest_run
 
-    from tilelens.store.models import Run
-
-    with history.session() as s:  # type: ignore[attr-defined]
-        newest = s.scalar(select(func.max(Run.id)))
+    newest = newest_run(history)  # type: ignore[arg-type]
     if newest is None:
         print("tilelens: error: the history has no runs to replay", file=sys.stderr)
         raise typer.Exit(2)
-    return int(newest)
+    return newest
 
 
 def _replay_with_progress(history: object, ids: list[int], options: dict[str, object]) -> list[ReplayResult]:

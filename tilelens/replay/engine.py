@@ -17,7 +17,6 @@ from typing import Any
 
 import pyarrow as pa
 import torch
-from sqlalchemy import or_, select
 
 from tilelens.core import compat, session
 from tilelens.core.arguments import span_copy
@@ -28,7 +27,6 @@ from tilelens.replay.result import ReplayFailure, ReplayResult, TensorDiff
 from tilelens.replay.traces import first_difference, last_writer
 from tilelens.store import BlobError, History
 from tilelens.store.launches import LaunchSpec, load_launch
-from tilelens.store.models import Kernel, Launch
 
 
 def replay_launch(
@@ -135,21 +133,6 @@ def replay_launches(
         if on_result is not None:
             on_result(result)
     return results
-
-
-def select_launches(
-    history: History, *, run_id: int | None = None, kernel: str | None = None, trials: bool = False
-) -> list[int]:
-    """Ids of the launches of a run and/or a kernel (``qualname`` or ``module.qualname``), oldest first."""
-    query = select(Launch.id).join(Kernel, Launch.kernel_id == Kernel.id).order_by(Launch.id)
-    if run_id is not None:
-        query = query.where(Launch.run_id == run_id)
-    if kernel is not None:
-        query = query.where(or_(Kernel.qualname == kernel, (Kernel.module + "." + Kernel.qualname) == kernel))
-    if not trials:
-        query = query.where(Launch.role == "launch")
-    with history.session() as s:
-        return list(s.scalars(query))
 
 
 def parse_device(text: str) -> torch.device:

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from tilelens.config import Location, resolve_location
 from tilelens.errors import BlobError, HistoryError
+from tilelens.store.names import KERNEL_NAMES_SQL, matching_ids
 from tilelens.store.readonly import NoHistoryError, QueryError, Reader, Result, open_reader
 from tilelens.store.results import (
     AccessStats,
@@ -130,11 +131,6 @@ def _launch_summary(row: Sequence[Any]) -> LaunchSummary:
     )
 
 
-def _like_pattern(name: str) -> str:
-    escaped = name.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-    return escaped.replace("*", "%").replace("?", "_")
-
-
 @dataclass
 class _Filter:
     """WHERE clauses and their parameters, built up by the listing methods."""
@@ -172,15 +168,8 @@ class HistoryQuery:
     # -- listings -----------------------------------------------------------------------------------------
 
     def kernel_ids(self, name: str) -> list[int]:
-        """Kernels named ``name``: a qualname or module.qualname, with ``*`` and ``?`` as wildcards."""
-        if "*" in name or "?" in name:
-            sql = (
-                "SELECT id FROM kernels WHERE qualname LIKE :p ESCAPE '\\' "
-                "OR module || '.' || qualname LIKE :p ESCAPE '\\'"
-            )
-            return [r[0] for r in self._rows(sql, {"p": _like_pattern(name)})]
-        sql = "SELECT id FROM kernels WHERE qualname = :n OR module || '.' || qualname = :n"
-        return [r[0] for r in self._rows(sql, {"n": name})]
+        """Kernels named ``name``: a qualname or module.qualname, ``*``/``?`` wildcards (``tilelens.store.names``)."""
+        return matching_ids(name, self._rows(KERNEL_NAMES_SQL))
 
     def _kernel_clause(self, f: _Filter, name: str, column: str) -> bool:
         ids = self.kernel_ids(name)
