@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import quote, unquote
 
+from tilelens.errors import LocationError
+
 if TYPE_CHECKING:
     from sqlalchemy.engine import URL
 
@@ -26,10 +28,6 @@ DEFAULT_BLOBS_DIR = "blobs"
 
 # A SQLAlchemy URL starts with "dialect[+driver]://"; anything else is taken as a filesystem path.
 _URL_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://")
-
-
-class LocationError(ValueError):
-    """The given location cannot name a history (bad URL syntax)."""
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from typing import Any
 
 from tilelens.core import compat
 from tilelens.core.interpreter import current_launch
+from tilelens.errors import StateError
 from tilelens.records import KernelIdentity
 
 
@@ -24,7 +25,7 @@ def source_sha256(source: str) -> str:
 def kernel_identity(fn: Any) -> KernelIdentity:
     """Identity of a ``JITFunction`` or of an ``InterpretedFunction`` (a kernel decorated with TRITON_INTERPRET=1)."""
     if current_launch() is not None:
-        raise RuntimeError("TileLens: kernel identity must be computed outside an interpreted launch")
+        raise StateError("TileLens: kernel identity must be computed outside an interpreted launch")
     jit = fn if isinstance(fn, compat.JITFunction) else _shadow_jit(fn.fn)
     pyfn = jit.fn
     source = compat.jit_source(jit)

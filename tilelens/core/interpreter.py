@@ -27,6 +27,7 @@ import numpy as np
 
 from tilelens.core import compat, semantics
 from tilelens.core.access import ATOMIC_CAS, LOAD, STORE, AccessCollector
+from tilelens.errors import StateError
 
 # Interpreted launches share one global interpreter builder in Triton: they must never overlap.
 LAUNCH_LOCK = threading.RLock()
@@ -212,7 +213,7 @@ def launch_patches(collector: AccessCollector) -> Iterator[LaunchContext]:
     """Interpret one launch with access capture; everything touched is restored on exit."""
     with LAUNCH_LOCK:
         if current_launch() is not None:
-            raise RuntimeError("TileLens: a Triton launch started inside another interpreted launch")
+            raise StateError("TileLens: a Triton launch started inside another interpreted launch")
         patcher = _Patcher()
         lang_snapshot = [(ns, dict(vars(ns))) for ns in compat.LANG_NAMESPACES]
         builder_cls = compat.InterpreterBuilder

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import platform
 import socket
 import sys
 import threading
@@ -23,24 +22,9 @@ from tilelens.core import compat, session
 from tilelens.core.interpreter import interception_patches
 from tilelens.core.session import AutotunePolicy
 from tilelens.core.trace import TritonTrace
+from tilelens.errors import UnsupportedError, UsageError
 from tilelens.records import AutotuneEvent, LaunchRecord, RunInfo
-
-
-def versions() -> dict[str, str]:
-    import numpy
-    import torch
-    import triton
-
-    from tilelens import __version__
-
-    return {
-        "tilelens": __version__,
-        "triton": triton.__version__,
-        "torch": torch.__version__,
-        "numpy": numpy.__version__,
-        "python": platform.python_version(),
-    }
-
+from tilelens.version import versions
 
 # What Autotuner.run leaves on the autotuner for the program to read.
 TUNING_STATE = ("best_config", "configs_timings", "bench_time")
@@ -60,7 +44,7 @@ class Recording:
         history: Any = None,
     ) -> None:
         if autotune not in ("first", "all"):
-            raise ValueError(f"autotune must be 'first' or 'all', not {autotune!r}")
+            raise UsageError(f"autotune must be 'first' or 'all', not {autotune!r}")
         self.autotune_policy: AutotunePolicy = autotune
         self._db, self._blobs, self._tag = db, blobs, tag
         self._argv = list(sys.argv if argv is None else argv)
@@ -86,7 +70,7 @@ class Recording:
 
     def __enter__(self) -> Recording:
         if not compat.SUPPORTED:
-            raise RuntimeError(f"TileLens supports Triton 3.6 to 3.9, found {compat.TRITON_VERSION}")
+            raise UnsupportedError(f"TileLens supports Triton 3.6 to 3.9, found {compat.TRITON_VERSION}")
         if self._history is None:
             from tilelens.store import History
 

@@ -25,6 +25,7 @@ from tilelens.core.arguments import Param, kernel_params
 from tilelens.core.identity import kernel_identity
 from tilelens.core.interpreter import make_interpreted, original_run
 from tilelens.core.launch import LaunchMeta, config_dict, run_interpreted
+from tilelens.errors import UnsupportedError
 from tilelens.records import AutotuneEvent, KernelIdentity, LaunchRecord
 
 DUMMY_TIMING = [1.0, 1.0, 1.0]
@@ -209,16 +210,14 @@ def unpack_kernel(kernel: Any, *, in_place: bool = True) -> tuple[Any, list[Any]
     A leaf left by an earlier trace of the same chain is reused, so re-tracing keeps ``jit_fn``.
     """
     if compat.is_gluon(kernel):
-        raise NotImplementedError("TileLens cannot trace Gluon kernels yet: Gluon has no interpreter path")
+        raise UnsupportedError("TileLens cannot trace Gluon kernels yet: Gluon has no interpreter path")
     layers = _layers_of(kernel)
     node = layers[-1].fn if layers else kernel
     if isinstance(node, _InterpretedLeaf):
         leaf = node
     elif isinstance(node, (compat.JITFunction, compat.InterpretedFunction)):
         if compat.is_gluon(node):
-            raise NotImplementedError(
-                "TileLens cannot trace Gluon kernels yet: Gluon has no interpreter path"
-            )
+            raise UnsupportedError("TileLens cannot trace Gluon kernels yet: Gluon has no interpreter path")
         leaf = _InterpretedLeaf(node)
     else:
         raise TypeError(
@@ -294,7 +293,7 @@ class GluonTrace(TritonTrace):
     """Gluon kernels always compile (no interpreter path in Triton 3.8); tracing them is not supported yet."""
 
     def __init__(self, kernel: Any, *, in_place: bool = True, snapshots: bool = True) -> None:
-        raise NotImplementedError(
+        raise UnsupportedError(
             "TileLens cannot trace Gluon kernels yet: triton.experimental.gluon has no interpreter path"
         )
 

@@ -20,6 +20,7 @@ import torch
 
 from tilelens.core import compat, session
 from tilelens.core.arguments import span_copy
+from tilelens.errors import StateError, UsageError
 from tilelens.replay.compare import Tolerance, compare_span, default_tolerance
 from tilelens.replay.rebuild import RebuiltArgs, decode_options, rebuild_arguments
 from tilelens.replay.resolve import KernelResolver, ResolvedKernel
@@ -47,17 +48,17 @@ def replay_launch(
     On the CPU the kernel runs in Triton's interpreter, recorded again, and must reproduce every output bit
     and every access event (``atol``/``rtol`` relax the outputs to tolerances). On CUDA it runs compiled and
     outputs must agree within dtype-aware tolerances (see ``tilelens.replay.compare``). A kernel whose source
-    changed since the record is refused unless ``allow_changed``; ``from_history`` runs the recorded source
+    changed since the record is refused (``refusal="source-changed"``) unless ``allow_changed``; ``from_history`` runs the recorded source
     instead of today's and, since that executes code read from the database, needs ``trust_source``.
 
     Raises :class:`LaunchNotFoundError` for an unknown id; every other problem is an ``error`` result.
     """
     if from_history and not trust_source:
-        raise ValueError(
+        raise UsageError(
             "from_history runs kernel source read from the history database; pass trust_source=True to allow it"
         )
     if session.active() is not None:
-        raise RuntimeError("TileLens cannot replay inside a tilelens.record() block; replay after it ends")
+        raise StateError("TileLens cannot replay inside a tilelens.record() block; replay after it ends")
     started = time.perf_counter()
     spec = load_launch(history, launch_id)
     result = ReplayResult(
@@ -82,9 +83,8 @@ def replay_launch(
         if resolved.source_changed and not allow_changed:
             raise ReplayFailure(
                 f"source changed: {spec.kernel.name} ({resolved.origin} {spec.kernel.file}) hashes to "
-                f"{resolved.source_sha256[:12]}, the recorded source to {spec.kernel.source_sha256[:12]}; "
-                "pass --allow-changed to replay it anyway, or --from-history --trust-source to run the "
-                "recorded source"
+                f"{resolved.source_sha256[:12]}, the recorded source to {spec.kernel.source_sha256[:12]}",
+                reason="source-changed",
             )
         args = rebuild_arguments(history.blobs, spec, dev)
         options = decode_options(spec)
@@ -97,6 +97,7 @@ def replay_launch(
     except ReplayFailure as failure:
         result.outcome = "error"
         result.message = str(failure)
+        result.refusal = failure.reason
     except Exception as exc:  # a bug or an environment problem: still one answer, and one row, per launch
         result.outcome = "error"
         result.message = f"launch {spec.id}: replay failed unexpectedly: {_message(exc)}"
@@ -313,6 +314,6 @@ def _message(exc: BaseException | None) -> str | None:
 
 @functools.lru_cache(maxsize=1)
 def _versions() -> dict[str, str]:
-    from tilelens.core.recorder import versions
+    from tilelens.version import versions
 
     return versions()

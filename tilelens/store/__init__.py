@@ -12,6 +12,8 @@ _EXPORTS = {
     "BlobError": "tilelens.errors",
     "BlobMissingError": "tilelens.errors",
     "HistoryError": "tilelens.errors",
+    "LaunchNotFoundError": "tilelens.errors",
+    "NoHistoryError": "tilelens.errors",
     "NotAHistoryError": "tilelens.errors",
     "SchemaTooNewError": "tilelens.errors",
     "History": "tilelens.store.history",

@@ -15,14 +15,25 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from sqlalchemy import Engine, insert, select, update
 from sqlalchemy.orm import Session
 
 from tilelens.config import Location, resolve_location
-from tilelens.errors import HistoryError, NotAHistoryError
-from tilelens.records import AccessSummary, AutotuneEvent, KernelIdentity, LaunchRecord, RunInfo, utcnow
+from tilelens.errors import HistoryError, NotAHistoryError, RunNotFoundError, UsageError
+from tilelens.records import (
+    FINISHED_RUN_STATUSES,
+    REPLAY_OUTCOMES,
+    AccessSummary,
+    AutotuneEvent,
+    KernelIdentity,
+    LaunchRecord,
+    ReplayOutcome,
+    RunInfo,
+    RunStatus,
+    utcnow,
+)
 from tilelens.store import database
 from tilelens.store.blobs import BlobRef, BlobStore
 from tilelens.store.jsonvalues import to_json
@@ -37,11 +48,6 @@ from tilelens.store.models import (
     Run,
 )
 from tilelens.store.traces import TRACE_WRITE_OPTIONS
-
-RunStatus = Literal["ok", "failed", "interrupted"]
-ReplayOutcome = Literal["match", "mismatch", "error"]
-RUN_STATUSES = ("ok", "failed", "interrupted")
-REPLAY_OUTCOMES = ("match", "mismatch", "error")
 
 
 @dataclass(frozen=True)
@@ -150,6 +156,11 @@ class History:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
+    @property
+    def label(self) -> str:
+        """The history's name in messages: its file for SQLite (as the read commands say), else its URL."""
+        return _label(self.location)
+
     def __repr__(self) -> str:
         return f"History(db={self.location.display_url()!r}, blobs={str(self.location.blobs_dir)!r})"
 
@@ -190,8 +201,8 @@ class History:
             return run.id
 
     def finish_run(self, run_id: int, status: RunStatus, exit_code: int | None = None) -> None:
-        if status not in RUN_STATUSES:
-            raise ValueError(f"run status must be one of {RUN_STATUSES}, got {status!r}")
+        if status not in FINISHED_RUN_STATUSES:
+            raise UsageError(f"a finished run's status is one of {FINISHED_RUN_STATUSES}, not {status!r}")
         with database.write_session(self.engine) as s:
             result = s.execute(
                 update(Run)
@@ -199,7 +210,7 @@ class History:
                 .values(status=status, exit_code=exit_code, finished_at=utcnow())
             )
             if result.rowcount != 1:
-                raise HistoryError(f"no run {run_id} in history {_label(self.location)}")
+                raise RunNotFoundError(f"no run {run_id} in history {_label(self.location)}")
 
     def write_launch(self, run_id: int, rec: LaunchRecord) -> int:
         refs: dict[str, BlobRef] = {}
@@ -324,7 +335,7 @@ class History:
         created_at: dt.datetime | None = None,
     ) -> int:
         if outcome not in REPLAY_OUTCOMES:
-            raise ValueError(f"replay outcome must be one of {REPLAY_OUTCOMES}, got {outcome!r}")
+            raise UsageError(f"replay outcome must be one of {REPLAY_OUTCOMES}, not {outcome!r}")
         row = {
             "launch_id": launch_id,
             "device": device,

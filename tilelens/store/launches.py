@@ -12,14 +12,11 @@ from typing import Any
 
 from sqlalchemy import func, select, text
 
+from tilelens.errors import LaunchNotFoundError
 from tilelens.records import KernelIdentity
-from tilelens.store import History, HistoryError
+from tilelens.store import History
 from tilelens.store.models import Kernel, Launch, LaunchArg, Run
 from tilelens.store.names import KERNEL_NAMES_SQL, matching_ids
-
-
-class LaunchNotFoundError(HistoryError):
-    """Unknown launch id: an input error, reported like every other history error (one line, exit 2)."""
 
 
 @dataclass(frozen=True)
@@ -94,7 +91,7 @@ def load_launch(history: History, launch_id: int) -> LaunchSpec:
             .where(L.id == launch_id)
         ).one_or_none()
         if row is None:
-            raise LaunchNotFoundError(f"no launch {launch_id} in history {history.location.display_url()}")
+            raise LaunchNotFoundError(f"no launch {launch_id} in history {history.label}")
         args = s.execute(
             select(
                 A.position,
@@ -159,7 +156,7 @@ def select_launches(
         query = query.where(Launch.role == "launch")
     with history.session() as s:
         if kernel is not None:
-            ids = matching_ids(kernel, s.execute(text(KERNEL_NAMES_SQL)).tuples())
+            ids = matching_ids(kernel, s.execute(text(KERNEL_NAMES_SQL)))
             if not ids:
                 return []
             query = query.where(Launch.kernel_id.in_(ids))

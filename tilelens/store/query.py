@@ -26,9 +26,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from tilelens.config import Location, resolve_location
-from tilelens.errors import BlobError, HistoryError
+from tilelens.errors import (
+    BlobError,
+    LaunchNotFoundError,
+    NoHistoryError,
+    NoTraceError,
+    QueryError,
+    UsageError,
+    ViewsMissingError,
+)
+from tilelens.records import LAUNCH_STATUSES, RUN_STATUSES
 from tilelens.store.names import KERNEL_NAMES_SQL, matching_ids
-from tilelens.store.readonly import NoHistoryError, QueryError, Reader, Result, open_reader
+from tilelens.store.readonly import Reader, Result, open_reader
 from tilelens.store.results import (
     AccessStats,
     ArgumentInfo,
@@ -48,19 +57,9 @@ from tilelens.store.results import (
 if TYPE_CHECKING:
     import pyarrow as pa
 
-LAUNCH_STATUSES = ("ok", "error")
-RUN_STATUSES = ("running", "ok", "failed", "interrupted")
 EXPORT_FORMATS = ("parquet", "csv")
 VIEW_NAMES = ("launch_overview", "oob_launches", "autotune_choices", "run_overview")
 ExportFormat = Literal["parquet", "csv"]
-
-
-class UnknownLaunchError(HistoryError):
-    """No launch with that id in the history."""
-
-
-class NoTraceError(HistoryError):
-    """The launch was recorded without an access trace (it failed before any memory access, say)."""
 
 
 # -- value decoding: SQLite hands back text where PostgreSQL hands back objects -------------------------------
@@ -191,7 +190,7 @@ class HistoryQuery:
     ) -> list[LaunchSummary]:
         """Launches, newest first; every filter given must hold."""
         if status is not None and status not in LAUNCH_STATUSES:
-            raise ValueError(f"launch status must be one of {', '.join(LAUNCH_STATUSES)}, not {status!r}")
+            raise UsageError(f"launch status must be one of {', '.join(LAUNCH_STATUSES)}, not {status!r}")
         f = _Filter()
         if kernel is not None and not self._kernel_clause(f, kernel, "l.kernel_id"):
             return []
@@ -221,7 +220,7 @@ class HistoryQuery:
     ) -> list[RunSummary]:
         """Runs, newest first, with launch counts; ``kernel`` and ``oob`` keep runs with such launches."""
         if status is not None and status not in RUN_STATUSES:
-            raise ValueError(f"run status must be one of {', '.join(RUN_STATUSES)}, not {status!r}")
+            raise UsageError(f"run status must be one of {', '.join(RUN_STATUSES)}, not {status!r}")
         f = _Filter()
         if kernel is not None:
             inner = _Filter()
@@ -285,7 +284,7 @@ class HistoryQuery:
         """Everything about one launch; ``source=True`` adds per-line lane counts beside the kernel source."""
         rows = self._rows(f"{_LAUNCH_SELECT} WHERE l.id = :id", {"id": launch_id})
         if not rows:
-            raise UnknownLaunchError(f"no launch {launch_id} in history {self.reader.label}")
+            raise LaunchNotFoundError(f"no launch {launch_id} in history {self.reader.label}")
         launch = _launch_summary(rows[0])
         (extra,) = self._rows(
             "SELECT k.id, k.file, k.def_line, k.source_sha256, k.source, l.cache_key, "
@@ -447,7 +446,7 @@ class HistoryQuery:
         """The launch's access trace as recorded: one row per memory event (``TRACE_SCHEMA``)."""
         rows = self._rows("SELECT trace_blob FROM launches WHERE id = :id", {"id": launch_id})
         if not rows:
-            raise UnknownLaunchError(f"no launch {launch_id} in history {self.reader.label}")
+            raise LaunchNotFoundError(f"no launch {launch_id} in history {self.reader.label}")
         if rows[0][0] is None:
             raise NoTraceError(f"launch {launch_id} has no access trace")
         return self._trace_table(rows[0][0])
@@ -471,7 +470,7 @@ class HistoryQuery:
     def export(self, launch_id: int, path: str | Path, format: ExportFormat = "parquet") -> ExportResult:
         """Write :meth:`lane_batches` to ``path``; the file appears whole or not at all."""
         if format not in EXPORT_FORMATS:
-            raise ValueError(f"export format must be one of {', '.join(EXPORT_FORMATS)}, not {format!r}")
+            raise UsageError(f"export format must be one of {', '.join(EXPORT_FORMATS)}, not {format!r}")
         from tilelens.store import lanes
 
         batches = self.lane_batches(launch_id)
@@ -508,9 +507,7 @@ class HistoryQuery:
         except QueryError as exc:
             missing = [v for v in VIEW_NAMES if v in str(exc)]
             if missing and ("no such table" in str(exc) or "does not exist" in str(exc)):
-                raise QueryError(
-                    f"{exc} (this history predates the views: `tilelens db upgrade` adds them)"
-                ) from exc
+                raise ViewsMissingError(f"{exc} (this history predates the views)") from exc
             raise
 
 
@@ -529,7 +526,7 @@ def open_query(
 ) -> HistoryQuery:
     """Open the history at ``db``/``blobs`` (resolved like every TileLens command) for reading only.
 
-    Raises :class:`tilelens.store.readonly.NoHistoryError` when nothing is there: reading never creates one.
+    Raises :class:`tilelens.errors.NoHistoryError` when nothing is there: reading never creates one.
     """
     location = location or resolve_location(db, blobs)
     return HistoryQuery(location, open_reader(location))
@@ -543,6 +540,7 @@ __all__ = [
     "HistoryQuery",
     "KernelInfo",
     "LaunchDetail",
+    "LaunchNotFoundError",
     "LaunchSummary",
     "NoHistoryError",
     "NoTraceError",
@@ -551,6 +549,5 @@ __all__ = [
     "Result",
     "RunSummary",
     "SourceLine",
-    "UnknownLaunchError",
     "open_query",
 ]
