@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import typer
@@ -37,9 +38,11 @@ def export(
     if fmt not in api.EXPORT_FORMATS:
         raise typer.BadParameter(f"must be one of {', '.join(api.EXPORT_FORMATS)}", param_hint="--format")
     path = Path(output if output is not None else f"launch-{launch_id}.{fmt}")
-    if path.is_dir():
+    # os.path.isdir, not Path.is_dir: it answers False for a path the system refuses (a name too long),
+    # and the export then says why it cannot write there.
+    if os.path.isdir(path):
         raise UsageError(f"{path} is a directory; give a file name with -o")
-    if not path.parent.is_dir():
+    if not os.path.isdir(path.parent):
         raise UsageError(f"cannot write {path}: folder {path.parent} does not exist")
     st = state(ctx)
     with api.open_query(st.db, st.blobs) as q:

@@ -166,12 +166,18 @@ class History:
 
     @contextlib.contextmanager
     def session(self, write: bool = False) -> Iterator[Session]:
-        """A session for queries; with ``write=True`` one short transaction that commits on exit."""
+        """A session for queries; with ``write=True`` one short transaction that commits on exit.
+
+        Driver errors of a read (a locked, unreadable or vanished database) come out as ``HistoryError``.
+        """
         if write:
             with database.write_session(self.engine) as session:
                 yield session
         else:
-            with Session(self.engine, expire_on_commit=False) as session:
+            with (
+                database.translate_errors(self.label),
+                Session(self.engine, expire_on_commit=False) as session,
+            ):
                 yield session
 
     def revision(self) -> tuple[str, ...]:

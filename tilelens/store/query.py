@@ -17,6 +17,7 @@ Reads never create or migrate a history and never import torch, Triton or Alembi
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import os
@@ -493,8 +494,11 @@ class HistoryQuery:
                         writer.write_batch(batch)
                         rows += batch.num_rows
             os.replace(tmp, path)
+        except OSError as exc:  # no permission, no space, a name too long: the file cannot be written
+            _discard(tmp)
+            raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from exc
         except BaseException:
-            tmp.unlink(missing_ok=True)
+            _discard(tmp)
             raise
         return ExportResult(path=path, format=format, rows=rows)
 
@@ -516,6 +520,11 @@ _ARGS_SELECT = (
     "access, before_blob, after_blob FROM launch_args WHERE launch_id = :id ORDER BY position"
 )
 _ARG_NAMES = "SELECT position, name FROM launch_args WHERE launch_id = :id"
+
+
+def _discard(tmp: Path) -> None:
+    with contextlib.suppress(OSError):  # the failure being reported may be that this name cannot exist
+        tmp.unlink(missing_ok=True)
 
 
 def open_query(
