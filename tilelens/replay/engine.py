@@ -18,8 +18,9 @@ from typing import Any
 import pyarrow as pa
 import torch
 
-from tilelens.core import compat, session
+from tilelens.core import session
 from tilelens.core.arguments import span_copy
+from tilelens.core.interpreter import compiled_mode
 from tilelens.errors import StateError, UsageError
 from tilelens.replay.compare import Tolerance, compare_span, default_tolerance
 from tilelens.replay.rebuild import RebuiltArgs, decode_options, rebuild_arguments
@@ -211,8 +212,7 @@ def _replay_cuda(
     error: BaseException | None = None
     t0 = time.perf_counter()
     try:
-        with torch.cuda.device(dev), compat.runtime_interpret_scope():
-            compat.set_interpret(False)
+        with torch.cuda.device(dev), compiled_mode():
             jit[spec.grid](**args.kwargs, **options)
             torch.cuda.synchronize(dev)
     except Exception as exc:  # compile or launch failure: judged against the recorded status below
