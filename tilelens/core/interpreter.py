@@ -166,8 +166,15 @@ def compiled_mode() -> Iterator[None]:
     Every runtime knob and its environment variable is restored after. For replays on a GPU and for kernels
     decorated from a history's source, which must come out as ``JITFunction`` whatever the process runs in.
     """
+    with _interpret_knob(False):
+        yield
+
+
+@contextlib.contextmanager
+def _interpret_knob(value: bool) -> Iterator[None]:
+    """``knobs.runtime.interpret`` (and ``TRITON_INTERPRET``) is ``value`` for the block, then what it was."""
     with compat.runtime_interpret_scope():
-        compat.set_interpret(False)
+        compat.knobs.runtime.interpret = value
         yield
 
 
@@ -281,8 +288,7 @@ def launch_patches(collector: AccessCollector) -> Iterator[LaunchContext]:
         builder_cls = compat.InterpreterBuilder
         ctx = LaunchContext(collector, patcher)
         try:
-            with compat.runtime_interpret_scope():
-                compat.set_interpret(True)
+            with _interpret_knob(True):
                 _semantic_patches(patcher)
                 # Taken after the semantic patches, so accesses are captured around their versions too.
                 originals = {name: getattr(builder_cls, name) for name in compat.ACCESS_METHODS}
