@@ -14,7 +14,6 @@ from typing import Any
 from tilelens.errors import ReplayFailure
 from tilelens.records import ReplayOutcome
 
-Outcome = ReplayOutcome  # the name this module has always used
 EXIT_CODES: dict[ReplayOutcome, int] = {"match": 0, "mismatch": 1, "error": 2}
 
 __all__ = ["EXIT_CODES", "ReplayFailure", "ReplayResult", "TensorDiff", "TraceDiff", "Writer"]
@@ -115,7 +114,7 @@ class ReplayResult:
     kernel: str
     device: str
     backend: str
-    outcome: Outcome
+    outcome: ReplayOutcome
     message: str  # one line: what the CLI prints and the replay row keeps
     headline: str = ""  # the message's "launch N (kernel) on device" part, for a mismatch listed below it
     details: list[str] = field(default_factory=list)  # the mismatches the message joins, one per entry
