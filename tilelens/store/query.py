@@ -3,7 +3,7 @@
 The command line only formats what this module returns, so anything the CLI shows is also available from
 Python with the same names (and the ``as_dict()`` of each result is exactly the CLI's ``--json``)::
 
-    from tilelens.store.query import open_query
+    from tilelens import open_query  # this module's, through the public API
 
     with open_query("runs/h.db") as q:
         for launch in q.launches(kernel="matmul_kernel", oob=True, limit=10):
