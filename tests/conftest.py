@@ -2,17 +2,29 @@
 
 Every test runs with TILELENS_DB / TILELENS_BLOBS pointing into its own tmp_path, so nothing a test does (or
 forgets to pass) can reach the history in the working directory, and xdist workers never share one.
+
+Store, CLI, replay and view tests take a history through ONE parametrized fixture, ``history_url``
+(``sqlite`` | ``postgresql``): ``history_location`` and ``history`` build on it, so such a test runs against a
+SQLite file and against a fresh database on a throwaway PostgreSQL server (``tests/postgres.py``; one server
+per xdist worker, started on the first PostgreSQL test and stopped at the end of the session). Without the
+server binaries or the driver the PostgreSQL cases skip with the reason, except under ``CI=true``, where they
+fail: CI installs PostgreSQL and must never pass by skipping it. Tests of SQLite itself take
+``sqlite_location`` / ``sqlite_history``.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.postgres import PostgresServer, find_bindir, missing_reason
 from tilelens.config import Location, resolve_location
 from tilelens.store import History
+
+BACKENDS = ("sqlite", "postgresql")
 
 
 @pytest.fixture(autouse=True)
@@ -22,14 +34,68 @@ def _isolated_history_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch:
     monkeypatch.setenv("TILELENS_BLOBS", str(root / "blobs"))
 
 
+def _require_postgres() -> None:
+    reason = missing_reason()
+    if reason is None:
+        return
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"CI must test PostgreSQL: {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    """This worker's throwaway PostgreSQL server (skips, or fails under CI=true, when it cannot run)."""
+    _require_postgres()
+    bindir = find_bindir()
+    assert bindir is not None
+    server = PostgresServer(bindir)
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
+
+
+def new_history_url(backend: str, folder: Path, request: pytest.FixtureRequest) -> str:
+    """An empty history's database for ``backend``: a SQLite file under ``folder``, or a fresh PG database."""
+    if backend == "sqlite":
+        return str(folder / "tilelens.db")
+    server: PostgresServer = request.getfixturevalue("postgres_server")
+    return server.url(server.create_database())
+
+
+@pytest.fixture(params=BACKENDS)
+def history_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """The database of a not-yet-created history, once per backend: what ``--db`` would be given."""
+    return new_history_url(request.param, tmp_path / "history", request)
+
+
 @pytest.fixture
-def history_location(tmp_path: Path) -> Location:
-    """A not-yet-created history in this test's tmp_path (database file plus blobs/ beside it)."""
-    return resolve_location(str(tmp_path / "history" / "tilelens.db"), env={})
+def backend(history_url: str) -> str:
+    return "sqlite" if "://" not in history_url else "postgresql"
+
+
+@pytest.fixture
+def history_location(history_url: str, tmp_path: Path) -> Location:
+    """A not-yet-created history (database plus blobs/ in this test's tmp_path), on each backend."""
+    return resolve_location(history_url, tmp_path / "history" / "blobs", env={})
 
 
 @pytest.fixture
 def history(history_location: Location) -> Iterator[History]:
     """An open, migrated, empty history; closed after the test."""
     with History.open(location=history_location) as h:
+        yield h
+
+
+@pytest.fixture
+def sqlite_location(tmp_path: Path) -> Location:
+    """A not-yet-created SQLite history, for tests of SQLite itself (its file, pragmas, locking)."""
+    return resolve_location(str(tmp_path / "history" / "tilelens.db"), env={})
+
+
+@pytest.fixture
+def sqlite_history(sqlite_location: Location) -> Iterator[History]:
+    with History.open(location=sqlite_location) as h:
         yield h

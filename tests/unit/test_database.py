@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import sqlite3
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,15 +22,15 @@ from tilelens.store.models import TABLES, Base
 REPO = Path(__file__).resolve().parents[2]
 
 
-def sqlite_file(location: Location) -> Path:
-    path = location.sqlite_path
-    assert path is not None
-    return path
-
-
-def test_fresh_file_gets_head_revision_and_sqlite_settings(history: History) -> None:
+def test_fresh_history_gets_head_revision_and_every_table(history: History) -> None:
     assert history.revision() == tuple(database.script_heads())
     assert history.migrated_from == ()
+    with history.engine.connect() as conn:
+        assert set(TABLES) <= set(sa.inspect(conn).get_table_names())
+
+
+def test_fresh_file_gets_sqlite_settings(sqlite_history: History) -> None:
+    history = sqlite_history
     with history.engine.connect() as conn:
         assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
         assert conn.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1
@@ -53,32 +55,64 @@ def test_compare_metadata_would_notice_a_difference(history: History) -> None:
     assert [d[0] for d in diffs] == ["add_column"]
 
 
+_WRITES = ("INSERT", "UPDATE", "DELETE", "CREATE", "ALTER", "DROP")
+
+
+@contextlib.contextmanager
+def _statements() -> Iterator[list[str]]:
+    """Every statement any engine sends while the block runs."""
+    seen: list[str] = []
+
+    def note(conn, cursor, statement, parameters, context, executemany) -> None:  # noqa: ANN001
+        seen.append(statement.lstrip().upper())
+
+    sa.event.listen(sa.Engine, "before_cursor_execute", note)
+    try:
+        yield seen
+    finally:
+        sa.event.remove(sa.Engine, "before_cursor_execute", note)
+
+
 def test_reopening_at_head_writes_nothing(history_location: Location) -> None:
     History.open(location=history_location).close()
-    path = sqlite_file(history_location)
-    before = path.read_bytes()
-    with History.open(location=history_location) as h:
+    path = history_location.sqlite_path
+    before = path.read_bytes() if path is not None else b""
+    with _statements() as seen, History.open(location=history_location) as h:
         assert h.migrated_from == h.revision()
-    assert path.read_bytes() == before
+    assert seen and not [s for s in seen if s.startswith(_WRITES)]
+    if path is not None:
+        assert path.read_bytes() == before
 
 
-def _stamp(path: Path, revision: str) -> None:
-    with sqlite3.connect(path) as conn:
-        conn.execute("UPDATE alembic_version SET version_num = ?", (revision,))
-    conn.close()
+def _stamp(location: Location, revision: str) -> None:
+    engine = sa.create_engine(location.db_url)
+    with engine.begin() as conn:
+        conn.execute(sa.text("UPDATE alembic_version SET version_num = :r"), {"r": revision})
+    engine.dispose()
+
+
+def _revisions(location: Location) -> list[str]:
+    engine = sa.create_engine(location.db_url)
+    with engine.connect() as conn:
+        revisions = [r[0] for r in conn.exec_driver_sql("SELECT version_num FROM alembic_version")]
+    engine.dispose()
+    return revisions
 
 
 def test_newer_schema_is_refused_and_left_untouched(history_location: Location) -> None:
     with History.open(location=history_location) as h:
         h.begin_run(store_helpers.run_info())
-    path = sqlite_file(history_location)
-    _stamp(path, "9999_from_the_future")
-    before = path.read_bytes()
-    with pytest.raises(SchemaTooNewError, match="9999_from_the_future") as info:
+    _stamp(history_location, "9999_from_the_future")
+    path = history_location.sqlite_path
+    before = path.read_bytes() if path is not None else b""
+    with _statements() as seen, pytest.raises(SchemaTooNewError, match="9999_from_the_future") as info:
         History.open(location=history_location)
     assert "newer" in str(info.value)
-    assert path.read_bytes() == before
-    assert not Path(f"{path}-wal").exists() or Path(f"{path}-wal").stat().st_size == 0
+    assert not [s for s in seen if s.startswith(_WRITES)]
+    assert _revisions(history_location) == ["9999_from_the_future"]
+    if path is not None:
+        assert path.read_bytes() == before
+        assert not Path(f"{path}-wal").exists() or Path(f"{path}-wal").stat().st_size == 0
 
 
 def _migrations_with_extra_revisions(tmp_path: Path) -> Path:
@@ -99,11 +133,13 @@ def _migrations_with_extra_revisions(tmp_path: Path) -> Path:
         "import sqlalchemy as sa\n"
         "from alembic import op\n\n"
         'revision = "9002_test"\ndown_revision = "9001_test"\nbranch_labels = None\ndepends_on = None\n\n\n'
+        "def _recreate():\n"  # SQLite copies the table; PostgreSQL alters it in place
+        '    return "always" if op.get_bind().dialect.name == "sqlite" else "auto"\n\n\n'
         "def upgrade():\n"
-        '    with op.batch_alter_table("launches", recreate="always") as batch:\n'
+        '    with op.batch_alter_table("launches", recreate=_recreate()) as batch:\n'
         '        batch.add_column(sa.Column("note", sa.Text(), nullable=True))\n\n\n'
         "def downgrade():\n"
-        '    with op.batch_alter_table("launches", recreate="always") as batch:\n'
+        '    with op.batch_alter_table("launches", recreate=_recreate()) as batch:\n'
         '        batch.drop_column("note")\n'
     )
     return scripts
@@ -126,8 +162,9 @@ def test_old_revision_is_upgraded_on_open_and_keeps_its_rows(
             assert conn.exec_driver_sql("SELECT count(*) FROM launch_args").scalar() == 4
             assert conn.exec_driver_sql("SELECT id FROM launches").scalar() == launch_id
             assert conn.exec_driver_sql("SELECT count(*) FROM test_oob").scalar() == 0  # the view still works
-            assert conn.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1
-            assert conn.exec_driver_sql("PRAGMA legacy_alter_table").scalar() == 0
+            if conn.dialect.name == "sqlite":
+                assert conn.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1
+                assert conn.exec_driver_sql("PRAGMA legacy_alter_table").scalar() == 0
 
 
 def test_code_older_than_history_refuses_the_newer_revision(

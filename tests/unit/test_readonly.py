@@ -6,6 +6,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 
 from tilelens.config import Location
 from tilelens.store import History, NotAHistoryError, SchemaTooNewError, database
@@ -41,7 +42,7 @@ def test_statement_verb() -> None:
     assert statement_verb("") == ""
 
 
-def test_an_empty_or_foreign_database_is_not_a_history(tmp_path: Path, history_location: Location) -> None:
+def test_an_empty_or_foreign_database_is_not_a_history(tmp_path: Path) -> None:
     empty = tmp_path / "empty.db"
     sqlite3.connect(empty).close()
     with pytest.raises(NoHistoryError, match="empty"):
@@ -55,38 +56,31 @@ def test_an_empty_or_foreign_database_is_not_a_history(tmp_path: Path, history_l
 
 
 def test_a_newer_schema_is_refused(history: History) -> None:
-    path = history.location.sqlite_path
-    assert path is not None
-    with sqlite3.connect(path) as conn:
-        conn.execute("UPDATE alembic_version SET version_num = '9999_future'")
-    conn.close()
+    with history.engine.begin() as conn:
+        conn.exec_driver_sql("UPDATE alembic_version SET version_num = '9999_future'")
     with pytest.raises(SchemaTooNewError, match="9999_future"):
         open_reader(history.location)
 
 
 def test_readers_neither_wait_for_nor_see_an_open_write(history: History) -> None:
-    path = history.location.sqlite_path
-    writer = sqlite3.connect(path, isolation_level=None)
-    try:
-        writer.execute("BEGIN IMMEDIATE")
+    with history.session(write=True) as writer:  # the write lock is held until the block ends
         writer.execute(
-            "INSERT INTO runs (argv, cwd, host, versions, status, started_at) "
-            "VALUES ('[]', '/', 'h', '{}', 'running', '2026-01-01 00:00:00')"
+            sa.text(
+                "INSERT INTO runs (argv, cwd, host, versions, status, started_at) "
+                "VALUES ('[]', '/', 'h', '{}', 'running', '2026-01-01 00:00:00+00')"
+            )
         )
         with open_reader(history.location) as reader:
             assert reader.execute("SELECT count(*) FROM runs").rows == [(0,)]
             with pytest.raises(ReadOnlyError):
                 reader.execute("DELETE FROM runs")
-        writer.execute("COMMIT")
-    finally:
-        writer.close()
     with open_reader(history.location) as reader:
         assert reader.execute("SELECT count(*) FROM runs").rows == [(1,)]
 
 
-def test_sqlite_through_a_url_is_read_only_too(history: History, tmp_path: Path) -> None:
+def test_sqlite_through_a_url_is_read_only_too(sqlite_history: History, tmp_path: Path) -> None:
     """``file:`` URIs have no plain path: they go through SQLAlchemy with PRAGMA query_only."""
-    path = history.location.sqlite_path
+    path = sqlite_history.location.sqlite_path
     location = Location(f"sqlite:///file:{path}?mode=rw&uri=true", tmp_path)
     assert location.sqlite_path is None
     with open_reader(location) as reader:

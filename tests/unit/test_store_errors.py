@@ -65,7 +65,7 @@ def test_export_to_a_file_that_cannot_be_written(
     run = history.begin_run(store_helpers.run_info())
     launch = history.write_launch(run, store_helpers.launch(trace=_real_trace()))
     target = tmp_path / ("x" * 300 + ".csv")  # longer than any file system allows a name to be
-    location = ["--db", str(history.location.sqlite_path), "--blobs", str(history.location.blobs_dir)]
+    location = ["--db", history.location.db_url, "--blobs", str(history.location.blobs_dir)]
     code = main([*location, "export", str(launch), "--format", "csv", "-o", str(target)])
     out, err = capsys.readouterr()
     assert (code, out) == (2, "") and err.startswith(f"tilelens: error: cannot write {target}: ")
