@@ -49,10 +49,18 @@ class Location:
         match = _PLAIN_SQLITE_URL.match(self.db_url)
         if match is not None:  # what a plain path resolves to: no need to import SQLAlchemy to read it
             return _sqlite_database(unquote(match.group(1)))
+        from tilelens.store.urls import is_postgres
+
+        if is_postgres(self.db_url):  # a server: no file, and no SQLAlchemy needed to say so
+            return None
         return _sqlite_file(self.url)
 
     def display_url(self) -> str:
         """The URL safe to print: passwords are masked."""
+        from tilelens.store.urls import is_postgres, mask_password
+
+        if is_postgres(self.db_url):
+            return mask_password(self.db_url)
         return self.url.render_as_string(hide_password=True)
 
 
@@ -84,7 +92,10 @@ def _normalise_db(db: str, cwd: Path) -> str:
     if not _URL_RE.match(db):
         # Exactly URL.create("sqlite", database=...).render_as_string(), without importing SQLAlchemy.
         return "sqlite:///" + quote(str(_absolute(db, cwd)), safe=" +/")
-    from tilelens.store.urls import parse_url
+    from tilelens.store.urls import check_postgres_url, is_postgres, parse_url
+
+    if is_postgres(db):  # validated without SQLAlchemy: the read commands against a server stay light
+        return check_postgres_url(db)
 
     url = parse_url(db)  # LocationError when it is not a URL
     path = _sqlite_file(url)

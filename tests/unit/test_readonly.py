@@ -66,8 +66,8 @@ def test_readers_neither_wait_for_nor_see_an_open_write(history: History) -> Non
     with history.session(write=True) as writer:  # the write lock is held until the block ends
         writer.execute(
             sa.text(
-                "INSERT INTO runs (argv, cwd, host, versions, status, started_at) "
-                "VALUES ('[]', '/', 'h', '{}', 'running', '2026-01-01 00:00:00+00')"
+                "INSERT INTO runs (uuid, argv, cwd, host, versions, status, started_at) "
+                "VALUES ('u', '[]', '/', 'h', '{}', 'running', '2026-01-01 00:00:00+00')"
             )
         )
         with open_reader(history.location) as reader:

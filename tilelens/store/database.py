@@ -36,7 +36,7 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
 
-from tilelens.errors import HistoryError, NotAHistoryError, SchemaTooNewError
+from tilelens.errors import HistoryError, NoHistoryError, NotAHistoryError, SchemaTooNewError
 
 BUSY_TIMEOUT_S = 30.0
 MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
@@ -297,6 +297,18 @@ def translate_errors(label: str) -> Iterator[None]:
         message = _first_line(exc)
         if isinstance(exc, sa_exc.DatabaseError) and "not a database" in message:
             raise NotAHistoryError(f"{label} is not a database ({message})") from exc
+        from tilelens.store import pgreader
+
+        if pgreader.is_connect_failure(message):  # a server: down, refusing us, or without the database
+            missing = pgreader.missing_database(message)
+            if missing is not None:
+                raise NoHistoryError(
+                    f"cannot use history database {label}: database {missing!r} does not exist (TileLens "
+                    f"creates tables, not databases: create it first, e.g. createdb {missing})"
+                ) from exc
+            raise HistoryError(
+                f"cannot connect to history database {label}: {pgreader.connect_reason(message)}"
+            ) from exc
         raise HistoryError(f"cannot use history database {label}: {message}") from exc
 
 

@@ -12,6 +12,7 @@ import contextlib
 import dataclasses
 import datetime as dt
 import os
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +22,7 @@ from sqlalchemy import Engine, insert, select, update
 from sqlalchemy.orm import Session
 
 from tilelens.config import Location, resolve_location
-from tilelens.errors import HistoryError, NotAHistoryError, RunNotFoundError, UsageError
+from tilelens.errors import HistoryError, NoHistoryError, NotAHistoryError, RunNotFoundError, UsageError
 from tilelens.records import (
     FINISHED_RUN_STATUSES,
     REPLAY_OUTCOMES,
@@ -92,7 +93,10 @@ def inspect_history(location: Location, script_location: Path | None = None) -> 
     engine = database.create_history_engine(location.db_url)
     try:
         label = _label(location)
-        state = database.inspect_schema(engine, label, script_location)
+        try:
+            state = database.inspect_schema(engine, label, script_location)
+        except NoHistoryError:  # a server without the database: nothing there, as a missing SQLite file
+            return HistoryStatus(location, exists=False, revisions=(), heads=heads)
         if state.foreign_tables:
             raise NotAHistoryError(f"{label} is a database of another program, not a TileLens history")
         with database.translate_errors(label):
@@ -190,6 +194,7 @@ class History:
 
     def begin_run(self, info: RunInfo) -> int:
         run = Run(
+            uuid=str(uuid.uuid4()),
             argv=[str(a) for a in info.argv],
             cwd=info.cwd,
             host=info.host,

@@ -91,6 +91,9 @@ class Run(Base):
     __tablename__ = "runs"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    # The run's identity across histories (ids are per database): ``tilelens db copy`` matches runs by it.
+    # Always set by TileLens; nullable in the schema only so that SQLite adds it without copying the table.
+    uuid: Mapped[str | None] = mapped_column(String(36), unique=True, index=True)
     argv: Mapped[list[Any]]
     cwd: Mapped[str] = mapped_column(Text)
     host: Mapped[str] = mapped_column(Text)

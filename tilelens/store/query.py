@@ -38,7 +38,7 @@ from tilelens.errors import (
 )
 from tilelens.records import LAUNCH_STATUSES, RUN_STATUSES
 from tilelens.store.names import KERNEL_NAMES_SQL, matching_ids
-from tilelens.store.readonly import Reader, Result, open_reader
+from tilelens.store.readonly import READ_TIMEOUT_S, Reader, Result, open_reader
 from tilelens.store.results import (
     AccessStats,
     ArgumentInfo,
@@ -532,13 +532,15 @@ def open_query(
     blobs: str | Path | None = None,
     *,
     location: Location | None = None,
+    timeout_s: float = READ_TIMEOUT_S,
 ) -> HistoryQuery:
     """Open the history at ``db``/``blobs`` (resolved like every TileLens command) for reading only.
 
-    Raises :class:`tilelens.errors.NoHistoryError` when nothing is there: reading never creates one.
+    Raises :class:`tilelens.errors.NoHistoryError` when nothing is there: reading never creates one. A
+    statement that runs longer than ``timeout_s`` is stopped with a :class:`QueryError`.
     """
     location = location or resolve_location(db, blobs)
-    return HistoryQuery(location, open_reader(location))
+    return HistoryQuery(location, open_reader(location, timeout_s))
 
 
 __all__ = [

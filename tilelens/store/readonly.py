@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import sqlite3
+import time
 import urllib.parse
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -26,10 +27,14 @@ from tilelens.errors import (
     QueryError,
     ReadOnlyError,
     SchemaTooNewError,
+    UsageError,
 )
 
 VERSION_TABLE = "alembic_version"
 BUSY_TIMEOUT_S = 30.0
+# The longest one statement may run; then it is stopped (SQLite: a progress handler; PostgreSQL:
+# statement_timeout) with the same one-line QueryError on both.
+READ_TIMEOUT_S = 60.0
 # The store keeps its migrations beside the package; see tilelens.store.database.MIGRATIONS_DIR.
 MIGRATIONS_VERSIONS = Path(__file__).resolve().parents[2] / "migrations" / "versions"
 
@@ -104,11 +109,20 @@ class Reader:
         self.close()
 
 
-def open_reader(location: Location) -> Reader:
-    """Open the history at ``location`` for reading; raise :class:`NoHistoryError` when there is none."""
+def open_reader(location: Location, timeout_s: float = READ_TIMEOUT_S) -> Reader:
+    """Open the history at ``location`` for reading; raise :class:`NoHistoryError` when there is none.
+
+    ``timeout_s`` bounds each statement: one that runs longer is stopped with a :class:`QueryError`.
+    """
+    if timeout_s <= 0:
+        raise UsageError(f"a statement timeout must be positive, not {timeout_s!r}")
     path = location.sqlite_path
     if path is not None:
-        return SQLiteReader(location, path)
+        return SQLiteReader(location, path, timeout_s)
+    from tilelens.store.urls import is_postgres
+
+    if is_postgres(location.db_url):
+        return PostgresReader(location, timeout_s)
     return EngineReader(location)
 
 
@@ -191,10 +205,12 @@ def statement_verb(sql: str) -> str:
 class SQLiteReader(Reader):
     dialect = "sqlite"
 
-    def __init__(self, location: Location, path: Path) -> None:
+    def __init__(self, location: Location, path: Path, timeout_s: float = READ_TIMEOUT_S) -> None:
         self.location = location
         self.label = str(path)
         self.denied: str | None = None
+        self.timeout_s = timeout_s
+        self._deadline = float("inf")
         if not path.exists():
             raise NoHistoryError(f"no TileLens history at {path}")
         if path.is_dir():
@@ -216,6 +232,7 @@ class SQLiteReader(Reader):
             if hasattr(self.conn, "setlimit"):  # Python 3.11+: no attached databases at all
                 self.conn.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
             self.conn.set_authorizer(self._authorize)
+            self.conn.set_progress_handler(self._past_deadline, _PROGRESS_STEPS)
         except BaseException:
             self.conn.close()
             raise
@@ -255,18 +272,26 @@ class SQLiteReader(Reader):
             self.denied = what
         return sqlite3.SQLITE_DENY
 
+    def _past_deadline(self) -> int:
+        return 1 if time.monotonic() > self._deadline else 0  # non-zero: SQLite interrupts the statement
+
     def execute(self, sql: str, params: Mapping[str, Any] | None = None) -> Result:
         self.denied = None
+        self._deadline = time.monotonic() + self.timeout_s
         try:
             cursor = self.conn.execute(sql, dict(params or {}))
             rows = cursor.fetchall()
         except (sqlite3.DatabaseError, sqlite3.Warning, sqlite3.ProgrammingError) as exc:
             raise self._translate(exc, sql) from exc
+        finally:
+            self._deadline = float("inf")
         columns = [d[0] for d in cursor.description or ()]
         return Result(columns, rows)
 
     def _translate(self, exc: Exception, sql: str) -> HistoryError:
         message = " ".join(str(exc).split())
+        if message == "interrupted" and self.denied is None:
+            return QueryError(f"SQL error: the statement ran longer than {self.timeout_s:g} s and was stopped")
         if self.denied is not None or any(s in message for s in _READ_ONLY_MESSAGES):
             verb = statement_verb(sql)
             what = verb if verb not in ("SELECT", "WITH", "VALUES", "PRAGMA", "") else self.denied or message
@@ -277,6 +302,35 @@ class SQLiteReader(Reader):
 
     def close(self) -> None:
         self.conn.close()
+
+
+_PROGRESS_STEPS = 10_000  # SQLite VM instructions between deadline checks: well under a millisecond
+
+
+class PostgresReader(Reader):
+    """A PostgreSQL history through psycopg, behind the gates of :mod:`tilelens.store.pgreader`."""
+
+    dialect = "postgresql"
+
+    def __init__(self, location: Location, timeout_s: float = READ_TIMEOUT_S) -> None:
+        from tilelens.store.pgreader import PostgresGate
+
+        self.location = location
+        self.label = location.display_url()
+        self.gate = PostgresGate(location, self.label, timeout_s)
+        try:
+            tables, current = self.gate.tables_and_revisions(VERSION_TABLE)
+            check_schema(self.label, tables, current)
+        except BaseException:
+            self.gate.close()
+            raise
+
+    def execute(self, sql: str, params: Mapping[str, Any] | None = None) -> Result:
+        columns, rows = self.gate.execute(sql, params)
+        return Result(columns, rows)
+
+    def close(self) -> None:
+        self.gate.close()
 
 
 class EngineReader(Reader):

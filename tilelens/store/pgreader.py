@@ -1,0 +1,285 @@
+"""Reading a PostgreSQL history read-only: the server refuses writes, and nothing reaches outside the database.
+
+A READ ONLY transaction alone is not a read-only gate on PostgreSQL: inside one, a superuser can still read
+server files (``pg_read_file``), run programs (``COPY ... TO PROGRAM``), create large objects (``lo_import``),
+change settings (``set_config``), or end the transaction (``COMMIT``) and write in the next one; and the
+simple query protocol runs ``SELECT 1; DELETE ...`` as two statements. So every statement passes these gates:
+
+1. **One statement**, sent through the extended query protocol (``prepare=True``): the server itself refuses
+   a second command in the text.
+2. **Reading verbs only**: the statement must start with SELECT, WITH, VALUES, TABLE, EXPLAIN or SHOW; a
+   COPY, SET, COMMIT, DO, CALL... is refused before it is sent.
+3. **No function that reaches outside the database or changes its state**: server files and programs, large
+   objects, dblink, dynamic SQL (``query_to_xml``), settings, backends, replication, advisory locks (see
+   :data:`DENIED_FUNCTIONS`). The check reads the statement's words, quoted identifiers unquoted; an
+   identifier with unicode escapes (``U&"..."``) is refused since it could spell any name. A denied name in a
+   string literal or a comment is refused too: better a false refusal than a missed call.
+4. **The server's own refusal**: the session starts with ``default_transaction_read_only=on``, each
+   transaction is ``BEGIN READ ONLY`` and takes its snapshot at once, so it can no longer be switched to
+   read-write; a superuser session also drops to the
+   ``pg_read_all_data`` role (PostgreSQL 14+), which may read every table and no server file; after every
+   statement the transaction is checked to still be read-only.
+5. **A statement timeout** (``statement_timeout``, :data:`tilelens.store.readonly.READ_TIMEOUT_S` by
+   default), so no query holds the server for long.
+
+Values come back as SQLite gives them, so that ``tilelens sql`` prints the same on both: JSON as its stored
+text, times as UTC text (``YYYY-MM-DD HH:MM:SS.ffffff``), booleans as 0/1, integral numerics as ints.
+
+Only this module and :mod:`tilelens.store.readonly` know this; psycopg (3) is imported when a PostgreSQL
+history is opened, and SQLAlchemy never is on this path.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import json
+import re
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from tilelens.config import Location
+from tilelens.errors import HistoryError, NoHistoryError, QueryError, ReadOnlyError
+from tilelens.store.urls import postgres_connect_args
+
+ALLOWED_VERBS = frozenset({"SELECT", "WITH", "VALUES", "TABLE", "EXPLAIN", "SHOW"})
+
+DENIED_FUNCTIONS = frozenset(
+    {
+        # server files and programs
+        "pg_read_file", "pg_read_binary_file", "pg_stat_file", "pg_current_logfile",
+        "loread", "lowrite",
+        # dynamic SQL: a query in a string is a query this gate never saw
+        "query_to_xml", "query_to_xmlschema", "query_to_xml_and_xmlschema", "cursor_to_xml",
+        "cursor_to_xmlschema", "ts_stat", "xpath_table", "crosstab", "connectby",
+        # settings, backends, the server's state
+        "set_config", "pg_reload_conf", "pg_rotate_logfile", "pg_promote", "pg_terminate_backend",
+        "pg_cancel_backend", "pg_switch_wal", "pg_create_restore_point", "pg_start_backup",
+        "pg_stop_backup", "pg_notify", "pg_import_system_collations", "pg_log_backend_memory_contexts",
+        "pg_export_snapshot", "txid_current", "pg_current_xact_id", "nextval", "setval",
+    }
+)  # fmt: skip
+DENIED_PREFIXES = (
+    "pg_ls_", "pg_file_", "lo_", "dblink", "pg_backup_", "pg_stat_reset", "pg_advisory", "pg_try_advisory",
+    "pg_replication_", "pg_create_", "pg_drop_", "pg_logical_", "pg_wal_",
+)  # fmt: skip
+_WORD_RE = re.compile(r"[a-z_][a-z0-9_$]*")
+_UNICODE_IDENT_RE = re.compile(r'u&"', re.IGNORECASE)
+_CANNOT_EXECUTE_RE = re.compile(r"cannot execute (.+?) in a read-only transaction")
+_WRITE_WORD_RE = re.compile(r"\b(?:insert|update|delete|merge)\b", re.IGNORECASE)
+_LOCAL_VERB_RE = re.compile(r"^(?:\s+|--[^\n]*(?:\n|$)|/\*.*?\*/|\()*([A-Za-z]+)", re.DOTALL)
+TIMESTAMP_FORMAT = "%Y-%m-%d %H:%M:%S.%f"  # what SQLAlchemy stores in SQLite
+
+
+def statement_verb(sql: str) -> str:
+    match = _LOCAL_VERB_RE.match(sql)
+    return match.group(1).upper() if match else ""
+
+
+def denied_function(sql: str) -> str | None:
+    """The first word of ``sql`` that names a denied function, or None."""
+    if _UNICODE_IDENT_RE.search(sql):
+        return 'U&"..." identifiers'
+    for word in _WORD_RE.findall(sql.lower().replace('"', "")):
+        if word in DENIED_FUNCTIONS or word.startswith(DENIED_PREFIXES):
+            return f"function {word}()"
+    return None
+
+
+def refused(what: str) -> ReadOnlyError:
+    return ReadOnlyError(f"refused {what}: the history is open read-only, nothing was changed")
+
+
+def check_statement(sql: str) -> None:
+    """Gates 2 and 3: raise :class:`ReadOnlyError` for a statement that is not a plain read."""
+    verb = statement_verb(sql)
+    if not verb:
+        raise QueryError("SQL error: no statement")
+    if verb not in ALLOWED_VERBS:
+        raise refused(verb)
+    denied = denied_function(sql)
+    if denied is not None:
+        raise refused(denied)
+
+
+def plain_value(value: Any) -> Any:
+    """A value as SQLite would return it (see the module docstring)."""
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, dt.datetime):
+        if value.tzinfo is not None:
+            value = value.astimezone(dt.timezone.utc).replace(tzinfo=None)
+        return value.strftime(TIMESTAMP_FORMAT)
+    if isinstance(value, (dt.date, dt.time)):
+        return value.isoformat()
+    if isinstance(value, decimal.Decimal):
+        return int(value) if value == value.to_integral_value() else float(value)
+    if isinstance(value, (dict, list)):
+        return json.dumps(value)
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    if isinstance(value, memoryview):
+        return bytes(value)
+    if isinstance(value, dt.timedelta):
+        return str(value)
+    return value
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__
+
+
+def connect_reason(message: str) -> str:
+    """libpq's first line without psycopg's prefix and the server's ``FATAL:``."""
+    for noise in ("connection failed: ", "connection is bad: "):
+        message = message.removeprefix(noise)
+    return re.sub(r"\bFATAL:\s+", "", message)
+
+
+def is_connect_failure(message: str) -> bool:
+    return message.startswith(("connection failed: ", "connection is bad: "))
+
+
+def missing_database(message: str) -> str | None:
+    """The database a connection error says does not exist, or None."""
+    match = re.search(r'database "([^"]*)" does not exist', message)
+    return match.group(1) if match else None
+
+
+def connect_failure(label: str, exc: BaseException) -> HistoryError:
+    """One line for a connection that failed: server down, wrong password, no such database."""
+    message = _first_line(exc)
+    missing = missing_database(message)
+    if missing is not None:
+        return NoHistoryError(f"no TileLens history at {label} (database {missing!r} does not exist)")
+    return HistoryError(f"cannot connect to history database {label}: {connect_reason(message)}")
+
+
+def _named_params(sql: str, params: Mapping[str, Any]) -> str:
+    """``:name`` placeholders (what the store's queries use) as psycopg's ``%(name)s``."""
+    escaped = sql.replace("%", "%%")
+    return re.sub(r"(?<![:\w]):([A-Za-z_]\w*)", lambda m: f"%({m.group(1)})s", escaped)
+
+
+class PostgresGate:
+    """A psycopg connection behind the gates above; ``execute`` runs one statement."""
+
+    def __init__(self, location: Location, label: str, timeout_s: float) -> None:
+        try:
+            import psycopg
+            from psycopg.types.string import TextLoader
+        except ImportError as exc:
+            raise HistoryError(
+                f"cannot read history {label}: reading PostgreSQL needs the psycopg driver "
+                "(pip install 'tilelens[postgres]')"
+            ) from exc
+        self._psycopg = psycopg
+        self.label = label
+        self.timeout_s = timeout_s
+        args = postgres_connect_args(location.db_url)
+        options = f"-c default_transaction_read_only=on -c statement_timeout={int(timeout_s * 1000)}"
+        args["options"] = f"{args['options']} {options}" if args.get("options") else options
+        args.setdefault("connect_timeout", "10")
+        try:
+            self.conn = psycopg.connect(autocommit=True, **args)  # type: ignore[arg-type]
+        except psycopg.Error as exc:
+            raise connect_failure(label, exc) from exc
+        for name in ("json", "jsonb"):  # JSON as its stored text, exactly as SQLite returns it
+            self.conn.adapters.register_loader(name, TextLoader)
+        try:
+            self._superuser = self._scalar("SELECT rolsuper FROM pg_roles WHERE rolname = current_user")
+            self._can_drop_privileges = bool(self._superuser) and self._scalar(
+                "SELECT to_regrole('pg_read_all_data') IS NOT NULL"
+            )
+            self.begin()
+        except BaseException:
+            self.conn.close()
+            raise
+
+    def _scalar(self, sql: str) -> Any:
+        row = self.conn.execute(sql).fetchone()
+        return None if row is None else row[0]
+
+    def begin(self) -> None:
+        """A fresh read-only transaction (gate 4), its snapshot taken."""
+        cur = self.conn.cursor()
+        cur.execute("BEGIN TRANSACTION READ ONLY")
+        cur.execute(f"SET LOCAL statement_timeout = {int(self.timeout_s * 1000)}")
+        if self._can_drop_privileges:
+            cur.execute("SET LOCAL ROLE pg_read_all_data")
+        cur.execute("SELECT 1")  # takes the snapshot: SET TRANSACTION READ WRITE is refused from here on
+
+    def tables_and_revisions(self, version_table: str) -> tuple[set[str], list[str]]:
+        cur = self.conn.cursor()
+        tables = {
+            r[0]
+            for r in cur.execute(
+                "SELECT table_name FROM information_schema.tables "
+                "WHERE table_schema = current_schema() AND table_type = 'BASE TABLE'"
+            )
+        }
+        current = (
+            [r[0] for r in cur.execute(f"SELECT version_num FROM {version_table}")]
+            if version_table in tables
+            else []
+        )
+        return tables, current
+
+    def execute(self, sql: str, params: Mapping[str, Any] | None = None) -> tuple[list[str], list[tuple]]:
+        check_statement(sql)
+        psycopg = self._psycopg
+        cur = self.conn.cursor()
+        try:
+            if params:
+                cur.execute(_named_params(sql, params), dict(params), prepare=True)  # type: ignore[arg-type]
+            else:
+                cur.execute(sql, prepare=True)  # type: ignore[arg-type]
+            columns = [d.name for d in cur.description or ()]
+            rows = [tuple(plain_value(v) for v in row) for row in cur.fetchall()] if cur.description else []
+            still = cur.execute("SELECT current_setting('transaction_read_only')").fetchone()
+        except psycopg.Error as exc:
+            self._restart()
+            raise self._translate(exc, sql) from exc
+        if still is None or still[0] != "on":  # cannot happen past gates 1-3; never trust that it cannot
+            self._restart()
+            raise refused("a statement that left the read-only transaction")
+        return columns, rows
+
+    def _translate(self, exc: BaseException, sql: str) -> HistoryError:
+        message = " ".join(_first_line(exc).split())
+        cannot = _CANNOT_EXECUTE_RE.search(message)
+        if cannot:
+            what = cannot.group(1)
+            if what == "SELECT":  # a data-modifying WITH: name the write it holds, not the outer SELECT
+                write = _WRITE_WORD_RE.search(sql)
+                what = write.group(0).upper() if write else what
+            return refused(what)
+        if "read-only transaction" in message:
+            return refused(f"({message})")
+        if "statement timeout" in message:
+            return QueryError(
+                f"SQL error: the statement ran longer than {self.timeout_s:g} s and was stopped"
+            )
+        if "cannot insert multiple commands" in message:
+            return QueryError("SQL error: one statement at a time")
+        return QueryError(f"SQL error: {message}")
+
+    def _restart(self) -> None:
+        """After a failed statement: roll the aborted transaction back and open a fresh read-only one."""
+        psycopg = self._psycopg
+        try:
+            self.conn.execute("ROLLBACK")
+            self.begin()
+        except psycopg.Error as exc:
+            raise connect_failure(self.label, exc) from exc
+
+    def close(self) -> None:
+        try:
+            if not self.conn.closed:
+                self.conn.execute("ROLLBACK")
+        except self._psycopg.Error:
+            pass
+        finally:
+            self.conn.close()
