@@ -1,0 +1,277 @@
+"""Moving history: copy runs, with everything they reference, from one history into another.
+
+A laptop's SQLite history goes into the team's PostgreSQL (or back) with :func:`copy_history`; ``tilelens db
+copy SRC DST`` is its face. Invariants:
+
+* **Idempotent.** Runs are matched across histories by ``runs.uuid`` (ids are per database). A run already in
+  DST is not copied again; only what it gained since the last copy is added: launches and autotune events past
+  those DST has (a run copied while it was still recording), replays DST lacks (matched by launch, time,
+  device, backend and outcome), and its final status. Copying twice adds nothing.
+* **Ids are DST's.** Every row gets a new id allocated by DST; run, kernel and launch references are remapped
+  to those ids. Kernels are shared by their unique key (module, qualname, source sha256), blob rows by sha256.
+* **Blobs verified, deduplicated, first.** Each blob a copied row references is read from SRC's folder (its
+  hash checked, as every read does) and written into DST's folder unless DST has it; then the run's rows go in
+  one transaction. A missing or corrupt blob stops the copy before any row of its run is written, with an
+  error naming the blob; runs copied before it stay copied.
+* **SRC is only read** (opening it may upgrade its schema, as opening any history does).
+
+Runs recorded before revision 0006 got a random uuid from that migration; a row without one (written by
+another tool) is identified by a uuid derived from its host, pid, start time and argv, which is the same on
+every copy.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from sqlalchemy import Table, func, insert, select, update
+from sqlalchemy.orm import Session
+
+from tilelens.errors import BlobCorruptError, RunNotFoundError
+from tilelens.store import database
+from tilelens.store.history import History
+from tilelens.store.models import AutotuneEventRow, Blob, Kernel, Launch, LaunchArg, Replay, Run
+
+CHUNK = 2_000  # rows per INSERT ... RETURNING: bounded statement size on both backends
+_RUN_STATE = ("status", "exit_code", "finished_at")
+_RUN_NAMESPACE = uuid.UUID("6f1c8a52-3f0e-4a7e-9d7b-2b7c1e0a5d11")
+
+
+@dataclass
+class CopyReport:
+    """What one copy added to DST (all zero when everything was already there)."""
+
+    runs_copied: list[tuple[int, int]] = field(default_factory=list)  # (SRC id, DST id) of new runs
+    runs_updated: list[tuple[int, int]] = field(default_factory=list)  # already there, gained rows or state
+    runs_unchanged: int = 0
+    launches: int = 0
+    launch_args: int = 0
+    autotune_events: int = 0
+    replays: int = 0
+    kernels: int = 0
+    blobs: int = 0  # rows of the blobs table
+    blob_files: int = 0  # files written into DST's folder
+    blob_bytes: int = 0
+
+    @property
+    def added(self) -> int:
+        return self.launches + self.launch_args + self.autotune_events + self.replays + len(self.runs_copied)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def run_identity(row: dict[str, Any]) -> str:
+    """A run's uuid, or for a row without one, a uuid derived from what identifies the recording session."""
+    if row.get("uuid"):
+        return str(row["uuid"])
+    started = row["started_at"].isoformat() if row.get("started_at") is not None else ""
+    key = f"{row.get('host')}|{row.get('pid')}|{started}|{row.get('argv')}"
+    return str(uuid.uuid5(_RUN_NAMESPACE, key))
+
+
+def _rows(session: Session, table: Table, *where: Any, order: Any = None) -> list[dict[str, Any]]:
+    query = select(table).where(*where).order_by(order if order is not None else table.c.id)
+    return [dict(r._mapping) for r in session.execute(query)]
+
+
+def _chunks(items: Sequence[Any]) -> Iterable[Sequence[Any]]:
+    for start in range(0, len(items), CHUNK):
+        yield items[start : start + CHUNK]
+
+
+def _insert_returning_ids(session: Session, table: Table, rows: Sequence[dict[str, Any]]) -> list[int]:
+    """Insert ``rows`` (without ids); DST's new ids in the order of ``rows``."""
+    ids: list[int] = []
+    stmt = insert(table).returning(table.c.id, sort_by_parameter_order=True)
+    for chunk in _chunks(rows):
+        ids.extend(int(r[0]) for r in session.execute(stmt, list(chunk)))
+    return ids
+
+
+def _without_id(row: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in row.items() if k != "id"}
+
+
+@dataclass
+class _SourceRun:
+    """One SRC run and every row that belongs to it, read in one session."""
+
+    run: dict[str, Any]
+    launches: list[dict[str, Any]]
+    args: list[dict[str, Any]]
+    events: list[dict[str, Any]]
+    replays: list[dict[str, Any]]
+    kernels: dict[int, dict[str, Any]]
+    blobs: dict[str, dict[str, Any]]
+
+
+def _read_source(s: Session, run: dict[str, Any]) -> _SourceRun:
+    launches = _rows(s, Launch.__table__, Launch.run_id == run["id"])
+    launch_ids = select(Launch.id).where(Launch.run_id == run["id"]).scalar_subquery()
+    args = _rows(s, LaunchArg.__table__, LaunchArg.launch_id.in_(launch_ids))
+    events = _rows(s, AutotuneEventRow.__table__, AutotuneEventRow.run_id == run["id"])
+    replays = _rows(s, Replay.__table__, Replay.launch_id.in_(launch_ids))
+    kernel_ids = {r["kernel_id"] for r in launches} | {e["kernel_id"] for e in events}
+    kernels = (
+        {k["id"]: k for k in _rows(s, Kernel.__table__, Kernel.id.in_(kernel_ids))} if kernel_ids else {}
+    )
+    shas = (
+        {r["trace_blob"] for r in launches}
+        | {a["before_blob"] for a in args}
+        | {a["after_blob"] for a in args}
+    )
+    shas.discard(None)
+    blobs = (
+        {b["sha256"]: b for b in _rows(s, Blob.__table__, Blob.sha256.in_(shas), order=Blob.sha256)}
+        if shas
+        else {}
+    )
+    return _SourceRun(run, launches, args, events, replays, kernels, blobs)
+
+
+def _replay_key(row: dict[str, Any], launch_index: dict[int, int]) -> tuple[Any, ...]:
+    return (launch_index[row["launch_id"]], row["created_at"], row["device"], row["backend"], row["outcome"])
+
+
+def copy_history(src: History, dst: History, runs: Sequence[int] | None = None) -> CopyReport:
+    """Copy ``runs`` (SRC ids; all runs when None) from ``src`` into ``dst``; see the module docstring."""
+    report = CopyReport()
+    with src.session() as s:
+        where = [Run.id.in_(list(runs))] if runs is not None else []
+        selected = _rows(s, Run.__table__, *where)
+    if runs is not None:
+        missing = sorted(set(runs) - {r["id"] for r in selected})
+        if missing:
+            raise RunNotFoundError(f"no run {', '.join(map(str, missing))} in history {src.label}")
+    for run in selected:
+        with src.session() as s:
+            source = _read_source(s, run)
+        _copy_run(source, src, dst, report)
+    return report
+
+
+def _copy_run(source: _SourceRun, src: History, dst: History, report: CopyReport) -> None:
+    identity = run_identity(source.run)
+    with dst.session() as s:
+        existing = s.execute(
+            select(Run.id, *[Run.__table__.c[c] for c in _RUN_STATE]).where(Run.uuid == identity)
+        ).first()
+        dst_launches = (
+            []
+            if existing is None
+            else list(s.scalars(select(Launch.id).where(Launch.run_id == existing[0]).order_by(Launch.id)))
+        )
+        dst_events = (
+            0
+            if existing is None
+            else len(
+                list(s.scalars(select(AutotuneEventRow.id).where(AutotuneEventRow.run_id == existing[0])))
+            )
+        )
+        dst_replays = (
+            [] if not dst_launches else _rows(s, Replay.__table__, Replay.launch_id.in_(dst_launches))
+        )
+    # SRC launch i is DST launch i of the same run: copies keep the order, and launches are only appended.
+    new_launches = source.launches[len(dst_launches) :]
+    new_events = source.events[dst_events:]
+    src_index = {row["id"]: i for i, row in enumerate(source.launches)}
+    dst_index = {launch_id: i for i, launch_id in enumerate(dst_launches)}
+    present = {_replay_key(r, dst_index) for r in dst_replays}
+    new_replays = [r for r in source.replays if _replay_key(r, src_index) not in present]
+    new_ids = {r["id"] for r in new_launches}
+    new_args = [a for a in source.args if a["launch_id"] in new_ids]
+    state = {c: source.run[c] for c in _RUN_STATE}
+    state_changed = existing is not None and tuple(existing[1:]) != tuple(state.values())
+    if existing is not None and not (new_launches or new_events or new_replays or state_changed):
+        report.runs_unchanged += 1
+        return
+
+    # Blobs first: every file the new rows name is in DST's folder, verified, before any row is written.
+    needed = {r["trace_blob"] for r in new_launches} | {a["before_blob"] for a in new_args}
+    needed |= {a["after_blob"] for a in new_args}
+    needed.discard(None)
+    for sha in sorted(needed):
+        if dst.blobs.exists(sha):
+            continue
+        data = src.blobs.get_bytes(sha)  # raises BlobMissingError / BlobCorruptError naming the blob
+        ref = dst.blobs.store_bytes(data, source.blobs[sha]["kind"], rows=source.blobs[sha]["rows"])
+        if ref.sha256 != sha:  # cannot happen after a verified read; never write a blob under a wrong name
+            raise BlobCorruptError(sha, dst.blobs.path(sha), ref.sha256)
+        report.blob_files += 1
+        report.blob_bytes += ref.size
+
+    with dst.session(write=True) as s:
+        before_blobs = s.scalar(select(func.count()).select_from(Blob))
+        database.insert_ignore(
+            s, Blob.__table__, [source.blobs[sha] for sha in sorted(needed)], keys=("sha256",)
+        )
+        report.blobs += s.scalar(select(func.count()).select_from(Blob)) - before_blobs
+        kernel_map = _kernel_ids(s, source, new_launches, new_events, report)
+        if existing is None:
+            run_row = {**_without_id(source.run), "uuid": identity}
+            dst_run = _insert_returning_ids(s, Run.__table__, [run_row])[0]
+            report.runs_copied.append((source.run["id"], dst_run))
+        else:
+            dst_run = existing[0]
+            if state_changed:
+                s.execute(update(Run).where(Run.id == dst_run).values(**state))
+            report.runs_updated.append((source.run["id"], dst_run))
+        launch_map = {source.launches[i]["id"]: dst_id for i, dst_id in enumerate(dst_launches)}
+        ids = _insert_returning_ids(
+            s,
+            Launch.__table__,
+            [
+                {**_without_id(r), "run_id": dst_run, "kernel_id": kernel_map[r["kernel_id"]]}
+                for r in new_launches
+            ],
+        )
+        launch_map.update({r["id"]: dst_id for r, dst_id in zip(new_launches, ids)})
+        for chunk in _chunks([{**_without_id(a), "launch_id": launch_map[a["launch_id"]]} for a in new_args]):
+            s.execute(insert(LaunchArg.__table__), list(chunk))
+        events = [
+            {
+                **_without_id(e),
+                "run_id": dst_run,
+                "kernel_id": kernel_map[e["kernel_id"]],
+                "launch_id": launch_map.get(e["launch_id"]) if e["launch_id"] is not None else None,
+            }
+            for e in new_events
+        ]
+        for chunk in _chunks(events):
+            s.execute(insert(AutotuneEventRow.__table__), list(chunk))
+        replays = [{**_without_id(r), "launch_id": launch_map[r["launch_id"]]} for r in new_replays]
+        for chunk in _chunks(replays):
+            s.execute(insert(Replay.__table__), list(chunk))
+    report.launches += len(new_launches)
+    report.launch_args += len(new_args)
+    report.autotune_events += len(new_events)
+    report.replays += len(new_replays)
+
+
+def _kernel_ids(
+    s: Session,
+    source: _SourceRun,
+    launches: list[dict[str, Any]],
+    events: list[dict[str, Any]],
+    report: CopyReport,
+) -> dict[int, int]:
+    """SRC kernel id -> DST kernel id for the kernels the new rows use, inserting those DST lacks."""
+    wanted = sorted({r["kernel_id"] for r in launches} | {e["kernel_id"] for e in events})
+    result: dict[int, int] = {}
+    for kernel_id in wanted:
+        row = source.kernels[kernel_id]
+        key = (Kernel.module == row["module"], Kernel.qualname == row["qualname"])
+        key += (Kernel.source_sha256 == row["source_sha256"],)
+        found = s.scalar(select(Kernel.id).where(*key))
+        if found is None:
+            database.insert_ignore(
+                s, Kernel.__table__, [_without_id(row)], keys=("module", "qualname", "source_sha256")
+            )
+            found = s.scalar(select(Kernel.id).where(*key))
+            report.kernels += 1
+        result[kernel_id] = int(found)
+    return result
