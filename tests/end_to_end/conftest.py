@@ -2,7 +2,9 @@
 
 Recording starts a process that imports torch and Triton (seconds each time), so the examples are recorded
 once per test session (per xdist worker) and the read-command tests query that history; tests that change
-a history record their own.
+a history record their own. ``examples_history`` is that history on each backend (tests/conftest.py): the
+SQLite recording itself, and a copy of it on the throwaway PostgreSQL server made by ``tilelens db copy``'s
+function. ``examples_recording`` is the SQLite recording only, for tests of the recording or of SQLite.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from tests.conftest import BACKENDS
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -78,19 +82,26 @@ def one_line_error(proc: subprocess.CompletedProcess[str] | Output) -> str:
 class Recorded:
     """The examples recorded by ``tilelens record --autotune all examples/run_all.py``."""
 
-    db: Path
+    db: Path | str  # the SQLite file, or a PostgreSQL URL
+    blobs: Path
+    label: str  # how messages name the history: the file, or the URL with its password masked
+    backend: str
     proc: subprocess.CompletedProcess[str]
     run_id: int
     ids: dict[str, list[int]]  # kernel qualname -> launch ids, oldest first
 
     def rows(self, sql: str) -> list[tuple]:
-        with sqlite3.connect(f"file:{self.db}?mode=ro", uri=True) as conn:
-            return conn.execute(sql).fetchall()
+        """Rows of ``sql`` as the read path returns them (the same values from both backends)."""
+        from tilelens.config import resolve_location
+        from tilelens.store.readonly import open_reader
+
+        with open_reader(resolve_location(str(self.db), self.blobs, env={})) as reader:
+            return reader.execute(sql).rows
 
     @property
     def location(self) -> list[object]:
         # Explicit blobs: the tests' TILELENS_BLOBS changes from test to test and would win over "beside --db".
-        return ["--db", self.db, "--blobs", self.db.parent / "blobs"]
+        return ["--db", self.db, "--blobs", self.blobs]
 
     def cli(self, *args: object) -> subprocess.CompletedProcess[str]:
         return tilelens(*self.location, *args)
@@ -100,7 +111,7 @@ class Recorded:
 
 
 @pytest.fixture(scope="session")
-def examples_history(tmp_path_factory: pytest.TempPathFactory) -> Recorded:
+def examples_recording(tmp_path_factory: pytest.TempPathFactory) -> Recorded:
     db = tmp_path_factory.mktemp("examples-history") / "h.db"
     proc = tilelens(
         "--db", db, "--blobs", db.parent / "blobs", "record", "--tag", "examples", "--autotune", "all",
@@ -114,4 +125,33 @@ def examples_history(tmp_path_factory: pytest.TempPathFactory) -> Recorded:
             "SELECT l.id, k.qualname FROM launches l JOIN kernels k ON k.id = l.kernel_id ORDER BY l.id"
         ):
             ids.setdefault(qualname, []).append(launch_id)
-    return Recorded(db=db, proc=proc, run_id=run_id, ids=ids)
+    conn.close()
+    return Recorded(
+        db=db, blobs=db.parent / "blobs", label=str(db), backend="sqlite", proc=proc, run_id=run_id, ids=ids
+    )
+
+
+@pytest.fixture(scope="session", params=BACKENDS)
+def examples_history(
+    request: pytest.FixtureRequest, examples_recording: Recorded, tmp_path_factory: pytest.TempPathFactory
+) -> Recorded:
+    """The recorded examples on each backend; on PostgreSQL a copy (new database, own blob folder)."""
+    if request.param == "sqlite":
+        return examples_recording
+    from tilelens.store import History
+    from tilelens.store.copy import copy_history
+
+    server = request.getfixturevalue("postgres_server")
+    url = server.url(server.create_database("examples"))
+    blobs = tmp_path_factory.mktemp("examples-postgresql") / "blobs"
+    with History.open(str(examples_recording.db), examples_recording.blobs) as src, History.open(url, blobs) as dst:
+        copy_history(src, dst)
+        label = dst.label
+    recorded = Recorded(url, blobs, label, "postgresql", examples_recording.proc, 0, {})
+    (run_id,) = recorded.rows("SELECT max(id) FROM runs")[0]
+    ids: dict[str, list[int]] = {}
+    for launch_id, qualname in recorded.rows(
+        "SELECT l.id, k.qualname FROM launches l JOIN kernels k ON k.id = l.kernel_id ORDER BY l.id"
+    ):
+        ids.setdefault(qualname, []).append(launch_id)
+    return Recorded(url, blobs, label, "postgresql", examples_recording.proc, run_id, ids)

@@ -42,8 +42,8 @@ def launch_count(db: Path) -> int:
         return conn.execute("SELECT count(*) FROM launches").fetchone()[0]
 
 
-def test_examples_recorded_with_output_passing_through(examples_history: Recorded) -> None:
-    proc = examples_history.proc
+def test_examples_recorded_with_output_passing_through(examples_recording: Recorded) -> None:
+    proc = examples_recording.proc
     # The program's own stdout, untouched and nothing else; TileLens speaks on stderr.
     assert proc.stdout.splitlines() == [
         "vector_add: 1000 elements, max error 0.0",
@@ -54,20 +54,20 @@ def test_examples_recorded_with_output_passing_through(examples_history: Recorde
     ]
     assert proc.stdout.splitlines()[2].startswith("autotuned_matmul: (64, 48) @ (48, 40), config")
     err = proc.stderr
-    assert f"run {examples_history.run_id}: 8 launches of 5 kernels, 0 errors, 56 out-of-bounds lanes" in err
+    assert f"run {examples_recording.run_id}: 8 launches of 5 kernels, 0 errors, 56 out-of-bounds lanes" in err
     for line in (
         "3  autotuned_matmul.matmul_kernel",
         "2  heuristics_scale.scale_kernel",
         "1  oob_bug.shift_kernel",
     ):
         assert line in err
-    assert f"history: {examples_history.db}" in err
-    assert f"show {max(max(v) for v in examples_history.ids.values())}" in err
-    ((_, status, exit_code, argv, tag),) = runs(examples_history.db)
+    assert f"history: {examples_recording.db}" in err
+    assert f"show {max(max(v) for v in examples_recording.ids.values())}" in err
+    ((_, status, exit_code, argv, tag),) = runs(examples_recording.db)
     assert (status, exit_code, tag) == ("ok", 0, "examples")
     assert argv == f'["{ROOT / "examples" / "run_all.py"}", "--ignored"]'
     # --autotune all: both configs' trials, then the chosen launch.
-    roles = examples_history.rows(
+    roles = examples_recording.rows(
         "SELECT role FROM launches l JOIN kernels k ON k.id = l.kernel_id "
         "WHERE k.qualname = 'matmul_kernel' ORDER BY l.id"
     )

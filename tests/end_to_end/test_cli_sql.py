@@ -81,10 +81,10 @@ def fingerprint(db: Path) -> tuple[str, dict[str, int]]:
 
 
 @pytest.fixture(scope="module")
-def victim(tmp_path_factory: pytest.TempPathFactory, examples_history: Recorded) -> Path:
-    """A copy of the examples history that the refusal tests try to damage."""
+def victim(tmp_path_factory: pytest.TempPathFactory, examples_recording: Recorded) -> Path:
+    """A copy of the examples history that the refusal tests try to damage (PostgreSQL: test_pg_gate.py)."""
     folder = tmp_path_factory.mktemp("victim")
-    with sqlite3.connect(examples_history.db) as src, sqlite3.connect(folder / "h.db") as dst:
+    with sqlite3.connect(examples_recording.db) as src, sqlite3.connect(folder / "h.db") as dst:
         src.backup(dst)  # a consistent copy, WAL included
     dst.close()
     return folder / "h.db"
@@ -121,23 +121,31 @@ def test_writes_are_refused_and_change_nothing(victim: Path, statement: str, ver
 def test_several_statements_and_bad_sql(examples_history: Recorded) -> None:
     line = one_line_error(examples_history.cli("sql", "SELECT 1; DELETE FROM runs"))
     assert line == "tilelens: error: SQL error: one statement at a time"
+    line = one_line_error(examples_history.main("sql", "SELECT 1 FROM runs; SELECT 2"))
+    assert line == "tilelens: error: SQL error: one statement at a time"
     line = one_line_error(examples_history.main("sql", "SELEC 1"))
-    assert line == 'tilelens: error: SQL error: near "SELEC": syntax error'
+    assert line == {
+        "sqlite": 'tilelens: error: SQL error: near "SELEC": syntax error',
+        "postgresql": 'tilelens: error: SQL error: syntax error at or near "SELEC"',
+    }[examples_history.backend]
     line = one_line_error(examples_history.main("sql", "SELECT nope FROM launches"))
-    assert line == "tilelens: error: SQL error: no such column: nope"
+    assert line == {
+        "sqlite": "tilelens: error: SQL error: no such column: nope",
+        "postgresql": 'tilelens: error: SQL error: column "nope" does not exist',
+    }[examples_history.backend]
 
 
-def test_reading_pragmas_are_allowed(examples_history: Recorded) -> None:
-    out = examples_history.main(
+def test_reading_pragmas_are_allowed(examples_recording: Recorded) -> None:
+    out = examples_recording.main(
         "sql", "SELECT name FROM pragma_table_info('launches') WHERE name = 'oob_lanes'"
     )
     assert out.returncode == 0 and "oob_lanes" in out.stdout
-    assert examples_history.main("sql", "PRAGMA table_info(runs)").returncode == 0
+    assert examples_recording.main("sql", "PRAGMA table_info(runs)").returncode == 0
 
 
-def test_a_history_without_views_says_how_to_get_them(examples_history: Recorded, tmp_path: Path) -> None:
+def test_a_history_without_views_says_how_to_get_them(examples_recording: Recorded, tmp_path: Path) -> None:
     db = tmp_path / "old.db"
-    shutil.copy(examples_history.db, db)
+    shutil.copy(examples_recording.db, db)
     with sqlite3.connect(db) as conn:
         for view in ("oob_launches", "launch_overview", "autotune_choices", "run_overview"):
             conn.execute(f"DROP VIEW {view}")

@@ -23,7 +23,8 @@ simple query protocol runs ``SELECT 1; DELETE ...`` as two statements. So every 
    default), so no query holds the server for long.
 
 Values come back as SQLite gives them, so that ``tilelens sql`` prints the same on both: JSON as its stored
-text, times as UTC text (``YYYY-MM-DD HH:MM:SS.ffffff``), booleans as 0/1, integral numerics as ints.
+text (except a bare JSON number, which SQLite's column affinity stores as a number: so here too), times as
+UTC text (``YYYY-MM-DD HH:MM:SS.ffffff``), booleans as 0/1, integral numerics as ints.
 
 Only this module and :mod:`tilelens.store.readonly` know this; psycopg (3) is imported when a PostgreSQL
 history is opened, and SQLAlchemy never is on this path.
@@ -44,6 +45,17 @@ from tilelens.errors import HistoryError, NoHistoryError, QueryError, ReadOnlyEr
 from tilelens.store.urls import postgres_connect_args
 
 ALLOWED_VERBS = frozenset({"SELECT", "WITH", "VALUES", "TABLE", "EXPLAIN", "SHOW"})
+# Every other statement PostgreSQL knows, and SQLite's writing words: refused as SQLite refuses them. A first
+# word outside both is a syntax error, reported as one.
+REFUSED_VERBS = frozenset(
+    {
+        "ABORT", "ALTER", "ANALYZE", "BEGIN", "CALL", "CHECKPOINT", "CLOSE", "CLUSTER", "COMMENT", "COMMIT",
+        "COPY", "CREATE", "DEALLOCATE", "DECLARE", "DELETE", "DISCARD", "DO", "DROP", "END", "EXECUTE",
+        "FETCH", "GRANT", "IMPORT", "INSERT", "LISTEN", "LOAD", "LOCK", "MERGE", "MOVE", "NOTIFY", "PREPARE",
+        "REASSIGN", "REFRESH", "REINDEX", "RELEASE", "RESET", "REVOKE", "ROLLBACK", "SAVEPOINT", "SECURITY",
+        "SET", "START", "TRUNCATE", "UNLISTEN", "UPDATE", "VACUUM", "REPLACE", "ATTACH", "DETACH", "PRAGMA",
+    }
+)  # fmt: skip
 
 DENIED_FUNCTIONS = frozenset(
     {
@@ -96,8 +108,11 @@ def check_statement(sql: str) -> None:
     verb = statement_verb(sql)
     if not verb:
         raise QueryError("SQL error: no statement")
-    if verb not in ALLOWED_VERBS:
+    if verb in REFUSED_VERBS:
         raise refused(verb)
+    if verb not in ALLOWED_VERBS:
+        word = _LOCAL_VERB_RE.match(sql).group(1)  # type: ignore[union-attr]  # as written, as the server says
+        raise QueryError(f'SQL error: syntax error at or near "{word}"')
     denied = denied_function(sql)
     if denied is not None:
         raise refused(denied)
@@ -124,6 +139,23 @@ def plain_value(value: Any) -> Any:
     if isinstance(value, dt.timedelta):
         return str(value)
     return value
+
+
+_JSON_OIDS = (114, 3802)  # json, jsonb
+_INTEGER_RE = re.compile(r"-?[0-9]+")
+_REAL_RE = re.compile(r"-?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")
+
+
+def json_number(text: Any) -> Any:
+    """A JSON column's text, or the number it is, as SQLite's NUMERIC affinity keeps a bare JSON number."""
+    if not isinstance(text, str):
+        return plain_value(text)
+    if _INTEGER_RE.fullmatch(text):
+        value = int(text)
+        return value if -(2**63) <= value < 2**63 else float(value)
+    if _REAL_RE.fullmatch(text):
+        return float(text)
+    return text
 
 
 def _first_line(exc: BaseException) -> str:
@@ -237,7 +269,11 @@ class PostgresGate:
             else:
                 cur.execute(sql, prepare=True)  # type: ignore[arg-type]
             columns = [d.name for d in cur.description or ()]
-            rows = [tuple(plain_value(v) for v in row) for row in cur.fetchall()] if cur.description else []
+            json_columns = {i for i, d in enumerate(cur.description or ()) if d.type_code in _JSON_OIDS}
+            rows = [
+                tuple(json_number(v) if i in json_columns else plain_value(v) for i, v in enumerate(row))
+                for row in cur.fetchall()
+            ]
             still = cur.execute("SELECT current_setting('transaction_read_only')").fetchone()
         except psycopg.Error as exc:
             self._restart()
