@@ -19,6 +19,7 @@ from triton import knobs
 
 import tilelens
 from tests import kernels
+from tests.conftest import BACKENDS, new_history_url
 from tilelens.cli import main
 from tilelens.replay import replay_launch, select_launches
 from tilelens.replay.rebuild import rebuild_arguments
@@ -72,8 +73,9 @@ if __name__ == "__main__":
 '''
 
 
-def _where(path: Path) -> dict[str, str]:
-    return {"db": str(path / "h.db"), "blobs": str(path / "blobs")}
+def _where(path: Path, request: pytest.FixtureRequest) -> dict[str, str]:
+    """A new history on the backend the test runs on (``request.param``: sqlite or postgresql)."""
+    return {"db": new_history_url(request.param, path, request), "blobs": str(path / "blobs")}
 
 
 def _cli(capsys: pytest.CaptureFixture[str], where: dict[str, str], *argv: str) -> tuple[int, str, str]:
@@ -91,10 +93,10 @@ def _replays(where: dict[str, str]) -> list[Replay]:
         return list(s.scalars(select(Replay).order_by(Replay.id)))
 
 
-@pytest.fixture(scope="module")
-def examples(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+@pytest.fixture(scope="module", params=BACKENDS)
+def examples(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> dict[str, str]:
     """Every example recorded once per worker, the way `tilelens record examples/run_all.py` would."""
-    where = _where(tmp_path_factory.mktemp("examples"))
+    where = _where(tmp_path_factory.mktemp("examples"), request)
     sys.path.insert(0, str(EXAMPLES))
     try:
         with tilelens.record(**where):
@@ -105,11 +107,17 @@ def examples(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 
 
 @pytest.fixture
-def bump(tmp_path: Path) -> tuple[dict[str, str], Path, int]:
+def where(history_url: str, tmp_path: Path) -> dict[str, str]:
+    """A new history on each backend (the suite's one parametrized ``history_url``)."""
+    return {"db": history_url, "blobs": str(tmp_path / "history" / "blobs")}
+
+
+@pytest.fixture(params=BACKENDS)
+def bump(tmp_path: Path, request: pytest.FixtureRequest) -> tuple[dict[str, str], Path, int]:
     """A script kernel recorded from its file (module "__main__"), so replay must load that file."""
     script = tmp_path / "bump.py"
     script.write_text(BUMP)
-    where = _where(tmp_path)
+    where = _where(tmp_path, request)
     with tilelens.record(**where) as rec:
         runpy.run_path(str(script), run_name="__main__")
     return where, script, rec.launch_ids[0]
@@ -331,9 +339,8 @@ def test_missing_blob_names_the_blob_and_the_launch(bump: tuple[dict[str, str], 
 
 
 def test_launch_recorded_failing_reproduces_the_same_error(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    where: dict[str, str], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    where = _where(tmp_path)
     x = torch.zeros(4)
     with tilelens.record(**where) as rec, pytest.raises(Exception, match="power of 2"):
         failing_kernel[(1,)](x, BLOCK=3)
@@ -372,8 +379,7 @@ def test_cuda_where_there_is_no_gpu_is_one_clear_error(
 # -- aliasing and tolerances ---------------------------------------------------------------------------------
 
 
-def test_views_of_one_storage_share_it_again(tmp_path: Path) -> None:
-    where = _where(tmp_path)
+def test_views_of_one_storage_share_it_again(where: dict[str, str]) -> None:
     buf = torch.arange(96, dtype=torch.float32)
     src, dst, bits = buf[0:32], buf[8:72:2], buf.view(torch.int32)[80:88]
     src_before = src.clone()
@@ -425,8 +431,7 @@ def test_cuda_replays_of_examples_match_within_tolerance(examples: dict[str, str
 
 
 @needs_cuda
-def test_cuda_tf32_matmul_is_judged_with_tf32_tolerance(tmp_path: Path) -> None:
-    where = _where(tmp_path)
+def test_cuda_tf32_matmul_is_judged_with_tf32_tolerance(where: dict[str, str]) -> None:
     torch.manual_seed(0)
     a, b, c = torch.randn(128, 128), torch.randn(128, 128), torch.empty(128, 128)
     with tilelens.record(**where) as rec:

@@ -117,7 +117,7 @@ def test_the_scanner_sees_every_kind_of_import() -> None:
 def test_only_the_store_talks_to_databases() -> None:
     outside = [m for m in modules() if not _under(m, "tilelens.store")]
     assert "tilelens.config" in outside and "tilelens.store.history" not in outside
-    assert _offenders(outside, ("sqlalchemy", "sqlite3", "alembic")) == []
+    assert _offenders(outside, ("sqlalchemy", "sqlite3", "alembic", "psycopg")) == []
     assert _offenders(_within("tilelens.store"), ("sqlalchemy", "sqlite3", "alembic"))  # and it does
 
 
@@ -338,11 +338,14 @@ print(json.dumps(loaded), file=sys.stderr)
 """
 
 
-def test_read_commands_import_neither_torch_triton_alembic_nor_sqlalchemy(tmp_path: Path) -> None:
+def test_read_commands_import_neither_torch_triton_alembic_nor_sqlalchemy(
+    history_url: str, tmp_path: Path
+) -> None:
+    """On a SQLite file and on a PostgreSQL server alike (there through psycopg alone)."""
     from tests import store_helpers
     from tilelens.store import History
 
-    db, blobs = tmp_path / "h.db", tmp_path / "blobs"
+    db, blobs = history_url, tmp_path / "blobs"
     with History.open(str(db), blobs) as h:
         launch = h.write_launch(h.begin_run(store_helpers.run_info()), store_helpers.launch())
     proc = subprocess.run(
