@@ -2,7 +2,8 @@
 
 The histories come from scripts/make_synthetic_history.py (rows copied in bulk from a real recording, so they
 have exactly the shape the recorder writes); the commands are timed as fresh processes by the same code as
-scripts/bench_cli.py, so both report the same thing.
+scripts/bench_cli.py, so both report the same thing. With ``new_postgres_db`` (a function returning the URL
+of a fresh, empty PostgreSQL database) every size is built and timed on PostgreSQL too: a second column.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -33,62 +35,90 @@ def _size(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
-def run_history_scale(where: Path, sizes: list[int], repeat: int = 5, budget: float = 0.3) -> dict[str, Any]:
+def _postgres_bytes(url: str) -> int:
+    from tilelens.config import resolve_location
+    from tilelens.store.readonly import open_reader
+
+    with open_reader(resolve_location(url, env={})) as reader:
+        ((size,),) = reader.execute("SELECT pg_database_size(current_database())").rows
+    return int(size)
+
+
+def run_history_scale(
+    where: Path,
+    sizes: list[int],
+    repeat: int = 5,
+    budget: float = 0.3,
+    new_postgres_db: Callable[[], str] | None = None,
+) -> dict[str, Any]:
     cli = _bench_cli()
     where.mkdir(parents=True, exist_ok=True)
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     rows: list[dict[str, Any]] = []
+    backends = ["sqlite"] + (["postgresql"] if new_postgres_db is not None else [])
     for n in sizes:
-        db = where / f"h{n}.db"
-        t0 = time.perf_counter()
-        subprocess.run(
-            [
-                sys.executable,
-                str(ROOT / "scripts" / "make_synthetic_history.py"),
-                str(db),
-                "--launches",
-                str(n),
-            ],
-            check=True,
-            stdout=subprocess.DEVNULL,
-            env=env,
-        )
-        build_s = time.perf_counter() - t0
-        launch = cli.pick_launch(db)
-        base = [*cli.tilelens_command(), "--db", str(db)]
-        commands = cli.read_commands(base, launch)
-        for name, argv in commands.items():
-            cli.timed(argv, 1)  # page cache and .pyc files
-            times = cli.timed(argv, repeat)
+        for backend in backends:
+            blobs = where / f"blobs-{backend}-{n}"
+            db = str(where / f"h{n}.db") if backend == "sqlite" else new_postgres_db()  # type: ignore[misc]
+            t0 = time.perf_counter()
+            subprocess.run(
+                [sys.executable, str(ROOT / "scripts" / "make_synthetic_history.py"), db]
+                + ["--blobs", str(blobs), "--launches", str(n)],
+                check=True,
+                stdout=subprocess.DEVNULL,
+                env=env,
+            )
+            build_s = time.perf_counter() - t0
+            launch = cli.pick_launch(db)
+            base = [*cli.tilelens_command(), "--db", db, "--blobs", str(blobs)]
+            for name, argv in cli.read_commands(base, launch).items():
+                cli.timed(argv, 1)  # page cache and .pyc files
+                times = cli.timed(argv, repeat)
+                rows.append(
+                    {
+                        "backend": backend,
+                        "launches": n,
+                        "command": name.replace(str(launch), "ID"),
+                        "min_s": min(times),
+                        "median_s": statistics.median(times),
+                        "ok": min(times) <= budget,
+                    }
+                )
             rows.append(
                 {
+                    "backend": backend,
                     "launches": n,
-                    "command": name,
-                    "min_s": min(times),
-                    "median_s": statistics.median(times),
-                    "ok": min(times) <= budget,
+                    "db_bytes": _size(Path(db)) if backend == "sqlite" else _postgres_bytes(db),
+                    "blob_bytes": _size(blobs) if blobs.exists() else 0,
+                    "build_s": build_s,
                 }
             )
-        blobs = db.with_name("blobs")
-        rows.append(
-            {
-                "launches": n,
-                "db_bytes": _size(db),
-                "blob_bytes": _size(blobs) if blobs.exists() else 0,
-                "build_s": build_s,
-            }
-        )
-    table = ["| launches | command | min | median | within 0.3 s |", "|---|---|---|---|---|"]
+    return {"rows": rows, "table": _table(rows, backends, budget)}
+
+
+def _table(rows: list[dict[str, Any]], backends: list[str], budget: float) -> str:
+    """One line per size and command, min / median per backend."""
+    head = (
+        "| launches | command | "
+        + " | ".join(f"{b} min / median" for b in backends)
+        + f" | within {budget} s |"
+    )
+    table = [head, "|---|---|" + "---|" * len(backends) + "---|"]
+    timed: dict[tuple[int, str], dict[str, dict[str, Any]]] = {}
     for r in rows:
         if "command" in r:
-            table.append(
-                f"| {r['launches']:,} | `{r['command']}` | {r['min_s'] * 1e3:.0f} ms | "
-                f"{r['median_s'] * 1e3:.0f} ms | {'yes' if r['ok'] else 'NO'} |"
-            )
+            timed.setdefault((r["launches"], r["command"]), {})[r["backend"]] = r
+    for (n, command), per in timed.items():
+        cells = [
+            f"{per[b]['min_s'] * 1e3:.0f} / {per[b]['median_s'] * 1e3:.0f} ms" if b in per else "-"
+            for b in backends
+        ]
+        ok = all(r["ok"] for r in per.values())
+        table.append(f"| {n:,} | `{command}` | " + " | ".join(cells) + f" | {'yes' if ok else 'NO'} |")
     sizes_lines = [
-        f"- {r['launches']:,} launches: database {r['db_bytes'] / 2**20:.1f} MiB, blobs {r['blob_bytes'] / 2**20:.1f} MiB "
-        f"(shared by all rows), built in {r['build_s']:.0f} s"
+        f"- {r['backend']}, {r['launches']:,} launches: database {r['db_bytes'] / 2**20:.1f} MiB, blobs "
+        f"{r['blob_bytes'] / 2**20:.1f} MiB (shared by all rows), built in {r['build_s']:.0f} s"
         for r in rows
         if "db_bytes" in r
     ]
-    return {"rows": rows, "table": "\n".join(table + [""] + sizes_lines)}
+    return "\n".join(table + [""] + sizes_lines)

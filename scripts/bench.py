@@ -17,6 +17,7 @@ import os
 os.environ["TRITON_INTERPRET"] = "1"
 
 import argparse  # noqa: E402
+import contextlib  # noqa: E402
 import json  # noqa: E402
 import platform  # noqa: E402
 import statistics  # noqa: E402
@@ -92,6 +93,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--compare", metavar="REF", help="compare the working tree with a git ref (seed table)")
     p.add_argument("--skip-history", action="store_true", help="skip the synthetic-history part")
     p.add_argument("--skip-concurrency", action="store_true", help="skip the 4-process part")
+    p.add_argument("--skip-workloads", action="store_true", help="skip the recording/replay workloads")
+    p.add_argument(
+        "--postgres",
+        action="store_true",
+        help="history scale on PostgreSQL too (a throwaway server: Debian's postgresql, as CI installs it)",
+    )
+    p.add_argument(
+        "--many-recorders",
+        action="store_true",
+        help="8 processes x 200 launches into one SQLite and one PostgreSQL history, readers meanwhile",
+    )
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     samples = args.samples or (3 if args.quick else 5)
@@ -104,12 +116,18 @@ def main(argv: list[str] | None = None) -> int:
     from benchmarks.runner import run_suite
     from benchmarks.workloads import all_cases
 
-    cases = all_cases(args.quick)
+    cases = [] if args.skip_workloads else all_cases(args.quick)
     if args.only:
         wanted = set(args.only.split(","))
         cases = [c for c in cases if c.workload in wanted]
     report: dict = {"machine": machine(), "samples": samples, "burst": args.burst}
-    with tempfile.TemporaryDirectory(prefix="tilelens-bench-") as tmp:
+    with contextlib.ExitStack() as stack:
+        server = None
+        if args.postgres or args.many_recorders:
+            from benchmarks.pgserver import throwaway_postgres
+
+            server = stack.enter_context(throwaway_postgres())
+        tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="tilelens-bench-"))
         results = run_suite(
             cases,
             Path(tmp),
@@ -123,26 +141,37 @@ def main(argv: list[str] | None = None) -> int:
         if args.worker:
             json.dump(report, sys.stdout)
             return 0
-        print("## Recording overhead, trace size, replay\n")
-        print(workload_table(results))
+        if results:
+            print("## Recording overhead, trace size, replay\n")
+            print(workload_table(results))
         for r in results:
             for note in r.notes:
                 print(f"- {r.workload}[{r.shape}]: {note}")
-        if not args.skip_concurrency:
-            from benchmarks.concurrency import run_concurrency
+        if not args.skip_concurrency and not args.many_recorders:
+            from benchmarks.concurrency import concurrency_line, run_concurrency
 
             conc = run_concurrency(Path(tmp) / "concurrent", processes=4, launches=10 if args.quick else 40)
             report["concurrency"] = conc
             print("\n## Concurrency: 4 processes, one SQLite history\n")
-            print(
-                f"{conc['expected']} launches expected, {conc['present']} present, {conc['duplicates']} duplicated; "
-                f"{conc['launches_per_s']:.1f} launches/s over {conc['wall_s']:.1f} s"
-            )
+            print(concurrency_line(conc))
+        if args.many_recorders:
+            from benchmarks.concurrency import concurrency_line, run_concurrency
+
+            print("\n## Many recorders: 8 processes x 200 launches, readers meanwhile\n")
+            many = {}
+            for backend in ("sqlite", "postgresql"):
+                db = None if backend == "sqlite" else server.url(server.create_database("many"))  # type: ignore[union-attr]
+                many[backend] = run_concurrency(
+                    Path(tmp) / f"many-{backend}", processes=8, launches=200, db=db
+                )
+                print(f"- {concurrency_line(many[backend])}", flush=True)
+            report["many_recorders"] = many
         if not args.skip_history:
             from benchmarks.history_scale import run_history_scale
 
             sizes = [100_000] if args.quick else [100_000, 1_000_000]
-            scale = run_history_scale(Path(tmp) / "scale", sizes)
+            new_db = (lambda: server.url(server.create_database("scale"))) if args.postgres else None  # type: ignore[union-attr]
+            scale = run_history_scale(Path(tmp) / "scale", sizes, new_postgres_db=new_db)
             report["history_scale"] = scale
             print("\n## History scale (whole commands, process start included)\n")
             print(scale["table"])

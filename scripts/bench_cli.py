@@ -45,15 +45,19 @@ def timed(argv: list[str], repeat: int) -> list[float]:
     return times
 
 
-def pick_launch(db: Path) -> int:
+def pick_launch(db: Path | str) -> int:
     """A recent launch with a real trace and out-of-bounds lanes: the most work ``show`` ever does here."""
-    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
-        row = conn.execute(
+    sys.path.insert(0, str(ROOT))
+    from tilelens.config import resolve_location
+    from tilelens.store.readonly import open_reader
+
+    with open_reader(resolve_location(str(db), env={})) as reader:
+        ((found,),) = reader.execute(
             "SELECT max(id) FROM launches WHERE oob_lanes > 0 AND trace_blob IS NOT NULL"
-        ).fetchone()
-        return int(
-            row[0] if row[0] is not None else conn.execute("SELECT max(id) FROM launches").fetchone()[0]
-        )
+        ).rows
+        if found is None:
+            ((found,),) = reader.execute("SELECT max(id) FROM launches").rows
+    return int(found)
 
 
 def read_commands(base: list[str], launch: int) -> dict[str, list[str]]:

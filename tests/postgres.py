@@ -61,8 +61,9 @@ def missing_reason() -> str | None:
 class PostgresServer:
     """One server in a temp folder; :meth:`start` it, :meth:`create_database` per test, :meth:`stop` it."""
 
-    def __init__(self, bindir: Path) -> None:
+    def __init__(self, bindir: Path, durable: bool = False) -> None:
         self.bindir = bindir
+        self.durable = durable  # fsync as a real server does (benchmarks); tests skip it
         self.root = Path(tempfile.mkdtemp(prefix="tl-pg-"))  # short: a socket path has ~100 bytes
         self.data = self.root / "data"
         self._names = itertools.count()
@@ -89,10 +90,9 @@ class PostgresServer:
         hba = self.data / "pg_hba.conf"
         rules = f"local all {PASSWORD_ROLE} scram-sha-256\n"  # first match wins: before the trust lines
         hba.write_text(rules + hba.read_text())
-        options = (
-            f"-k {self.root} -c listen_addresses='' -c fsync=off -c synchronous_commit=off "
-            "-c full_page_writes=off -c max_connections=300"
-        )
+        options = f"-k {self.root} -c listen_addresses='' -c max_connections=300"
+        if not self.durable:
+            options += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
         self._run(self.bindir / "pg_ctl", "-D", self.data, "-l", self.root / "log", "-o", options, "-w",
                   "-t", "60", "start")  # fmt: skip
         self.started = True
