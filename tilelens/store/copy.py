@@ -25,9 +25,9 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import Table, func, insert, select, update
+from sqlalchemy import Table, insert, select, update
 from sqlalchemy.orm import Session
 
 from tilelens.errors import BlobCorruptError, RunNotFoundError
@@ -35,6 +35,13 @@ from tilelens.store import database
 from tilelens.store.history import History
 from tilelens.store.models import AutotuneEventRow, Blob, Kernel, Launch, LaunchArg, Replay, Run
 
+RUNS = cast(Table, Run.__table__)
+KERNELS = cast(Table, Kernel.__table__)
+LAUNCHES = cast(Table, Launch.__table__)
+ARGS = cast(Table, LaunchArg.__table__)
+EVENTS = cast(Table, AutotuneEventRow.__table__)
+REPLAYS = cast(Table, Replay.__table__)
+BLOBS = cast(Table, Blob.__table__)
 CHUNK = 2_000  # rows per INSERT ... RETURNING: bounded statement size on both backends
 _RUN_STATE = ("status", "exit_code", "finished_at")
 _RUN_NAMESPACE = uuid.UUID("6f1c8a52-3f0e-4a7e-9d7b-2b7c1e0a5d11")
@@ -110,15 +117,13 @@ class _SourceRun:
 
 
 def _read_source(s: Session, run: dict[str, Any]) -> _SourceRun:
-    launches = _rows(s, Launch.__table__, Launch.run_id == run["id"])
+    launches = _rows(s, LAUNCHES, Launch.run_id == run["id"])
     launch_ids = select(Launch.id).where(Launch.run_id == run["id"]).scalar_subquery()
-    args = _rows(s, LaunchArg.__table__, LaunchArg.launch_id.in_(launch_ids))
-    events = _rows(s, AutotuneEventRow.__table__, AutotuneEventRow.run_id == run["id"])
-    replays = _rows(s, Replay.__table__, Replay.launch_id.in_(launch_ids))
+    args = _rows(s, ARGS, LaunchArg.launch_id.in_(launch_ids))
+    events = _rows(s, EVENTS, AutotuneEventRow.run_id == run["id"])
+    replays = _rows(s, REPLAYS, Replay.launch_id.in_(launch_ids))
     kernel_ids = {r["kernel_id"] for r in launches} | {e["kernel_id"] for e in events}
-    kernels = (
-        {k["id"]: k for k in _rows(s, Kernel.__table__, Kernel.id.in_(kernel_ids))} if kernel_ids else {}
-    )
+    kernels = {k["id"]: k for k in _rows(s, KERNELS, Kernel.id.in_(kernel_ids))} if kernel_ids else {}
     shas = (
         {r["trace_blob"] for r in launches}
         | {a["before_blob"] for a in args}
@@ -126,9 +131,7 @@ def _read_source(s: Session, run: dict[str, Any]) -> _SourceRun:
     )
     shas.discard(None)
     blobs = (
-        {b["sha256"]: b for b in _rows(s, Blob.__table__, Blob.sha256.in_(shas), order=Blob.sha256)}
-        if shas
-        else {}
+        {b["sha256"]: b for b in _rows(s, BLOBS, Blob.sha256.in_(shas), order=Blob.sha256)} if shas else {}
     )
     return _SourceRun(run, launches, args, events, replays, kernels, blobs)
 
@@ -142,7 +145,7 @@ def copy_history(src: History, dst: History, runs: Sequence[int] | None = None) 
     report = CopyReport()
     with src.session() as s:
         where = [Run.id.in_(list(runs))] if runs is not None else []
-        selected = _rows(s, Run.__table__, *where)
+        selected = _rows(s, RUNS, *where)
     if runs is not None:
         missing = sorted(set(runs) - {r["id"] for r in selected})
         if missing:
@@ -158,7 +161,7 @@ def _copy_run(source: _SourceRun, src: History, dst: History, report: CopyReport
     identity = run_identity(source.run)
     with dst.session() as s:
         existing = s.execute(
-            select(Run.id, *[Run.__table__.c[c] for c in _RUN_STATE]).where(Run.uuid == identity)
+            select(Run.id, *[RUNS.c[c] for c in _RUN_STATE]).where(Run.uuid == identity)
         ).first()
         dst_launches = (
             []
@@ -172,9 +175,7 @@ def _copy_run(source: _SourceRun, src: History, dst: History, report: CopyReport
                 list(s.scalars(select(AutotuneEventRow.id).where(AutotuneEventRow.run_id == existing[0])))
             )
         )
-        dst_replays = (
-            [] if not dst_launches else _rows(s, Replay.__table__, Replay.launch_id.in_(dst_launches))
-        )
+        dst_replays = [] if not dst_launches else _rows(s, REPLAYS, Replay.launch_id.in_(dst_launches))
     # SRC launch i is DST launch i of the same run: copies keep the order, and launches are only appended.
     new_launches = source.launches[len(dst_launches) :]
     new_events = source.events[dst_events:]
@@ -205,15 +206,14 @@ def _copy_run(source: _SourceRun, src: History, dst: History, report: CopyReport
         report.blob_bytes += ref.size
 
     with dst.session(write=True) as s:
-        before_blobs = s.scalar(select(func.count()).select_from(Blob))
-        database.insert_ignore(
-            s, Blob.__table__, [source.blobs[sha] for sha in sorted(needed)], keys=("sha256",)
-        )
-        report.blobs += s.scalar(select(func.count()).select_from(Blob)) - before_blobs
+        known = set(s.scalars(select(Blob.sha256).where(Blob.sha256.in_(needed)))) if needed else set()
+        fresh = [source.blobs[sha] for sha in sorted(needed - known)]
+        database.insert_ignore(s, BLOBS, fresh, keys=("sha256",))  # ignore: another copy may race us
+        report.blobs += len(fresh)
         kernel_map = _kernel_ids(s, source, new_launches, new_events, report)
         if existing is None:
             run_row = {**_without_id(source.run), "uuid": identity}
-            dst_run = _insert_returning_ids(s, Run.__table__, [run_row])[0]
+            dst_run = _insert_returning_ids(s, RUNS, [run_row])[0]
             report.runs_copied.append((source.run["id"], dst_run))
         else:
             dst_run = existing[0]
@@ -223,7 +223,7 @@ def _copy_run(source: _SourceRun, src: History, dst: History, report: CopyReport
         launch_map = {source.launches[i]["id"]: dst_id for i, dst_id in enumerate(dst_launches)}
         ids = _insert_returning_ids(
             s,
-            Launch.__table__,
+            LAUNCHES,
             [
                 {**_without_id(r), "run_id": dst_run, "kernel_id": kernel_map[r["kernel_id"]]}
                 for r in new_launches
@@ -231,7 +231,7 @@ def _copy_run(source: _SourceRun, src: History, dst: History, report: CopyReport
         )
         launch_map.update({r["id"]: dst_id for r, dst_id in zip(new_launches, ids)})
         for chunk in _chunks([{**_without_id(a), "launch_id": launch_map[a["launch_id"]]} for a in new_args]):
-            s.execute(insert(LaunchArg.__table__), list(chunk))
+            s.execute(insert(ARGS), list(chunk))
         events = [
             {
                 **_without_id(e),
@@ -242,10 +242,10 @@ def _copy_run(source: _SourceRun, src: History, dst: History, report: CopyReport
             for e in new_events
         ]
         for chunk in _chunks(events):
-            s.execute(insert(AutotuneEventRow.__table__), list(chunk))
+            s.execute(insert(EVENTS), list(chunk))
         replays = [{**_without_id(r), "launch_id": launch_map[r["launch_id"]]} for r in new_replays]
         for chunk in _chunks(replays):
-            s.execute(insert(Replay.__table__), list(chunk))
+            s.execute(insert(REPLAYS), list(chunk))
     report.launches += len(new_launches)
     report.launch_args += len(new_args)
     report.autotune_events += len(new_events)
@@ -264,14 +264,18 @@ def _kernel_ids(
     result: dict[int, int] = {}
     for kernel_id in wanted:
         row = source.kernels[kernel_id]
-        key = (Kernel.module == row["module"], Kernel.qualname == row["qualname"])
-        key += (Kernel.source_sha256 == row["source_sha256"],)
+        key = (
+            Kernel.module == row["module"],
+            Kernel.qualname == row["qualname"],
+            Kernel.source_sha256 == row["source_sha256"],
+        )
         found = s.scalar(select(Kernel.id).where(*key))
         if found is None:
             database.insert_ignore(
-                s, Kernel.__table__, [_without_id(row)], keys=("module", "qualname", "source_sha256")
+                s, KERNELS, [_without_id(row)], keys=("module", "qualname", "source_sha256")
             )
             found = s.scalar(select(Kernel.id).where(*key))
             report.kernels += 1
+        assert found is not None  # inserted above, or there already
         result[kernel_id] = int(found)
     return result
