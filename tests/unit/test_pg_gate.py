@@ -8,12 +8,15 @@ worst case) and check that nothing changed: row counts, the schema, no file writ
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests import store_helpers
 from tests.end_to_end.conftest import one_line_error, tilelens_in_process
+from tests.postgres import PostgresServer
+from tilelens.config import resolve_location
 from tilelens.errors import QueryError, ReadOnlyError
 from tilelens.store import History
 from tilelens.store.readonly import open_reader
@@ -21,12 +24,16 @@ from tilelens.store.readonly import open_reader
 REFUSED = "the history is open read-only, nothing was changed"
 
 
-@pytest.fixture
-def filled(history: History) -> History:
+def _fill(history: History) -> History:
     run = history.begin_run(store_helpers.run_info(tag="gate"))
     history.write_launch(run, store_helpers.launch(trace=store_helpers.trace_table()))
     history.finish_run(run, "ok", 0)
     return history
+
+
+@pytest.fixture
+def filled(history: History) -> History:
+    return _fill(history)
 
 
 def _state(h: History) -> tuple[dict[str, int], list[str]]:
@@ -86,10 +93,11 @@ def test_a_long_statement_is_stopped_on_both(filled: History) -> None:
 
 
 @pytest.fixture
-def pg_filled(filled: History, backend: str) -> History:
-    if backend != "postgresql":
-        pytest.skip("PostgreSQL's server functions")
-    return filled
+def pg_filled(postgres_server: PostgresServer, tmp_path: Path) -> Iterator[History]:
+    """A PostgreSQL history with one launch (these attacks have no SQLite counterpart)."""
+    url = postgres_server.url(postgres_server.create_database())
+    with History.open(location=resolve_location(url, tmp_path / "blobs", env={})) as h:
+        yield _fill(h)
 
 
 @pytest.mark.parametrize(
