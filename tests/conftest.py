@@ -72,11 +72,6 @@ def history_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 
 @pytest.fixture
-def backend(history_url: str) -> str:
-    return "sqlite" if "://" not in history_url else "postgresql"
-
-
-@pytest.fixture
 def history_location(history_url: str, tmp_path: Path) -> Location:
     """A not-yet-created history (database plus blobs/ in this test's tmp_path), on each backend."""
     return resolve_location(history_url, tmp_path / "history" / "blobs", env={})
