@@ -14,6 +14,7 @@ import typer
 
 from tilelens.commands import register_all
 from tilelens.commands.common import CliState
+from tilelens.commands.escape import escape
 from tilelens.config import LocationError
 from tilelens.store.errors import HistoryError
 
@@ -68,7 +69,7 @@ register_all(app)
 
 
 def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split()) or type(exc).__name__
+    text = escape(" ".join(str(exc).split())) or type(exc).__name__
     return text if isinstance(exc, (HistoryError, LocationError)) else f"{type(exc).__name__}: {text}"
 
 

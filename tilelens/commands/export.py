@@ -46,6 +46,5 @@ def export(
         result = q.export(launch_id, path, fmt)  # type: ignore[arg-type]
     noun = "lane" if result.rows == 1 else "lanes"
     render.err().print(
-        f"wrote {result.rows:,} {noun} of launch {launch_id} to {result.path} ({result.format})",
-        markup=False,
+        render.text(f"wrote {result.rows:,} {noun} of launch {launch_id} to {result.path} ({result.format})")
     )

@@ -15,6 +15,7 @@ import typer
 
 from tilelens.commands import render
 from tilelens.commands.common import state
+from tilelens.commands.escape import escape
 
 if TYPE_CHECKING:
     from tilelens.core.recorder import Recording
@@ -124,7 +125,9 @@ class _LiveStatus:
 
         n = len(self.rec.launch_ids)
         noun = "launch" if n == 1 else "launches"
-        self.spinner.update(text=Text(f"recording run {self.rec.run_id}: {record.kernel.name}, {n} {noun}"))
+        self.spinner.update(
+            text=Text(escape(f"recording run {self.rec.run_id}: {record.kernel.name}, {n} {noun}"))
+        )
 
     def __enter__(self) -> None:
         self.live.start()
@@ -155,7 +158,7 @@ def _print_summary(rec: Recording, outcome: Any, elapsed: float, db: str | None,
     head.append(f" ({elapsed:.1f} s)")
     console.print(head)
     for name, n in sorted(rec.launches_per_kernel.items(), key=lambda kv: (-kv[1], kv[0])):
-        console.print(Text(f"  {n:>6}  {name}"))
+        console.print(Text(f"  {n:>6}  {escape(name)}"))
     if rec.autotune_events:
         console.print(Text(f"  autotune decisions: {rec.autotune_events}"))
     if outcome.interrupted:
@@ -168,12 +171,12 @@ def _print_summary(rec: Recording, outcome: Any, elapsed: float, db: str | None,
     if history is not None:
         location = history.location
         where = location.sqlite_path or location.display_url()
-        console.print(Text(f"  history: {where} (blobs in {location.blobs_dir})"))
+        console.print(Text(escape(f"  history: {where} (blobs in {location.blobs_dir})")))
     prefix = "tilelens" + (f" --db {db}" if db else "") + (f" --blobs {blobs}" if blobs else "")
     hint = f"  next: {prefix} ls --run {rec.run_id}"
     if rec.launch_ids:
         hint += f"  |  {prefix} show {rec.launch_ids[-1]}"
-    console.print(Text(hint, style="dim"))
+    console.print(Text(escape(hint), style="dim"))
 
 
 def _plural(n: int, one: str, many: str) -> str:

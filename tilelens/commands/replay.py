@@ -16,6 +16,7 @@ from rich.text import Text
 
 from tilelens.commands import render
 from tilelens.commands.common import JSON_OPTION, console, print_json, state
+from tilelens.commands.escape import escape
 
 if TYPE_CHECKING:
     from tilelens.replay import ReplayResult
@@ -104,7 +105,7 @@ def replay(
         ids = select_launches(history, run_id=run, kernel=kernel, trials=trials)
         if not ids:
             what = " and ".join(p for p in (f"run {run}" if run is not None else "", kernel or "") if p)
-            print(f"tilelens: error: no launches of {what} to replay", file=sys.stderr)
+            print(f"tilelens: error: no launches of {escape(what)} to replay", file=sys.stderr)
             raise typer.Exit(2)
         results = _replay_with_progress(history, ids, options)
     _show_many(results, as_json)
@@ -140,7 +141,7 @@ def _replay_with_progress(history: object, ids: list[int], options: dict[str, ob
         task = progress.add_task("replay", total=len(ids), last="")
 
         def advance(result: ReplayResult) -> None:
-            progress.update(task, advance=1, last=f"launch {result.launch_id}: {result.outcome}")
+            progress.update(task, advance=1, last=escape(f"launch {result.launch_id}: {result.outcome}"))
 
         return replay_launches(history, ids, on_result=advance, **options)  # type: ignore[arg-type]
 
@@ -150,17 +151,17 @@ def _show_one(result: ReplayResult, as_json: bool) -> None:
         print_json(result.to_dict())
         return
     if result.outcome == "error":
-        print(f"tilelens: error: {result.message}", file=sys.stderr)
+        print(f"tilelens: error: {escape(' '.join(str(result.message).split()))}", file=sys.stderr)
         return
     out = console()
     style = _STYLE[result.outcome]
     if not result.details:
-        out.print(Text.assemble((result.outcome, style), f": {result.message}"))
+        out.print(Text.assemble((result.outcome, style), escape(f": {result.message}")))
         return
     # A mismatch can name several tensors and a trace event: one line each reads better than one long line.
-    out.print(Text.assemble((result.outcome, style), f": {result.headline}:"))
+    out.print(Text.assemble((result.outcome, style), escape(f": {result.headline}:")))
     for detail in result.details:
-        out.print(Text(f"  {detail}"))
+        out.print(Text(f"  {escape(str(detail))}"))
 
 
 def _show_many(results: list[ReplayResult], as_json: bool) -> None:
@@ -176,9 +177,9 @@ def _show_many(results: list[ReplayResult], as_json: bool) -> None:
         err = "-" if r.max_abs_err is None else f"{r.max_abs_err:.3g}"
         table.add_row(
             str(r.launch_id),
-            Text(r.kernel),
-            r.device,
-            Text(r.outcome, style=_STYLE[r.outcome]),
+            render.cell(r.kernel),
+            render.cell(r.device),
+            render.cell(r.outcome, _STYLE[r.outcome]),
             trace,
             err,
             f"{r.duration_s:.3f}",
@@ -187,7 +188,7 @@ def _show_many(results: list[ReplayResult], as_json: bool) -> None:
     out.print(table)
     for r in results:
         if r.outcome != "match":
-            out.print(Text.assemble((r.outcome, _STYLE[r.outcome]), f": {r.message}"))
+            out.print(Text.assemble((r.outcome, _STYLE[r.outcome]), escape(f": {r.message}")))
     out.print(
         f"{len(results)} replayed: {counts['match']} match, {counts['mismatch']} mismatch, {counts['error']} error"
     )

@@ -10,6 +10,7 @@ import typer
 
 from tilelens.commands import render
 from tilelens.commands.common import print_json, state
+from tilelens.commands.escape import escape
 
 HELP = (
     "Run one read-only SQL query over the history.\n\n"
@@ -42,9 +43,12 @@ def sql(
     if fmt == "json":
         print_json([dict(zip(result.columns, (_plain(v) for v in row))) for row in result.rows])
     elif fmt == "csv":
+        # Data, written exactly as stored, for files and pipes; on a terminal someone reads it, so control
+        # characters are escaped there (as in the table).
+        shown = _escaped if sys.stdout.isatty() else _plain
         writer = csv.writer(sys.stdout, lineterminator="\n")
-        writer.writerow(result.columns)
-        writer.writerows([[_plain(v) for v in row] for row in result.rows])
+        writer.writerow([shown(c) for c in result.columns])
+        writer.writerows([[shown(v) for v in row] for row in result.rows])
     else:
         _print_table(result.columns, result.rows)
 
@@ -54,6 +58,11 @@ def _plain(value: Any) -> Any:
     if isinstance(value, (bytes, bytearray, memoryview)):
         return bytes(value).hex()
     return value
+
+
+def _escaped(value: Any) -> Any:
+    value = _plain(value)
+    return escape(value) if isinstance(value, str) else value
 
 
 def _print_table(columns: list[str], rows: list[tuple[Any, ...]]) -> None:
