@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 LAUNCH_STATUSES = ("ok", "error")
-RUN_STATUSES = ("running", "ok", "failed", "interrupted")
+RUN_STATUSES = ("running", "ok", "failed", "interrupted", "terminated", "lost")
 EXPORT_FORMATS = ("parquet", "csv")
 VIEW_NAMES = ("launch_overview", "oob_launches", "autotune_choices", "run_overview")
 ExportFormat = Literal["parquet", "csv"]
@@ -481,7 +481,11 @@ class HistoryQuery:
         tag: str | None = None,
         limit: int | None = 50,
     ) -> list[RunSummary]:
-        """Runs, newest first, with launch counts; ``kernel`` and ``oob`` keep runs with such launches."""
+        """Runs, newest first, with launch counts; ``kernel`` and ``oob`` keep runs with such launches.
+
+        A run stored as ``running`` whose process is gone is reported ``lost`` (and filtered as such) at
+        once, before any writer has stored that (see :mod:`tilelens.store.liveness`).
+        """
         if status is not None and status not in RUN_STATUSES:
             raise ValueError(f"run status must be one of {', '.join(RUN_STATUSES)}, not {status!r}")
         f = _Filter()
@@ -495,8 +499,10 @@ class HistoryQuery:
             )
         if run is not None:
             f.add("r.id = :run", run=run)
+        # "running" and "lost" depend on processes, not only on rows: filtered after the liveness check.
+        live_filter = status in ("running", "lost")
         if status is not None:
-            f.add("r.status = :status", status=status)
+            f.add("r.status IN ('running', 'lost')" if live_filter else "r.status = :status", status=status)
         if oob:
             f.add("EXISTS (SELECT 1 FROM launches l WHERE l.run_id = r.id AND l.oob_lanes > 0)")
         if tag is not None:
@@ -505,10 +511,13 @@ class HistoryQuery:
             "SELECT r.id, r.started_at, r.finished_at, r.status, r.exit_code, r.tag, r.argv, r.cwd, r.host "
             f"FROM runs r {f.sql()} ORDER BY r.id DESC"
         )
-        if limit is not None:
+        if limit is not None and not live_filter:
             sql += " LIMIT :limit"
             f.params["limit"] = int(limit)
         runs = self._rows(sql, f.params)
+        statuses = self._run_statuses(runs)
+        if live_filter:
+            runs = [r for r in runs if statuses[r[0]] == status][:limit]
         counts: dict[int, tuple[Any, ...]] = {}
         if runs:
             ids = {f"r{i}": r[0] for i, r in enumerate(runs)}
@@ -527,7 +536,7 @@ class HistoryQuery:
                     id=int(r[0]),
                     started_at=_time(r[1]),  # type: ignore[arg-type]
                     finished_at=_time(r[2]),
-                    status=r[3],
+                    status=statuses[r[0]],
                     exit_code=r[4],
                     tag=r[5],
                     argv=list(_json(r[6]) or []),
@@ -540,6 +549,26 @@ class HistoryQuery:
                 )
             )
         return out
+
+    def _run_statuses(self, runs: Sequence[tuple[Any, ...]]) -> dict[int, str]:
+        """Each run's status (column 3 of ``runs``), with ``lost`` for running runs whose process is gone."""
+        statuses = {r[0]: r[3] for r in runs}
+        running = {f"r{i}": r[0] for i, r in enumerate(runs) if r[3] == "running"}
+        if not running:
+            return statuses
+        from tilelens.store import liveness
+
+        # SELECT *: a history from before schema 0004 has no pid_start, boot_id, pid_ns (read as None).
+        result = self.reader.execute(
+            f"SELECT * FROM runs WHERE id IN ({', '.join(':' + n for n in running)})", running
+        )
+        names = ("id", "status", "host", "pid", "pid_start", "boot_id", "pid_ns")
+        index = {name: i for i, name in enumerate(result.columns)}
+        rows = [tuple(r[index[n]] if n in index else None for n in names) for r in result.rows]
+        here = liveness.current_process()
+        for row in rows:
+            statuses[row[0]] = liveness.effective_status(*row[1:], here=here)  # type: ignore[arg-type]
+        return statuses
 
     # -- one launch ---------------------------------------------------------------------------------------
 
@@ -568,6 +597,8 @@ class HistoryQuery:
             source=extra[4],
         )
         run = {"id": int(extra[6]), "tag": extra[7], "status": extra[8], "argv": list(_json(extra[9]) or [])}
+        if run["status"] == "running":
+            run["status"] = self._run_statuses([(run["id"], None, None, "running")])[run["id"]]
         summary = {name: int(value) for name, value in zip(SUMMARY_FIELDS, extra[14:])}
         unattributed_summary = _json(extra[10])
         trace_info = (

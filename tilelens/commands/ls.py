@@ -31,7 +31,7 @@ def ls(
         None,
         "--status",
         metavar="STATUS",
-        help="Launches: ok or error. Runs: ok, failed, interrupted or running.",
+        help="Launches: ok or error. Runs: running, ok, failed, interrupted, terminated or lost.",
     ),
     oob: bool = typer.Option(False, "--oob", help="Only launches (runs) with out-of-bounds lanes."),
     tag: str | None = typer.Option(None, "--tag", metavar="TAG", help="Only runs recorded with this tag."),

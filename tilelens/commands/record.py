@@ -7,6 +7,7 @@ terminal, the summary at the end) go to stderr, so a program's stdout stays exac
 
 from __future__ import annotations
 
+import signal
 import sys
 import time
 from typing import TYPE_CHECKING, Any
@@ -24,7 +25,8 @@ HELP = (
     "Run a Python program as `python` would and record every Triton kernel launch it makes.\n\n"
     "Everything after SCRIPT (or after -m MODULE) goes to the program untouched. The program's "
     "output passes through, and its exit status is this command's. At the end a summary (run id, "
-    "launches per kernel, errors, out-of-bounds lanes, where the history is) is printed on stderr.\n\n"
+    "launches per kernel, errors, out-of-bounds lanes, where the history is) is printed on stderr. "
+    "SIGTERM or SIGHUP end the program as they would, once the run is marked terminated.\n\n"
     "Examples:\n\n"
     "  tilelens record examples/vector_add.py\n\n"
     "  tilelens record --tag nightly -m pytest tests/kernels -x\n\n"
@@ -78,13 +80,19 @@ def record(
     try:
         with rec:
             with _LiveStatus(rec, " ".join(argv)) if sys.stderr.isatty() else _NoStatus():
-                outcome = runner.run(program, args)
+                try:
+                    outcome = runner.run(program, args)
+                except runner.Terminated as exc:  # the signal came as the program was ending
+                    outcome = runner.Outcome(128 + exc.signum, signal=exc.signum)
             rec.exit_code = outcome.exit_code
+            rec.ended_by_signal = outcome.signal
             if outcome.interrupted:
                 raise KeyboardInterrupt  # the run is marked interrupted, not failed
     except KeyboardInterrupt:
         outcome = runner.Outcome(130, interrupted=True)
     _print_summary(rec, outcome, time.monotonic() - started, db, blobs)
+    if outcome.signal is not None:
+        runner.redeliver(outcome.signal)
     raise typer.Exit(outcome.exit_code)
 
 
@@ -163,6 +171,9 @@ def _print_summary(rec: Recording, outcome: Any, elapsed: float, db: str | None,
         console.print(Text(f"  autotune decisions: {rec.autotune_events}"))
     if outcome.interrupted:
         console.print(Text("  interrupted; the run is marked interrupted", style="yellow"))
+    elif outcome.signal is not None:
+        name = signal.Signals(outcome.signal).name
+        console.print(Text(f"  {name} ended the program; the run is marked terminated", style="yellow"))
     elif outcome.exit_code:
         console.print(
             Text(f"  program exited with status {outcome.exit_code}; the run is marked failed", style="red")

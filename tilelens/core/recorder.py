@@ -80,6 +80,7 @@ class Recording:
         self._next_seq = 0
         self.on_launch: Any = None  # optional callback(record, launch_id), e.g. a live status line
         self.exit_code: int | None = None  # set by `tilelens record` to the program's exit status
+        self.ended_by_signal: int | None = None  # set by `tilelens record`: SIGTERM/SIGHUP ended the program
 
     @property
     def history(self) -> Any:
@@ -117,6 +118,8 @@ class Recording:
             self._restore_mirrored()
             if exc_type is None:
                 status = "ok" if not self.exit_code else "failed"
+                if self.ended_by_signal is not None:
+                    status = "terminated"
             else:
                 status = "interrupted" if issubclass(exc_type, KeyboardInterrupt) else "failed"
             try:
@@ -194,8 +197,8 @@ class Recording:
         assert self.run_id is not None
         with self._lock:
             rec.seq = self._next_seq
-            self._next_seq += 1
             launch_id = self._history.write_launch(self.run_id, rec)
+            self._next_seq = rec.seq + 1  # the store may have given the next free seq instead
             self.launch_ids.append(launch_id)
             self.launches_per_kernel[rec.kernel.name] += 1
             self.errors += rec.status == "error"

@@ -162,6 +162,14 @@ def insert_ignore(
             session.execute(table.insert(), [row])
 
 
+def violates_unique(exc: sa_exc.IntegrityError, table: str, columns: Sequence[str]) -> bool:
+    """Whether ``exc`` is a unique violation on exactly ``table(columns)`` (SQLite's or PostgreSQL's words)."""
+    message = str(exc.orig)
+    sqlite = "UNIQUE constraint failed: " + ", ".join(f"{table}.{c}" for c in columns)
+    named = f'"uq_{table}_{"_".join(columns)}"'  # the naming convention's name, as PostgreSQL quotes it
+    return message.strip() == sqlite or ("duplicate key" in message and named in message)
+
+
 # -- schema ----------------------------------------------------------------------------------------------
 
 

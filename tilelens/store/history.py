@@ -11,18 +11,18 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime as dt
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from sqlalchemy import Engine, insert, select, update
+from sqlalchemy import Engine, func, insert, select, update
+from sqlalchemy import exc as sa_exc
 from sqlalchemy.orm import Session
 
 from tilelens.config import Location, resolve_location
 from tilelens.records import AccessSummary, AutotuneEvent, KernelIdentity, LaunchRecord, RunInfo, utcnow
-from tilelens.store import database
+from tilelens.store import database, liveness
 from tilelens.store.blobs import BlobRef, BlobStore
 from tilelens.store.errors import HistoryError, NotAHistoryError
 from tilelens.store.jsonvalues import to_json
@@ -37,9 +37,11 @@ from tilelens.store.models import (
     Run,
 )
 
-RunStatus = Literal["ok", "failed", "interrupted"]
+RunStatus = Literal["ok", "failed", "interrupted", "terminated"]
 ReplayOutcome = Literal["match", "mismatch", "error"]
-RUN_STATUSES = ("ok", "failed", "interrupted")
+#: How a run can be finished by its own process; "running" before that, "lost" (tilelens.store.liveness) when
+#: its process died without finishing it.
+RUN_STATUSES = ("ok", "failed", "interrupted", "terminated")
 REPLAY_OUTCOMES = ("match", "mismatch", "error")
 
 
@@ -122,8 +124,13 @@ class History:
         location: Location | None = None,
         script_location: Path | None = None,
     ) -> History:
-        """Open (creating if missing) and upgrade to the newest schema; refuse a schema newer than the code."""
+        """Open (creating if missing) and upgrade to the newest schema; refuse a schema newer than the code.
+
+        Opening also marks ``lost`` the runs of this machine whose recording process died without finishing
+        them (:meth:`repair_lost_runs`); a history with none is opened without any write.
+        """
         location = location or resolve_location(db, blobs)
+        location.refuse_in_memory()
         label = _label(location)
         path = location.sqlite_path
         if path is not None:
@@ -140,6 +147,7 @@ class History:
             raise
         history = cls(location, engine, BlobStore(location.blobs_dir))
         history.migrated_from = before.current
+        history.repair_lost_runs()
         return history
 
     # -- lifecycle -----------------------------------------------------------------------------------------
@@ -172,14 +180,55 @@ class History:
     def counts(self) -> dict[str, int]:
         return database.row_counts(self.engine, TABLES)
 
+    # -- runs whose process died --------------------------------------------------------------------------
+
+    def repair_lost_runs(self) -> list[int]:
+        """Mark ``lost`` every ``running`` run of this host whose recording process is gone; return their ids.
+
+        Cheap enough for every open: one indexed query for the runs still ``running`` on this host, a read of
+        ``/proc/<pid>/stat`` for each, and a write only when one of them is gone. Best effort: a history that
+        cannot be written here (read-only file) is left as it is, and the read commands still show ``lost``.
+        """
+        here = liveness.current_process()
+        try:
+            with self.session() as s:
+                rows = s.execute(
+                    select(Run.id, Run.pid, Run.pid_start, Run.boot_id, Run.pid_ns).where(
+                        Run.status == liveness.RUNNING, Run.host == here.host
+                    )
+                ).all()
+            gone = [
+                r.id
+                for r in rows
+                if liveness.effective_status(
+                    liveness.RUNNING, here.host, r.pid, r.pid_start, r.boot_id, r.pid_ns, here
+                )
+                == liveness.LOST
+            ]
+            if gone:
+                with database.write_session(self.engine) as s:
+                    # Only rows still running: a run finished meanwhile keeps the status its process wrote.
+                    s.execute(
+                        update(Run)
+                        .where(Run.id.in_(gone), Run.status == liveness.RUNNING)
+                        .values(status=liveness.LOST)
+                    )
+        except sa_exc.OperationalError:
+            return []
+        return gone
+
     # -- writes --------------------------------------------------------------------------------------------
 
     def begin_run(self, info: RunInfo) -> int:
+        me = liveness.current_process()
         run = Run(
             argv=[str(a) for a in info.argv],
             cwd=info.cwd,
             host=info.host,
-            pid=os.getpid(),
+            pid=me.pid,
+            pid_start=me.start,
+            boot_id=me.boot_id,
+            pid_ns=me.pid_ns,
             tag=info.tag,
             versions=to_json(dict(info.versions)),
             status="running",
@@ -205,6 +254,12 @@ class History:
                 raise HistoryError(f"no run {run_id} in history {_label(self.location)}")
 
     def write_launch(self, run_id: int, rec: LaunchRecord) -> int:
+        """Write one launch (blobs first, then its rows in one transaction); returns its id.
+
+        ``rec.seq`` is kept unless the run already has a launch with that seq (a forked child counting from
+        its parent's number, say): then the launch gets the run's next free seq (one past its largest), and
+        ``rec.seq`` is set to what was stored. The unique index on (run_id, seq) is what detects it.
+        """
         refs: dict[str, BlobRef] = {}
 
         def keep(ref: BlobRef) -> str:
@@ -282,16 +337,27 @@ class History:
             "duration_s": float(rec.duration_s),
             "created_at": utcnow(),
         }
-        with database.write_session(self.engine) as s:
-            self._register_blobs(s, refs.values())
-            launch["kernel_id"] = self._kernel_id(s, rec.kernel)
-            result = s.execute(insert(Launch.__table__), launch)  # parameters, not .values(): cached SQL
-            launch_id = int(result.inserted_primary_key[0])
-            if args:
-                s.execute(insert(LaunchArg.__table__), [{**a, "launch_id": launch_id} for a in args])
+        for attempt in range(2):
+            try:
+                with database.write_session(self.engine) as s:
+                    self._register_blobs(s, refs.values())
+                    launch["kernel_id"] = self._kernel_id(s, rec.kernel)
+                    if attempt:  # the seq was taken: the next free one, under this transaction's write lock
+                        last = s.execute(select(func.max(Launch.seq)).where(Launch.run_id == run_id)).scalar()
+                        launch["seq"] = 0 if last is None else last + 1
+                    result = s.execute(insert(Launch.__table__), launch)  # parameters: cached SQL
+                    launch_id = int(result.inserted_primary_key[0])
+                    if args:
+                        s.execute(insert(LaunchArg.__table__), [{**a, "launch_id": launch_id} for a in args])
+                break
+            except sa_exc.IntegrityError as exc:
+                # Asking first would cost a query per launch; a taken seq is rare (forked children).
+                if attempt or not database.violates_unique(exc, "launches", ("run_id", "seq")):
+                    raise
         self._kernel_ids[(rec.kernel.module, rec.kernel.qualname, rec.kernel.source_sha256)] = launch[
             "kernel_id"
         ]
+        rec.seq = launch["seq"]
         return launch_id
 
     def write_autotune_event(self, run_id: int, ev: AutotuneEvent, launch_id: int | None = None) -> int:

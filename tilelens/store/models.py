@@ -94,9 +94,15 @@ class Run(Base):
     cwd: Mapped[str] = mapped_column(Text)
     host: Mapped[str] = mapped_column(Text)
     pid: Mapped[int | None] = mapped_column(Integer)
+    # With host and pid, who recorded the run (tilelens.store.liveness): the process's start time in clock
+    # ticks since boot, the kernel's boot id and the pid namespace. NULL where unknown (older runs, no /proc).
+    pid_start: Mapped[int | None] = mapped_column(BigInteger)
+    boot_id: Mapped[str | None] = mapped_column(String(64))
+    pid_ns: Mapped[str | None] = mapped_column(String(64))
     tag: Mapped[str | None] = mapped_column(Text, index=True)
     versions: Mapped[dict[str, Any]]
-    status: Mapped[str] = mapped_column(String(16), index=True)  # running | ok | failed | interrupted
+    # running | ok | failed | interrupted | terminated (SIGTERM/SIGHUP) | lost (its process died unfinished)
+    status: Mapped[str] = mapped_column(String(16), index=True)
     exit_code: Mapped[int | None] = mapped_column(Integer)
     started_at: Mapped[dt.datetime] = mapped_column(index=True)
     finished_at: Mapped[dt.datetime | None]
@@ -125,12 +131,13 @@ class Kernel(Base):
 
 class Launch(Base):
     __tablename__ = "launches"
-    __table_args__ = (Index("ix_launches_run_id_seq", "run_id", "seq"),)
+    # Unique: no writer can give two launches of a run one seq (migration 0004).
+    __table_args__ = (Index("uq_launches_run_id_seq", "run_id", "seq", unique=True),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     run_id: Mapped[int] = mapped_column(
         ForeignKey("runs.id", ondelete="CASCADE")
-    )  # see ix_launches_run_id_seq
+    )  # see uq_launches_run_id_seq
     kernel_id: Mapped[int] = mapped_column(ForeignKey("kernels.id"), index=True)
     seq: Mapped[int] = mapped_column(Integer)
     role: Mapped[str] = mapped_column(String(16), index=True)  # launch | autotune-trial
