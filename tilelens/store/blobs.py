@@ -2,7 +2,9 @@
 
 Blobs are written before any row references them and each one appears atomically (temp file, fsync, rename,
 fsync of the folder), so a crash can leave an unreferenced blob or a stray temp file but never a row pointing
-at a missing or half-written file. Naming by content makes a blob immutable and deduplicates it for free: an
+at a missing or half-written file. Reusing a blob that is already there sets its mtime to now: ``tilelens gc``
+(:mod:`tilelens.store.gc`) deletes only unreferenced files older than its grace period, so a file a writer is
+about to reference is never collected. Naming by content makes a blob immutable and deduplicates it for free: an
 unchanged tensor recorded a thousand times is one file. Reads re-hash, so disk corruption is reported with the
 blob's name instead of surfacing as a wrong replay.
 """
@@ -46,6 +48,18 @@ def _fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _refresh(path: Path) -> bool:
+    """Mark an existing blob as just used (mtime now), so gc leaves it alone; False if it is not there.
+
+    A file this user may not touch counts as missing: the caller then writes the blob again, as its own.
+    """
+    try:
+        os.utime(path)
+    except (FileNotFoundError, PermissionError):
+        return False
+    return True
 
 
 def table_to_parquet(table: pa.Table, **write_options: Any) -> pa.Buffer:
@@ -172,7 +186,7 @@ class BlobStore:
         path = self.path(sha)
         size = view.nbytes
         try:
-            if path.stat().st_size == size:
+            if path.stat().st_size == size and _refresh(path):
                 return BlobRef(sha, kind, size, rows)
         except FileNotFoundError:
             pass
@@ -213,7 +227,7 @@ class BlobStore:
         from tilelens.store.tensors import tensor_to_table
 
         known = self._recent.find(tensor, kind)
-        if known is not None and self.path(known.sha256).exists():
+        if known is not None and _refresh(self.path(known.sha256)):
             return known
         table = tensor_to_table(tensor)
         ref = self.store_bytes(table_to_ipc(table), kind, rows=table.num_rows)

@@ -41,6 +41,8 @@ from tilelens.store.errors import HistoryError, NotAHistoryError, SchemaTooNewEr
 BUSY_TIMEOUT_S = 30.0
 MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
 _BEGIN_OPTION = "tilelens_begin"
+# Execution option: {BEGIN_OPTION: "IMMEDIATE"} makes a SQLite connection's BEGIN take the write lock at once.
+BEGIN_OPTION = _BEGIN_OPTION
 VERSION_TABLE = "alembic_version"
 
 

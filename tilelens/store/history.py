@@ -14,7 +14,7 @@ import datetime as dt
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from sqlalchemy import Engine, func, insert, select, update
 from sqlalchemy import exc as sa_exc
@@ -36,6 +36,9 @@ from tilelens.store.models import (
     Replay,
     Run,
 )
+
+if TYPE_CHECKING:
+    from tilelens.store.gc import GcReport
 
 RunStatus = Literal["ok", "failed", "interrupted", "terminated"]
 ReplayOutcome = Literal["match", "mismatch", "error"]
@@ -216,6 +219,29 @@ class History:
         except sa_exc.OperationalError:
             return []
         return gone
+
+    def gc(
+        self,
+        *,
+        older_than: dt.datetime | dt.timedelta | None = None,
+        untagged: bool = False,
+        dry_run: bool = False,
+        grace: dt.timedelta | None = None,
+    ) -> GcReport:
+        """Remove stray temp files and unreferenced blobs and, with ``older_than`` (a time, or an age) and/or
+        ``untagged``, the finished runs that match (all given conditions must hold), with their launches,
+        arguments, autotune events, replays and then-unreferenced blobs. Safe while others record: files
+        younger than ``grace`` (default one hour) are kept. ``dry_run`` reports without removing anything.
+        See :mod:`tilelens.store.gc`."""
+        from tilelens.store import gc
+
+        return gc.collect(
+            self,
+            older_than=older_than,
+            untagged=untagged,
+            dry_run=dry_run,
+            grace=gc.DEFAULT_GRACE if grace is None else grace,
+        )
 
     # -- writes --------------------------------------------------------------------------------------------
 
