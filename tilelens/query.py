@@ -566,8 +566,10 @@ class HistoryQuery:
         index = {name: i for i, name in enumerate(result.columns)}
         rows = [tuple(r[index[n]] if n in index else None for n in names) for r in result.rows]
         here = liveness.current_process()
-        for row in rows:
-            statuses[row[0]] = liveness.effective_status(*row[1:], here=here)  # type: ignore[arg-type]
+        for run_id, status, host, pid, pid_start, boot_id, pid_ns in rows:
+            statuses[run_id] = liveness.effective_status(
+                str(status), str(host), pid, pid_start, boot_id, pid_ns, here
+            )
         return statuses
 
     # -- one launch ---------------------------------------------------------------------------------------

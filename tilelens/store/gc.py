@@ -174,6 +174,7 @@ def _write_transaction(history: History, dry_run: bool) -> Iterator[Connection]:
     with database.translate_errors(label), engine.connect() as conn:
         sqlite = database.is_sqlite(conn)
         raw = conn.connection.driver_connection
+        assert raw is not None
         if sqlite:
             raw.execute("PRAGMA foreign_keys = OFF")
             conn.execution_options(**{database.BEGIN_OPTION: "IMMEDIATE"})
