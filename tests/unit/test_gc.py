@@ -235,6 +235,35 @@ def test_a_refresh_between_look_and_rename_keeps_the_file(
     assert sorted(p.name for p in path.parent.iterdir()) == [sha]  # nothing left aside
 
 
+def test_a_launch_committed_after_the_plan_keeps_its_blobs(
+    history: History, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A writer reuses the doomed run's tensors and commits right after gc deleted that run (its launch even
+    takes the deleted launch's id, which SQLite reuses): the blob rows and files it names must stay."""
+    x = torch.randn(16)
+    doomed = _run(history, days=40, x=x)
+    with history.session() as s:
+        (doomed_launch,) = s.scalars(select(Launch.id).where(Launch.run_id == doomed))
+    for path in history.blobs.root.rglob("*"):
+        if path.is_file():
+            _age(path, 40 * DAY)
+    delete_runs = gc_module._delete_runs
+    late: list[int] = []
+
+    def then_a_writer_commits(*args: object) -> None:
+        delete_runs(*args)  # type: ignore[arg-type]
+        run = history.begin_run(store_helpers.run_info())
+        late.append(history.write_launch(run, store_helpers.launch(x, trace=store_helpers.trace_table(4))))
+
+    monkeypatch.setattr(gc_module, "_delete_runs", then_a_writer_commits)
+    report = history.gc(older_than=dt.timedelta(days=30))
+    # SQLite reused both ids: the new run is the deleted run's number, its launch the deleted launch's.
+    assert report.run_ids == [doomed] and late == [doomed_launch]
+    assert len(_blobs_of(history, doomed)) == 3  # x, the unchanged zeros, the trace: reused from the old run
+    assert report.blob_rows == report.blob_files == 1  # only the old run's own output
+    _check_every_reference(history)
+
+
 def test_killed_writers_leftovers_are_collected(tmp_path: Path) -> None:
     db = tmp_path / "h.db"
     _kill_at_random_moments(db, 2, random.Random(os.getpid()), first_seed=50)

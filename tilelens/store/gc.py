@@ -12,16 +12,21 @@ What is removed:
   more, and their files (older than the grace period). Kernel rows stay: they are small, and writers cache
   their ids.
 
-Safe while others record. Rows are deleted in one write transaction, so a writer's rows are either all
-visible to it or not yet there; what needs care is a blob file whose rows are not committed yet:
+Safe while others record, without holding them up. The plan (which runs, which blob rows nothing else
+names) is read from one snapshot without the write lock: that scan reads every launch and argument row.
+Then short write transactions delete the runs' rows, children first, a few thousand launches each, and a
+last one deletes the planned blob rows, except those named by launches created since the snapshot (less the
+grace period): a writer may have committed such a launch after the snapshot. For the files:
 
 * A writer's new blob is a fresh file (or ``.tmp``) younger than the grace period: never touched.
 * A writer that reuses an existing blob file sets its mtime to now first (``BlobStore``), then commits. gc
   removes a file only if it is older than the grace period, and does so by renaming it aside, re-reading its
   mtime, and deleting it only if no writer refreshed it in between (a refresh after the rename finds no file,
-  and the writer writes the blob again). So a file a writer counts on is never deleted, as long as the
-  writer commits within the grace period of reusing it (default one hour; launches take milliseconds to
-  seconds).
+  and the writer writes the blob again).
+
+So no committed row ever names a missing blob or blob row, as long as a writer commits within the grace
+period of building its rows and writing or reusing its blobs (default one hour; a launch takes milliseconds
+to seconds, and a writer gives up after 30 s waiting for the lock).
 
 A grace period of zero is for histories nobody is writing to. The database file keeps its size: SQLite
 reuses the freed pages for later rows.
@@ -53,6 +58,7 @@ _SHARD_RE = re.compile(r"^[0-9a-f]{2}$")
 _AGE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 _CHUNK = 500  # ids per IN (...): well under every backend's limit on bound parameters
+_LAUNCHES_PER_TRANSACTION = 2000  # about 0.1 s of deleting (~0.2 s on a busy laptop): a writer's longest wait
 
 
 class GcInputError(ValueError):
@@ -136,21 +142,100 @@ def collect(
         raise ValueError("the grace period cannot be negative")
     report = GcReport(dry_run=dry_run)
     cutoff = (now - grace).timestamp()
+    criteria = _run_criteria(older_than, untagged)
+    plan = _plan(history, criteria)
+    report.run_ids = plan.run_ids
+    _delete_runs(history, plan, report, dry_run)
     with _write_transaction(history, dry_run) as conn:
-        if older_than is not None or untagged:
-            _delete_runs(conn, report, older_than, untagged)
-        _delete_unreferenced_blob_rows(conn, report)
-        if dry_run:  # what the files would look like after these deletes, before they are rolled back
-            _sweep_files(history.blobs.root, lambda shard: _known(conn, shard), report, cutoff, dry_run)
-    if not dry_run:
-        # After the commit, without the write lock. A row committed meanwhile names a file some writer has
-        # just written or refreshed, which the grace period keeps.
-        def known(shard: str) -> set[str]:
-            with history.engine.connect() as c:
-                return _known(c, shard)
+        # Not the blobs that launches created since the plan's snapshot (less the grace period) name: a
+        # writer may have committed them after it, or be about to.
+        # A dry run deleted nothing: the doomed runs' own launches are still there, and do not count.
+        ignored = set(plan.run_ids) if dry_run else set()
+        doomed = plan.candidates - _named_by_recent_launches(conn, plan.started - grace, ignored)
+        for chunk in _chunks(sorted(doomed)):
+            report.blob_rows += conn.execute(delete(Blob).where(Blob.sha256.in_(chunk))).rowcount
 
-        _sweep_files(history.blobs.root, known, report, cutoff, dry_run)
+    # Files after the rows, outside any transaction. A row committed meanwhile names a file that some writer
+    # has just written or refreshed, which the grace period keeps.
+    def known(shard: str) -> set[str]:
+        with history.engine.connect() as c:
+            rows = _known(c, shard)
+        return rows - doomed if dry_run else rows  # a dry run deleted nothing: as if it had
+
+    _sweep_files(history.blobs.root, known, report, cutoff, dry_run)
     return report
+
+
+@dataclass
+class _Plan:
+    """What one gc will remove, read from one snapshot of the history without taking the write lock."""
+
+    run_ids: list[int]
+    candidates: set[str]  # blob rows nothing outside the doomed runs references
+    started: dt.datetime  # before the snapshot was taken
+
+
+def _run_criteria(older_than: dt.datetime | None, untagged: bool) -> list[Any] | None:
+    if older_than is None and not untagged:
+        return None
+    where: list[Any] = [Run.status != "running"]
+    if older_than is not None:
+        where.append(Run.started_at < older_than)
+    if untagged:
+        where.append(or_(Run.tag.is_(None), Run.tag == ""))
+    return where
+
+
+def _plan(history: History, criteria: list[Any] | None) -> _Plan:
+    """One read transaction (one snapshot): the runs to remove, and the blob rows then unreferenced.
+
+    The reference scan reads every launch and argument row, so it runs here, where writers are not held up;
+    the write transactions after it only delete, and look at the launches created since the snapshot.
+    """
+    started = utcnow()
+    with history.engine.connect() as conn:
+        run_ids: list[int] = []
+        launches_kept = select(Launch.trace_blob).where(Launch.trace_blob.is_not(None))
+        args_kept = [
+            select(LaunchArg.before_blob).where(LaunchArg.before_blob.is_not(None)),
+            select(LaunchArg.after_blob).where(LaunchArg.after_blob.is_not(None)),
+        ]
+        if criteria is not None:
+            doomed_runs = select(Run.id).where(*criteria)
+            run_ids = [int(r[0]) for r in conn.execute(doomed_runs.order_by(Run.id))]
+            doomed_launches = select(Launch.id).where(Launch.run_id.in_(doomed_runs))
+            launches_kept = launches_kept.where(Launch.run_id.not_in(doomed_runs))
+            args_kept = [q.where(LaunchArg.launch_id.not_in(doomed_launches)) for q in args_kept]
+        # NOT IN over non-null columns: one pass over each column, whatever the number of blobs.
+        unreferenced = select(Blob.sha256).where(
+            *(Blob.sha256.not_in(q) for q in (launches_kept, *args_kept))
+        )
+        candidates = {r[0] for r in conn.execute(unreferenced)}
+    return _Plan(run_ids, candidates, started)
+
+
+def _named_by_recent_launches(conn: Connection, since: dt.datetime, ignored_runs: set[int]) -> set[str]:
+    """Blobs named by launches built at ``since`` or later (``created_at`` is indexed), but for those of
+    ``ignored_runs``. (Only a dry run ignores runs: in a real one a deleted run's id may already be reused.)
+
+    A writer sets ``created_at`` when it builds a launch's rows, before it waits for the write lock, so every
+    launch committed after the plan's snapshot is among these if it was committed within the grace period of
+    being built, the same promise the blob files rely on. (Not ids: SQLite reuses the largest id once the
+    newest rows are deleted, as this gc may just have done.)
+    """
+    rows = conn.execute(select(Launch.id, Launch.run_id, Launch.trace_blob).where(Launch.created_at >= since))
+    launch_ids: list[int] = []
+    shas: set[str | None] = set()
+    for launch_id, run_id, trace in rows:
+        if run_id not in ignored_runs:
+            launch_ids.append(launch_id)
+            shas.add(trace)
+    for chunk in _chunks(launch_ids):
+        for before, after in conn.execute(
+            select(LaunchArg.before_blob, LaunchArg.after_blob).where(LaunchArg.launch_id.in_(chunk))
+        ):
+            shas.update((before, after))
+    return {sha for sha in shas if sha is not None}
 
 
 def _known(conn: Connection, shard: str) -> set[str]:
@@ -162,12 +247,12 @@ def _known(conn: Connection, shard: str) -> set[str]:
 
 @contextlib.contextmanager
 def _write_transaction(history: History, dry_run: bool) -> Iterator[Connection]:
-    """One write transaction; rolled back for a dry run.
+    """One short write transaction; rolled back for a dry run.
 
     On SQLite foreign keys are off inside it (set before BEGIN, restored after): deleting a ``blobs`` row
     would otherwise make SQLite scan ``launches`` and ``launch_args`` once per row (their blob columns have
     no index). Nothing is lost by it: children are deleted explicitly, before their parents, and a blob row
-    is deleted only when, inside this same transaction, no row names it.
+    is deleted only when no row names it (:func:`_plan`, :func:`_named_by_recent_launches`).
     """
     engine = history.engine
     label = str(history.location.sqlite_path or history.location.display_url())
@@ -194,47 +279,49 @@ def _write_transaction(history: History, dry_run: bool) -> Iterator[Connection]:
                 raw.execute("PRAGMA foreign_keys = ON")
 
 
-def _chunks(ids: list[int]) -> Iterator[list[int]]:
-    for i in range(0, len(ids), _CHUNK):
-        yield ids[i : i + _CHUNK]
+def _chunks(ids: list[Any], size: int = _CHUNK) -> Iterator[list[Any]]:
+    for i in range(0, len(ids), size):
+        yield ids[i : i + size]
 
 
-def _delete_runs(conn: Connection, report: GcReport, older_than: dt.datetime | None, untagged: bool) -> None:
-    where = [Run.status != "running"]
-    if older_than is not None:
-        where.append(Run.started_at < older_than)
-    if untagged:
-        where.append(or_(Run.tag.is_(None), Run.tag == ""))
-    run_ids = [int(r[0]) for r in conn.execute(select(Run.id).where(*where).order_by(Run.id))]
-    report.run_ids = run_ids
-    for runs in _chunks(run_ids):
-        launches = select(Launch.id).where(Launch.run_id.in_(runs)).scalar_subquery()
-        report.replays += conn.execute(delete(Replay).where(Replay.launch_id.in_(launches))).rowcount
-        report.launch_args += conn.execute(
-            delete(LaunchArg).where(LaunchArg.launch_id.in_(launches))
-        ).rowcount
-        report.autotune_events += conn.execute(
-            delete(AutotuneEventRow).where(AutotuneEventRow.run_id.in_(runs))
-        ).rowcount
-        # ON DELETE SET NULL, by hand (keys are off): another run's event naming one of these launches.
-        conn.execute(
-            update(AutotuneEventRow).where(AutotuneEventRow.launch_id.in_(launches)).values(launch_id=None)
-        )
-        report.launches += conn.execute(delete(Launch).where(Launch.run_id.in_(runs))).rowcount
-        report.runs += conn.execute(delete(Run).where(Run.id.in_(runs))).rowcount
+def _delete_runs(history: History, plan: _Plan, report: GcReport, dry_run: bool) -> None:
+    """The planned runs' rows, children first, a few thousand launches per transaction.
 
-
-def _delete_unreferenced_blob_rows(conn: Connection, report: GcReport) -> None:
-    # NOT IN over non-null columns: one pass over each referencing column, whatever the number of blobs.
-    referenced = [
-        select(Launch.trace_blob).where(Launch.trace_blob.is_not(None)),
-        select(LaunchArg.before_blob).where(LaunchArg.before_blob.is_not(None)),
-        select(LaunchArg.after_blob).where(LaunchArg.after_blob.is_not(None)),
-    ]
-    unreferenced = select(Blob.sha256).where(*(Blob.sha256.not_in(q) for q in referenced))
-    shas = [r[0] for r in conn.execute(unreferenced)]
-    for chunk in _chunks(shas):  # type: ignore[arg-type]
-        report.blob_rows += conn.execute(delete(Blob).where(Blob.sha256.in_(chunk))).rowcount
+    Short transactions keep concurrent writers from waiting long. A gc killed halfway leaves some of a run's
+    launches; the same gc run again removes the rest.
+    """
+    for runs in _chunks(plan.run_ids):
+        after = 0
+        while True:
+            with _write_transaction(history, dry_run) as conn:
+                ids = list(
+                    conn.execute(
+                        select(Launch.id)
+                        .where(Launch.run_id.in_(runs), Launch.id > after)
+                        .order_by(Launch.id)
+                        .limit(_LAUNCHES_PER_TRANSACTION)
+                    ).scalars()
+                )
+                if not ids:
+                    break
+                after = ids[-1]
+                for chunk in _chunks(ids, _LAUNCHES_PER_TRANSACTION):
+                    report.replays += conn.execute(delete(Replay).where(Replay.launch_id.in_(chunk))).rowcount
+                    report.launch_args += conn.execute(
+                        delete(LaunchArg).where(LaunchArg.launch_id.in_(chunk))
+                    ).rowcount
+                    # ON DELETE SET NULL, by hand (keys are off): an event of another run naming one of these.
+                    conn.execute(
+                        update(AutotuneEventRow)
+                        .where(AutotuneEventRow.launch_id.in_(chunk))
+                        .values(launch_id=None)
+                    )
+                    report.launches += conn.execute(delete(Launch).where(Launch.id.in_(chunk))).rowcount
+        with _write_transaction(history, dry_run) as conn:
+            report.autotune_events += conn.execute(
+                delete(AutotuneEventRow).where(AutotuneEventRow.run_id.in_(runs))
+            ).rowcount
+            report.runs += conn.execute(delete(Run).where(Run.id.in_(runs))).rowcount
 
 
 def _sweep_files(
