@@ -39,8 +39,3 @@ def escape(text: str) -> str:
 def escape_lines(text: str) -> list[str]:
     """The lines of a multi-line message (a traceback, say), each escaped: for text meant to span lines."""
     return [escape(line) for line in text.split("\n")]
-
-
-def is_clean(text: str) -> bool:
-    """True when :func:`escape` would leave ``text`` as it is."""
-    return not any(ord(ch) in _ESCAPES for ch in text)
