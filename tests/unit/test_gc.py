@@ -331,19 +331,19 @@ def test_cli(tmp_path: Path) -> None:
 
 def test_cutoffs() -> None:
     now = dt.datetime(2026, 3, 1, 12, tzinfo=dt.timezone.utc)
-    assert gc_module.parse_cutoff("30d", now) == now - dt.timedelta(days=30)
-    assert gc_module.parse_cutoff("2w", now) == now - dt.timedelta(days=14)
-    assert gc_module.parse_cutoff("1.5h", now) == now - dt.timedelta(minutes=90)
-    assert gc_module.parse_cutoff("2026-01-31T00:00:00+00:00", now) == dt.datetime(
+    assert gc_module.gc_cutoff("30d", now) == now - dt.timedelta(days=30)
+    assert gc_module.gc_cutoff("2w", now) == now - dt.timedelta(days=14)
+    assert gc_module.gc_cutoff("1.5h", now) == now - dt.timedelta(minutes=90)
+    assert gc_module.gc_cutoff("2026-01-31T00:00:00+00:00", now) == dt.datetime(
         2026, 1, 31, tzinfo=dt.timezone.utc
     )
     local = dt.datetime(2026, 1, 31).astimezone()
-    assert gc_module.parse_cutoff("2026-01-31", now) == local
-    assert gc_module.parse_duration("0") == dt.timedelta(0)
-    assert gc_module.parse_duration("10m") == dt.timedelta(minutes=10)
+    assert gc_module.gc_cutoff("2026-01-31", now) == local
+    assert gc_module.gc_duration("0") == dt.timedelta(0)
+    assert gc_module.gc_duration("10m") == dt.timedelta(minutes=10)
     for bad in ("", "30", "30y", "yesterday", "-3d"):
         with pytest.raises(gc_module.GcInputError):
-            gc_module.parse_cutoff(bad, now)
+            gc_module.gc_cutoff(bad, now)
 
 
 def test_in_memory_location_is_refused_by_history_open() -> None:

@@ -15,8 +15,8 @@ import sqlalchemy as sa
 
 from tests import store_helpers
 from tests.end_to_end.conftest import tilelens_in_process
+from tilelens.api import open_query
 from tilelens.config import Location
-from tilelens.query import open_query
 from tilelens.store import History
 from tilelens.store import liveness as lv
 from tilelens.store.models import Run

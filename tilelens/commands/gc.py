@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import typer
 
+from tilelens import api
 from tilelens.commands import render
 from tilelens.commands.common import JSON_OPTION, print_json, state
 
@@ -40,13 +41,8 @@ def gc(
     ),
     as_json: bool = JSON_OPTION,
 ) -> None:
-    from tilelens.store.gc import GcInputError, parse_cutoff, parse_duration
-
-    try:
-        cutoff = parse_cutoff(older_than) if older_than is not None else None
-        grace_period = parse_duration(grace)
-    except GcInputError as exc:
-        render.fail(str(exc))
+    cutoff = api.gc_cutoff(older_than) if older_than is not None else None  # bad input: one line, exit 2
+    grace_period = api.gc_duration(grace)
     with state(ctx).open_history() as history:
         report = history.gc(older_than=cutoff, untagged=untagged, dry_run=dry_run, grace=grace_period)
     if as_json:

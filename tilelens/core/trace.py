@@ -23,8 +23,9 @@ from typing import Any
 from tilelens.core import compat, session
 from tilelens.core.arguments import Param, kernel_params
 from tilelens.core.identity import kernel_identity
-from tilelens.core.interpreter import make_interpreted, original_run
+from tilelens.core.interpreter import make_interpreted, original_run, rewire_chain
 from tilelens.core.launch import LaunchMeta, config_dict, run_interpreted
+from tilelens.errors import UnsupportedError
 from tilelens.records import AutotuneEvent, KernelIdentity, LaunchRecord
 
 DUMMY_TIMING = [1.0, 1.0, 1.0]
@@ -209,33 +210,26 @@ def unpack_kernel(kernel: Any, *, in_place: bool = True) -> tuple[Any, list[Any]
     A leaf left by an earlier trace of the same chain is reused, so re-tracing keeps ``jit_fn``.
     """
     if compat.is_gluon(kernel):
-        raise NotImplementedError("TileLens cannot trace Gluon kernels yet: Gluon has no interpreter path")
+        raise UnsupportedError("TileLens cannot trace Gluon kernels yet: Gluon has no interpreter path")
     layers = _layers_of(kernel)
     node = layers[-1].fn if layers else kernel
     if isinstance(node, _InterpretedLeaf):
         leaf = node
     elif isinstance(node, (compat.JITFunction, compat.InterpretedFunction)):
         if compat.is_gluon(node):
-            raise NotImplementedError(
-                "TileLens cannot trace Gluon kernels yet: Gluon has no interpreter path"
-            )
+            raise UnsupportedError("TileLens cannot trace Gluon kernels yet: Gluon has no interpreter path")
         leaf = _InterpretedLeaf(node)
     else:
         raise TypeError(
             f"TileLens can trace Triton kernels (@triton.jit, autotune, heuristics), not {type(kernel).__name__}"
         )
-    if not in_place:
-        layers = [copy.copy(layer) for layer in layers]
-        for layer in layers:
-            if isinstance(layer, compat.Autotuner):
-                layer.cache = dict(layer.cache)
-    for outer, inner in zip(layers, [*layers[1:], leaf]):
-        outer.fn = inner
-        outer._tilelens_trace = leaf
-        if isinstance(outer, compat.Autotuner):
-            outer.cache_results = False
-            outer.do_bench = _DummyBench()  # shadows Triton's cached_property on this instance
-            outer.run = _traced_tuner_run(outer, leaf)
+    layers = rewire_chain(
+        layers,
+        leaf,
+        in_place=in_place,
+        bench=_DummyBench,
+        tuner_run=lambda tuner: _traced_tuner_run(tuner, leaf),
+    )
     leaf.layers = layers
     return (layers[0] if layers else leaf), layers, leaf
 
@@ -294,7 +288,7 @@ class GluonTrace(TritonTrace):
     """Gluon kernels always compile (no interpreter path in Triton 3.8); tracing them is not supported yet."""
 
     def __init__(self, kernel: Any, *, in_place: bool = True, snapshots: bool = True) -> None:
-        raise NotImplementedError(
+        raise UnsupportedError(
             "TileLens cannot trace Gluon kernels yet: triton.experimental.gluon has no interpreter path"
         )
 

@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, delete, or_, select, update
 
+from tilelens.errors import UsageError
 from tilelens.records import utcnow
 from tilelens.store import database
 from tilelens.store.models import AutotuneEventRow, Blob, Launch, LaunchArg, Replay, Run
@@ -61,7 +62,7 @@ _CHUNK = 500  # ids per IN (...): well under every backend's limit on bound para
 _LAUNCHES_PER_TRANSACTION = 2000  # about 0.1 s of deleting (~0.2 s on a busy laptop): a writer's longest wait
 
 
-class GcInputError(ValueError):
+class GcInputError(UsageError):
     """An age or date gc cannot read."""
 
 
@@ -98,7 +99,7 @@ class GcReport:
         return out
 
 
-def parse_cutoff(text: str, now: dt.datetime | None = None) -> dt.datetime:
+def gc_cutoff(text: str, now: dt.datetime | None = None) -> dt.datetime:
     """``30d``, ``12h``, ``90m``, ``45s``, ``2w`` before ``now``, or an ISO date/time (local time if naive)."""
     now = now or utcnow()
     match = _AGE_RE.match(text)
@@ -113,7 +114,7 @@ def parse_cutoff(text: str, now: dt.datetime | None = None) -> dt.datetime:
     return when.astimezone(dt.timezone.utc)  # a naive value is taken as local time, as `ls` shows times
 
 
-def parse_duration(text: str) -> dt.timedelta:
+def gc_duration(text: str) -> dt.timedelta:
     """``0``, ``30s``, ``10m``, ``1h``, ``2d``: for the grace period."""
     if text.strip() == "0":
         return dt.timedelta(0)

@@ -14,17 +14,28 @@ import datetime as dt
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Engine, func, insert, select, update
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.orm import Session
 
 from tilelens.config import Location, resolve_location
-from tilelens.records import AccessSummary, AutotuneEvent, KernelIdentity, LaunchRecord, RunInfo, utcnow
+from tilelens.errors import HistoryError, NotAHistoryError, RunNotFoundError, UsageError
+from tilelens.records import (
+    FINISHED_RUN_STATUSES,
+    REPLAY_OUTCOMES,
+    AccessSummary,
+    AutotuneEvent,
+    KernelIdentity,
+    LaunchRecord,
+    ReplayOutcome,
+    RunInfo,
+    RunStatus,
+    utcnow,
+)
 from tilelens.store import database, liveness
 from tilelens.store.blobs import BlobRef, BlobStore
-from tilelens.store.errors import HistoryError, NotAHistoryError
 from tilelens.store.jsonvalues import to_json
 from tilelens.store.models import (
     TABLES,
@@ -36,16 +47,10 @@ from tilelens.store.models import (
     Replay,
     Run,
 )
+from tilelens.store.traces import TRACE_WRITE_OPTIONS
 
 if TYPE_CHECKING:
     from tilelens.store.gc import GcReport
-
-RunStatus = Literal["ok", "failed", "interrupted", "terminated"]
-ReplayOutcome = Literal["match", "mismatch", "error"]
-#: How a run can be finished by its own process; "running" before that, "lost" (tilelens.store.liveness) when
-#: its process died without finishing it.
-RUN_STATUSES = ("ok", "failed", "interrupted", "terminated")
-REPLAY_OUTCOMES = ("match", "mismatch", "error")
 
 
 @dataclass(frozen=True)
@@ -107,14 +112,10 @@ class History:
     file at once. Use :meth:`open`; the constructor takes already-prepared parts.
     """
 
-    #: Parquet options for access-trace blobs (the recorder may tune encodings for its trace schema).
-    trace_write_options: dict[str, Any]
-
     def __init__(self, location: Location, engine: Engine, blobs: BlobStore) -> None:
         self.location = location
         self.engine = engine
         self.blobs = blobs
-        self.trace_write_options = {}
         self._kernel_ids: dict[tuple[str, str, str], int] = {}  # filled after commits only
         self.migrated_from: tuple[str, ...] = ()
 
@@ -164,17 +165,28 @@ class History:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
+    @property
+    def label(self) -> str:
+        """The history's name in messages: its file for SQLite (as the read commands say), else its URL."""
+        return _label(self.location)
+
     def __repr__(self) -> str:
         return f"History(db={self.location.display_url()!r}, blobs={str(self.location.blobs_dir)!r})"
 
     @contextlib.contextmanager
     def session(self, write: bool = False) -> Iterator[Session]:
-        """A session for queries; with ``write=True`` one short transaction that commits on exit."""
+        """A session for queries; with ``write=True`` one short transaction that commits on exit.
+
+        Driver errors of a read (a locked, unreadable or vanished database) come out as ``HistoryError``.
+        """
         if write:
             with database.write_session(self.engine) as session:
                 yield session
         else:
-            with Session(self.engine, expire_on_commit=False) as session:
+            with (
+                database.translate_errors(self.label),
+                Session(self.engine, expire_on_commit=False) as session,
+            ):
                 yield session
 
     def revision(self) -> tuple[str, ...]:
@@ -268,8 +280,8 @@ class History:
             return run.id
 
     def finish_run(self, run_id: int, status: RunStatus, exit_code: int | None = None) -> None:
-        if status not in RUN_STATUSES:
-            raise ValueError(f"run status must be one of {RUN_STATUSES}, got {status!r}")
+        if status not in FINISHED_RUN_STATUSES:
+            raise UsageError(f"a finished run's status is one of {FINISHED_RUN_STATUSES}, not {status!r}")
         with database.write_session(self.engine) as s:
             result = s.execute(
                 update(Run)
@@ -277,7 +289,7 @@ class History:
                 .values(status=status, exit_code=exit_code, finished_at=utcnow())
             )
             if result.rowcount != 1:
-                raise HistoryError(f"no run {run_id} in history {_label(self.location)}")
+                raise RunNotFoundError(f"no run {run_id} in history {_label(self.location)}")
 
     def write_launch(self, run_id: int, rec: LaunchRecord) -> int:
         """Write one launch (blobs first, then its rows in one transaction); returns its id.
@@ -322,7 +334,7 @@ class History:
                 }
             )
         trace_ref = (
-            keep(self.blobs.store_table(rec.trace, "trace", **self.trace_write_options))
+            keep(self.blobs.store_table(rec.trace, "trace", **TRACE_WRITE_OPTIONS))
             if rec.trace is not None
             else None
         )
@@ -419,7 +431,7 @@ class History:
         created_at: dt.datetime | None = None,
     ) -> int:
         if outcome not in REPLAY_OUTCOMES:
-            raise ValueError(f"replay outcome must be one of {REPLAY_OUTCOMES}, got {outcome!r}")
+            raise UsageError(f"replay outcome must be one of {REPLAY_OUTCOMES}, not {outcome!r}")
         row = {
             "launch_id": launch_id,
             "device": device,
