@@ -23,7 +23,7 @@ from tilelens.core import compat, session
 from tilelens.core.access import TRACE_WRITE_OPTIONS
 from tilelens.core.interpreter import interception_patches
 from tilelens.core.session import AutotunePolicy
-from tilelens.core.trace import TritonTrace
+from tilelens.core.trace import TritonTrace, trace_class
 from tilelens.records import AutotuneEvent, LaunchRecord, RunInfo
 
 
@@ -145,7 +145,7 @@ class Recording:
         with self._lock:
             entry = self._traced.get(id(kernel))
             if entry is None or entry[0] is not kernel:
-                entry = (kernel, TritonTrace(kernel, in_place=False))
+                entry = (kernel, trace_class(kernel)(kernel, in_place=False))
                 self._traced[id(kernel)] = entry
             return entry[1]
 

@@ -1,0 +1,176 @@
+"""Gluon kernels shared by the tests and scripts/gpu_gluon_check.py (written for Triton 3.6 through 3.9).
+
+``gluon.jit`` always gives a compiled-mode ``GluonJITFunction`` (Gluon has no interpreter mode), so no knobs
+scope is needed here. Builtins whose names moved between releases come from ``compat.gluon_api()``.
+"""
+
+from __future__ import annotations
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma, warpgroup_mma
+
+from tilelens.core import compat
+
+_api = compat.gluon_api()
+cta_barrier = _api["cta_barrier"]
+tma_load = _api["tma_load"]
+tma_store = _api["tma_store"]
+
+BLOCKED_1D = gl.BlockedLayout([4], [32], [4], [0])
+BLOCKED_2D = gl.BlockedLayout([1, 4], [8, 4], [4, 1], [1, 0])
+ROW_MAJOR_SHARED = gl.constexpr(gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
+
+
+@gluon.jit
+def vector_add(x_ptr, y_ptr, out_ptr, n, BLOCK: gl.constexpr, layout: gl.constexpr):
+    pid = gl.program_id(0)
+    offs = pid * BLOCK + gl.arange(0, BLOCK, layout=layout)
+    mask = offs < n
+    x = gl.load(x_ptr + offs, mask=mask, other=0.0)
+    y = gl.load(y_ptr + offs, mask=mask)
+    gl.store(out_ptr + offs, x + y, mask=mask)
+
+
+@gluon.jit
+def row_sum_through_shared(x_ptr, out_ptr, M, N: gl.constexpr, BM: gl.constexpr, layout: gl.constexpr):
+    """Each program stages a [BM, N] tile in shared memory, reads it back by halves and sums its rows."""
+    pid = gl.program_id(0)
+    rows = pid * BM + gl.arange(0, BM, layout=gl.SliceLayout(1, layout))
+    cols = gl.arange(0, N, layout=gl.SliceLayout(0, layout))
+    row_ok = gl.expand_dims(rows < M, 1)
+    x = gl.load(x_ptr + gl.expand_dims(rows, 1) * N + gl.expand_dims(cols, 0), mask=row_ok, other=0.0)
+    smem = gl.allocate_shared_memory(gl.float32, [BM, N], gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
+    smem.store(x)
+    cta_barrier()
+    half_layout: gl.constexpr = gl.BlockedLayout([1, 1], [8, 4], [4, 1], [1, 0])
+    left = smem.slice(0, N // 2, dim=1).load(half_layout)
+    right = smem.slice(N // 2, N // 2, dim=1).load(half_layout)
+    total = gl.sum(left, axis=1) + gl.sum(right, axis=1)
+    total = gl.convert_layout(total, gl.SliceLayout(1, layout))
+    gl.store(out_ptr + rows, total, mask=rows < M)
+
+
+@gluon.jit
+def blocked_matmul(
+    a_ptr, b_ptr, c_ptr, M, N, K, BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, layout: gl.constexpr
+):
+    """C = A @ B with FMA dots: operands converted to dot-operand layouts, the result to a store layout."""
+    pid_m = gl.program_id(0)
+    pid_n = gl.program_id(1)
+    rm = pid_m * BM + gl.arange(0, BM, layout=gl.SliceLayout(1, layout))
+    rn = pid_n * BN + gl.arange(0, BN, layout=gl.SliceLayout(0, layout))
+    rk_col = gl.arange(0, BK, layout=gl.SliceLayout(0, layout))
+    rk_row = gl.arange(0, BK, layout=gl.SliceLayout(1, layout))
+    acc = gl.zeros([BM, BN], gl.float32, layout)
+    for k in range(0, K, BK):
+        a = gl.load(a_ptr + gl.expand_dims(rm, 1) * K + gl.expand_dims(k + rk_col, 0))
+        b = gl.load(b_ptr + gl.expand_dims(k + rk_row, 1) * N + gl.expand_dims(rn, 0))
+        a = gl.convert_layout(a, gl.DotOperandLayout(operand_index=0, parent=layout, k_width=0))
+        b = gl.convert_layout(b, gl.DotOperandLayout(operand_index=1, parent=layout, k_width=0))
+        acc = gl.dot_fma(a, b, acc)
+    store_layout: gl.constexpr = gl.BlockedLayout([1, 1], [1, 32], [4, 1], [1, 0])
+    acc = gl.convert_layout(acc, store_layout)
+    sm = pid_m * BM + gl.arange(0, BM, layout=gl.SliceLayout(1, store_layout))
+    sn = pid_n * BN + gl.arange(0, BN, layout=gl.SliceLayout(0, store_layout))
+    gl.store(c_ptr + gl.expand_dims(sm, 1) * N + gl.expand_dims(sn, 0), acc)
+
+
+@gluon.jit
+def shared_views(x_ptr, out_ptr, N: gl.constexpr, layout: gl.constexpr):
+    """out = x.T through a permuted shared view, then row 0 of x's int32 bits via index and reinterpret."""
+    rows = gl.arange(0, N, layout=gl.SliceLayout(1, layout))
+    cols = gl.arange(0, N, layout=gl.SliceLayout(0, layout))
+    offs = gl.expand_dims(rows, 1) * N + gl.expand_dims(cols, 0)
+    smem = gl.allocate_shared_memory(gl.float32, [N, N], ROW_MAJOR_SHARED, gl.load(x_ptr + offs))
+    t = smem.permute([1, 0]).load(layout)
+    gl.store(out_ptr + offs, t)
+    bits = smem._reinterpret(gl.int32, [N, N], ROW_MAJOR_SHARED).index(0).load(gl.SliceLayout(0, layout))
+    gl.store(out_ptr + N * N + cols, bits.to(gl.float32, bitcast=True))
+
+
+@gluon.jit
+def tma_wgmma_matmul(a_desc, b_desc, c_desc, K, num_warps: gl.constexpr):
+    """Hopper-style C = A @ B: TMA copies into shared memory, an mbarrier per step, wgmma, a TMA store."""
+    BM: gl.constexpr = c_desc.block_type.shape[0]
+    BN: gl.constexpr = c_desc.block_type.shape[1]
+    BK: gl.constexpr = a_desc.block_type.shape[1]
+    dtype: gl.constexpr = a_desc.dtype
+    off_m = gl.program_id(0) * BM
+    off_n = gl.program_id(1) * BN
+    a_smem = gl.allocate_shared_memory(dtype, a_desc.block_type.shape, a_desc.layout)
+    b_smem = gl.allocate_shared_memory(dtype, b_desc.block_type.shape, b_desc.layout)
+    bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    mbarrier.init(bar, count=1)
+    mma_layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[num_warps, 1], instr_shape=[16, BN, 16]
+    )
+    acc = gl.zeros((BM, BN), dtype=gl.float32, layout=mma_layout)
+    phase = 0
+    for k in range(0, K, BK):
+        mbarrier.expect(bar, a_desc.block_type.nbytes + b_desc.block_type.nbytes)
+        tma_load(a_desc, [off_m, k], bar, a_smem)
+        tma_load(b_desc, [k, off_n], bar, b_smem)
+        mbarrier.wait(bar, phase=phase)
+        phase ^= 1
+        acc = warpgroup_mma(a_smem, b_smem, acc)
+    mbarrier.invalidate(bar)
+    c_smem = gl.allocate_shared_memory(dtype, c_desc.block_type.shape, c_desc.layout)
+    c_smem.store(acc.to(dtype))
+    fence_async_shared()
+    tma_store(c_desc, [off_m, off_n], c_smem)
+    tma.store_wait(0)
+
+
+@gluon.jit
+def _ws_loader(x_desc, bufs, ready, empty, num_tiles, STAGES: gl.constexpr):
+    BM: gl.constexpr = x_desc.block_type.shape[0]
+    for i in range(num_tiles):
+        s = i % STAGES
+        mbarrier.wait(empty.index(s), ((i // STAGES) & 1) ^ 1)
+        mbarrier.expect(ready.index(s), x_desc.block_type.nbytes)
+        tma_load(x_desc, [i * BM, 0], ready.index(s), bufs.index(s))
+
+
+@gluon.jit
+def _ws_reducer(out_ptr, bufs, ready, empty, num_tiles, STAGES: gl.constexpr, layout: gl.constexpr):
+    BM: gl.constexpr = bufs.shape[1]
+    for i in range(num_tiles):
+        s = i % STAGES
+        mbarrier.wait(ready.index(s), (i // STAGES) & 1)
+        tile = bufs.index(s).load(layout)
+        mbarrier.arrive(empty.index(s), count=1)
+        rows = i * BM + gl.arange(0, BM, layout=gl.SliceLayout(1, layout))
+        gl.store(out_ptr + rows, gl.sum(tile, axis=1))
+
+
+@gluon.jit
+def warp_specialized_row_sum(x_desc, out_ptr, num_tiles, STAGES: gl.constexpr, layout: gl.constexpr):
+    """A loader partition fills a ring of STAGES shared buffers by TMA; the default partition sums rows."""
+    BM: gl.constexpr = x_desc.block_type.shape[0]
+    BN: gl.constexpr = x_desc.block_type.shape[1]
+    bufs = gl.allocate_shared_memory(x_desc.dtype, [STAGES, BM, BN], x_desc.layout)
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for s in gl.static_range(STAGES):
+        mbarrier.init(ready.index(s), count=1)
+        mbarrier.init(empty.index(s), count=1)
+    gl.warp_specialize(
+        [
+            (_ws_reducer, (out_ptr, bufs, ready, empty, num_tiles, STAGES, layout)),
+            (_ws_loader, (x_desc, bufs, ready, empty, num_tiles, STAGES)),
+        ],
+        [1],
+        [24],
+    )
+
+
+@gluon.jit
+def uses_amd_buffer_load(x_ptr, out_ptr, BLOCK: gl.constexpr, layout: gl.constexpr):
+    offs = gl.arange(0, BLOCK, layout=layout)
+    x = gl.amd.cdna3.buffer_load(x_ptr, offs)
+    gl.store(out_ptr + offs, x)
+
+
+def nvmma_layout(block_shape: list[int], dtype: object) -> object:
+    return gl.NVMMASharedLayout.get_default_for(block_shape, dtype)
