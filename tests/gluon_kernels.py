@@ -6,6 +6,7 @@ scope is needed here. Builtins whose names moved between releases come from ``co
 
 from __future__ import annotations
 
+import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma, warpgroup_mma
@@ -174,3 +175,52 @@ def uses_amd_buffer_load(x_ptr, out_ptr, BLOCK: gl.constexpr, layout: gl.constex
 
 def nvmma_layout(block_shape: list[int], dtype: object) -> object:
     return gl.NVMMASharedLayout.get_default_for(block_shape, dtype)
+
+
+def make_gluon_autotuned(cache_results: bool = False) -> object:
+    """A fresh autotuned + heuristics Gluon kernel (autotuners keep state, so each test gets its own)."""
+
+    @triton.autotune(
+        configs=[triton.Config({"BLOCK": 128}, num_warps=4), triton.Config({"BLOCK": 64}, num_warps=4)],
+        key=["n"],
+        cache_results=cache_results,
+    )
+    @triton.heuristics(values={"EVEN": lambda args: args["n"] % args["BLOCK"] == 0})
+    @gluon.jit
+    def gluon_scale_kernel(x_ptr, out_ptr, n, BLOCK: gl.constexpr, EVEN: gl.constexpr):
+        layout: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
+        offs = gl.program_id(0) * BLOCK + gl.arange(0, BLOCK, layout=layout)
+        if EVEN:  # noqa: SIM108 (a constexpr branch in a Gluon kernel)
+            x = gl.load(x_ptr + offs)
+        else:
+            x = gl.load(x_ptr + offs, mask=offs < n)
+        gl.store(out_ptr + offs, x * 2.0, mask=offs < n)
+
+    return gluon_scale_kernel
+
+
+@gluon.jit
+def _deadlocked_consumer(out_ptr, bar_a, bar_b):
+    mbarrier.wait(bar_a, 0)  # BUG: waits for the producer, which waits for this partition
+    gl.store(out_ptr, 1.0)
+    mbarrier.arrive(bar_b, count=1)
+
+
+@gluon.jit
+def _deadlocked_producer(out_ptr, bar_a, bar_b):
+    mbarrier.wait(bar_b, 0)
+    gl.store(out_ptr + 1, 2.0)
+    mbarrier.arrive(bar_a, count=1)
+
+
+@gluon.jit
+def deadlocked_partitions(out_ptr):
+    bar_a = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    bar_b = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    mbarrier.init(bar_a, count=1)
+    mbarrier.init(bar_b, count=1)
+    gl.warp_specialize(
+        [(_deadlocked_consumer, (out_ptr, bar_a, bar_b)), (_deadlocked_producer, (out_ptr, bar_a, bar_b))],
+        [1],
+        [24],
+    )
