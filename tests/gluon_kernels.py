@@ -17,6 +17,7 @@ _api = compat.gluon_api()
 cta_barrier = _api["cta_barrier"]
 tma_load = _api["tma_load"]
 tma_store = _api["tma_store"]
+NEW_REINTERPRET = gl.constexpr(_api["reinterpret"] == "reinterpret")  # Triton 3.9 renamed _reinterpret
 
 BLOCKED_1D = gl.BlockedLayout([4], [32], [4], [0])
 BLOCKED_2D = gl.BlockedLayout([1, 4], [8, 4], [4, 1], [1, 0])
@@ -86,7 +87,11 @@ def shared_views(x_ptr, out_ptr, N: gl.constexpr, layout: gl.constexpr):
     smem = gl.allocate_shared_memory(gl.float32, [N, N], ROW_MAJOR_SHARED, gl.load(x_ptr + offs))
     t = smem.permute([1, 0]).load(layout)
     gl.store(out_ptr + offs, t)
-    bits = smem._reinterpret(gl.int32, [N, N], ROW_MAJOR_SHARED).index(0).load(gl.SliceLayout(0, layout))
+    if NEW_REINTERPRET:
+        as_int = smem.reinterpret(gl.int32, [N, N], ROW_MAJOR_SHARED)
+    else:
+        as_int = smem._reinterpret(gl.int32, [N, N], ROW_MAJOR_SHARED)
+    bits = as_int.index(0).load(gl.SliceLayout(0, layout))
     gl.store(out_ptr + N * N + cols, bits.to(gl.float32, bitcast=True))
 
 

@@ -198,7 +198,8 @@ def gluon_api() -> dict[str, Any]:
 
     ``cta_barrier``: ``gl.thread_barrier`` (3.6) became ``gl.barrier`` (3.8). ``tma_load``/``tma_store``:
     ``tma.async_copy_global_to_shared``/``async_copy_shared_to_global`` (3.6, 3.8) became ``tma.async_load``/
-    ``async_store`` (3.8; 3.9 removed the old names).
+    ``async_store`` (3.8; 3.9 removed the old names). ``reinterpret``: the shared-memory descriptor method
+    ``_reinterpret`` (3.6 to 3.8) became ``reinterpret`` (3.9); its name, for kernels that branch on it.
     """
     gl = gluon_language()
     from triton.experimental.gluon.language.nvidia.hopper import tma
@@ -207,4 +208,11 @@ def gluon_api() -> dict[str, Any]:
         "cta_barrier": getattr(gl, "barrier", None) or gl.thread_barrier,
         "tma_load": getattr(tma, "async_load", None) or tma.async_copy_global_to_shared,
         "tma_store": getattr(tma, "async_store", None) or tma.async_copy_shared_to_global,
+        "reinterpret": "reinterpret" if hasattr(gl.shared_memory_descriptor, "reinterpret") else "_reinterpret",
     }
+
+
+# How the interpreter passes its semantic to the tl builtins it patches: from 3.7 on through the module global
+# ``interpreter_semantic`` (read at each call); 3.6 binds a fresh ``TritonSemantic(builder)`` per builtin when
+# it patches. The Gluon simulator swaps that semantic, so on 3.6 it also replaces ``_patch_attr``.
+INTERPRETER_SEMANTIC_IS_GLOBAL = TRITON_VERSION >= (3, 7)

@@ -256,6 +256,8 @@ def gluon_patches(patcher: _Patcher, ctx: LaunchContext, options: GluonLaunch) -
     )
     patcher.set(language.ACTIVE, "semantic", semantic)
     patcher.set(module, "interpreter_semantic", semantic)
+    if not compat.INTERPRETER_SEMANTIC_IS_GLOBAL:
+        patcher.set(module, "_patch_attr", language.patch_attr(module))
     for owner, name, value in language.replacements():
         patcher.set(owner, name, value)
     patcher.set(compat.ReduceOps, "apply", reductions.reduce_apply(compat.ReduceOps.apply))

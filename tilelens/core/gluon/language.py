@@ -155,6 +155,20 @@ def _discover(names: frozenset[str]) -> Iterator[tuple[Any, str, Any]]:
                         yield value, attr, _with_semantic(member)
 
 
+def patch_attr(module: Any) -> Callable[..., None]:
+    """The interpreter's ``_patch_attr`` passing ``module.interpreter_semantic`` as read at each call (3.6 binds
+    a semantic of its own when it patches; see ``compat.INTERPRETER_SEMANTIC_IS_GLOBAL``)."""
+
+    def _patch_attr(obj: Any, name: str, member: Any, builder: Any, scope: Any) -> None:
+        def new_member(*args: Any, **kwargs: Any) -> Any:
+            kwargs["_semantic"] = module.interpreter_semantic
+            return member(*args, **kwargs)
+
+        scope.set_attr(obj, name, new_member)
+
+    return _patch_attr
+
+
 def global_replacements(fn_globals: dict[str, Any], names: set[str]) -> Iterator[tuple[str, Any]]:
     """(name, replacement) for Gluon builtins a function imported by name.
 
