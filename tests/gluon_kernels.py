@@ -22,6 +22,7 @@ NEW_REINTERPRET = gl.constexpr(_api["reinterpret"] == "reinterpret")  # Triton 3
 BLOCKED_1D = gl.BlockedLayout([4], [32], [4], [0])
 BLOCKED_2D = gl.BlockedLayout([1, 4], [8, 4], [4, 1], [1, 0])
 ROW_MAJOR_SHARED = gl.constexpr(gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
+FLAT_SHARED = gl.constexpr(gl.SwizzledSharedLayout(1, 1, 1, [0]))
 
 
 @gluon.jit
@@ -80,7 +81,7 @@ def blocked_matmul(
 
 @gluon.jit
 def shared_views(x_ptr, out_ptr, N: gl.constexpr, layout: gl.constexpr):
-    """out = x.T through a permuted shared view, then row 0 of x's int32 bits via index and reinterpret."""
+    """out = x.T through a permuted shared view, then row 0 of x's int32 bits via reinterpret and slice."""
     rows = gl.arange(0, N, layout=gl.SliceLayout(1, layout))
     cols = gl.arange(0, N, layout=gl.SliceLayout(0, layout))
     offs = gl.expand_dims(rows, 1) * N + gl.expand_dims(cols, 0)
@@ -88,10 +89,10 @@ def shared_views(x_ptr, out_ptr, N: gl.constexpr, layout: gl.constexpr):
     t = smem.permute([1, 0]).load(layout)
     gl.store(out_ptr + offs, t)
     if NEW_REINTERPRET:
-        as_int = smem.reinterpret(gl.int32, [N, N], ROW_MAJOR_SHARED)
+        flat = smem.reinterpret(gl.int32, [N * N], FLAT_SHARED)
     else:
-        as_int = smem._reinterpret(gl.int32, [N, N], ROW_MAJOR_SHARED)
-    bits = as_int.index(0).load(gl.SliceLayout(0, layout))
+        flat = smem._reinterpret(gl.int32, [N * N], FLAT_SHARED)
+    bits = flat.slice(0, N).load(gl.SliceLayout(0, layout))
     gl.store(out_ptr + N * N + cols, bits.to(gl.float32, bitcast=True))
 
 
