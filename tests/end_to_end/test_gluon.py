@@ -107,7 +107,11 @@ def test_row_sum_through_shared_memory_trace_is_exact():
         "bytes_stored": 400,
         "oob_lanes": 0,
     }
-    assert rec.config["shared_memory"] == {"events": 12, "load_lanes": 4 * 2 * 32 * 32, "store_lanes": 4 * 32 * 64}
+    assert rec.config["shared_memory"] == {
+        "events": 12,
+        "load_lanes": 4 * 2 * 32 * 32,
+        "store_lanes": 4 * 32 * 64,
+    }
     k = gk.row_sum_through_shared
     expect = [
         ("load", 0, _line(k, "x = gl.load"), [32, 64], [64, 1]),
@@ -283,13 +287,19 @@ def test_gluon_launches_replay_bit_for_bit_on_the_cpu(tmp_path):
     with tilelens.record(db) as rec:
         x, y = torch.randn(1000), torch.randn(1000)
         gk.vector_add[(4,)](x, y, torch.empty(1000), 1000, BLOCK=256, layout=gk.BLOCKED_1D)
-        gk.row_sum_through_shared[(4,)](torch.randn(100, 64), torch.empty(100), 100, N=64, BM=32, layout=gk.BLOCKED_2D)
+        gk.row_sum_through_shared[(4,)](
+            torch.randn(100, 64), torch.empty(100), 100, N=64, BM=32, layout=gk.BLOCKED_2D
+        )
         a, b = torch.randn(64, 96), torch.randn(96, 32)
-        gk.blocked_matmul[(2, 1)](a, b, torch.empty(64, 32), 64, 32, 96, BM=32, BN=32, BK=32, layout=gk.BLOCKED_2D)
+        gk.blocked_matmul[(2, 1)](
+            a, b, torch.empty(64, 32), 64, 32, 96, BM=32, BN=32, BK=32, layout=gk.BLOCKED_2D
+        )
         gk.shared_views[(1,)](torch.randn(16, 16), torch.empty(16 * 17), N=16, layout=gk.BLOCKED_2D)
         _a, _b, _c, (ad, bd, cd) = _tma_matmul()
         gk.tma_wgmma_matmul[(2, 1)](ad, bd, cd, 128, num_warps=4)
-        xd = TensorDescriptor.from_tensor(torch.randn(256, 64), [32, 64], gk.nvmma_layout([32, 64], gl.float32))
+        xd = TensorDescriptor.from_tensor(
+            torch.randn(256, 64), [32, 64], gk.nvmma_layout([32, 64], gl.float32)
+        )
         gk.warp_specialized_row_sum[(1,)](xd, torch.empty(256), 8, STAGES=3, layout=gk.BLOCKED_2D)
         ids = list(rec.launch_ids)
     assert len(ids) == 6 and rec.errors == 0
