@@ -1,4 +1,4 @@
-"""Gluon kernels on the CPU: the simulator's values, exact access traces, recorded errors and bit-exact replay."""
+"""Gluon kernels on the CPU: simulated values, exact access traces, recorded errors, bit-exact replay."""
 
 from __future__ import annotations
 
@@ -309,3 +309,26 @@ def test_gluon_launches_replay_bit_for_bit_on_the_cpu(tmp_path):
         assert r.outcome == "match", r.message
         assert r.trace_equal is True
         assert "bit-identical, access trace identical" in r.message
+
+
+def test_triton_host_descriptor_arguments_record_and_replay(tmp_path):
+    """Host TMA descriptors are recorded as their tensor plus the box (recording them used to raise)."""
+    from triton.tools.tensor_descriptor import TensorDescriptor as TritonDescriptor
+
+    from tests import kernels
+
+    db = str(tmp_path / "h.db")
+    x, y = torch.randn(64, 32), torch.zeros(64, 32)
+    with tilelens.record(db) as rec:
+        src, dst = TritonDescriptor.from_tensor(x, [16, 32]), TritonDescriptor.from_tensor(y, [16, 32])
+        kernels.host_descriptor_copy[(4,)](src, dst, BM=16)
+    assert torch.equal(x, y) and rec.errors == 0
+    with History.open(db) as h:
+        with h.session() as s:
+            args = sorted(s.get(Launch, rec.launch_ids[0]).args, key=lambda a: a.position)
+            kinds, desc = [a.kind for a in args[:2]], args[0].value["descriptor"]
+        result = replay_launch(h, rec.launch_ids[0])
+    assert kinds == ["tensor", "tensor"]
+    assert (desc["kind"], desc["shape"], desc["block_shape"]) == ("triton", [64, 32], [16, 32])
+    assert result.outcome == "match", result.message
+    assert "2 tensors bit-identical, access trace identical" in result.message

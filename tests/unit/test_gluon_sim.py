@@ -1,4 +1,4 @@
-"""The Gluon simulator's parts on their own: mbarriers, the partition scheduler, shared views, recorded values."""
+"""The Gluon simulator on its own: mbarriers, partition scheduling, shared views, recorded values."""
 
 from __future__ import annotations
 
