@@ -157,3 +157,28 @@ def test_gluon_constexpr_annotations_are_recognised():
         for a in ("gl.constexpr", "ttgl.constexpr", "tl.constexpr", compat.tl.constexpr)
     )
     assert not any(is_constexpr_annotation(a) for a in ("int", None, "gl.tensor"))
+
+
+def test_host_descriptor_tensors_go_through_the_interpreters_host_copies():
+    """A CUDA tensor inside a Gluon descriptor is copied to the host and back like any tensor argument."""
+    from tilelens.core.gluon import descriptors as host
+
+    x = torch.randn(32, 32)
+    desc = TensorDescriptor.from_tensor(x, [16, 32], gl.NVMMASharedLayout.get_default_for([16, 32], gl.float32))
+    seen: dict[str, object] = {}
+
+    def init_args_hst(self, args, kwargs):  # stands in for the interpreter's: a copy of every tensor
+        seen["args"] = args
+        return [a.clone() if isinstance(a, torch.Tensor) else a for a in args], dict(kwargs)
+
+    args_hst, _ = host.init_args_hst(init_args_hst)(None, [desc, 3], {})
+    assert seen["args"][0] is x
+    copy = args_hst[0]
+    assert isinstance(copy, TensorDescriptor) and copy.base is not x and torch.equal(copy.base, x)
+    assert (copy.block_shape, copy.layout) == (desc.block_shape, desc.layout) and desc.base is x
+
+    def restore_args_dev(self, args_dev, args_hst, kwargs, kwargs_hst):
+        seen["dev"], seen["hst"] = args_dev, args_hst
+
+    host.restore_args_dev(restore_args_dev)(None, [desc, 3], args_hst, {}, {})
+    assert seen["dev"][0] is x and seen["hst"][0] is copy.base
