@@ -70,7 +70,7 @@ def test_scheduler_reports_a_deadlock_and_ends_every_thread():
     def waits_forever():
         sched.wait_until(lambda: False, "mbarrier.wait(phase=0)")
 
-    with pytest.raises(BarrierError, match="every partition of warp_specialize is waiting"):
+    with pytest.raises(BarrierError, match="no partition of warp_specialize can go on"):
         sched.run([(waits_forever, 4), (waits_forever, 1)])
     assert threading.active_count() == threads
 
@@ -182,3 +182,22 @@ def test_host_descriptor_tensors_go_through_the_interpreters_host_copies():
 
     host.restore_args_dev(restore_args_dev)(None, [desc, 3], args_hst, {}, {})
     assert seen["dev"][0] is x and seen["hst"][0] is copy.base
+
+
+def test_scheduler_reports_a_partition_left_waiting_when_the_others_end():
+    sched = _scheduler()
+    threads = threading.active_count()
+
+    flag = {"set": False}
+
+    def default():
+        sched.wait_until(lambda: flag["set"], "first")
+        return "done"  # ends without arriving on what the worker waits for now
+
+    def worker():
+        flag["set"] = True
+        sched.wait_until(lambda: False, "mbarrier.wait(phase=1)")
+
+    with pytest.raises(BarrierError, match=r"mbarrier.wait\(phase=1\) never completes: no partition"):
+        sched.run([(default, 4), (worker, 1)])
+    assert threading.active_count() == threads

@@ -8,10 +8,10 @@ has not completed, or when it returns; the next partition to run is the first on
 order, that can make progress. The interleaving, and with it the order of events in the access trace, is the
 same in every run, which is what bit-for-bit replay needs.
 
-When every unfinished partition waits, the kernel has deadlocked: the waiting partition that found out raises
-``BarrierError`` naming its wait (the kernel line is in its traceback), and the other partitions are unwound
-by an internal exception that never reaches the kernel's caller. Every thread has ended before
-``warp_specialize`` returns or raises.
+When every unfinished partition waits (some may have returned), the kernel has deadlocked: one waiting
+partition raises ``BarrierError`` naming its wait (the kernel line is in its traceback), and the others are
+unwound by an internal exception that never reaches the kernel's caller. Every thread has ended before
+``warp_specialize`` returns or raises, also when the launching thread is interrupted.
 """
 
 from __future__ import annotations
@@ -49,6 +49,7 @@ class Scheduler:
     _cond: threading.Condition = field(default_factory=threading.Condition)
     _running: int = -1  # index of the partition allowed to run
     _aborted: bool = False
+    _blamed: int | None = None  # a partition left waiting when the others ended: it reports the deadlock
 
     def run(self, bodies: list[tuple[Callable[[], Any], int]]) -> Any:
         """Run ``bodies`` (callable, num_warps) as partitions, the first being the default; its result."""
@@ -63,9 +64,17 @@ class Scheduler:
             self._running = 0
         for t in threads:
             t.start()
-        with self._cond:
-            while not all(p.done for p in self.partitions):
-                self._cond.wait()
+        try:
+            with self._cond:
+                while not all(p.done for p in self.partitions):
+                    self._cond.wait()
+        except BaseException:  # interrupted (Ctrl-C): unwind the partitions before the launch's patches go
+            with self._cond:
+                self._aborted = True
+                self._cond.notify_all()
+            for t in threads:
+                t.join()
+            raise
         for t in threads:
             t.join()
         errors = [
@@ -95,8 +104,10 @@ class Scheduler:
                 p.waiting = None
                 if p.error is not None and not isinstance(p.error, _Unwind):
                     self._aborted = True
-                if not self._aborted:
-                    self._hand_over(p)
+                if not self._aborted and not self._hand_over(p):
+                    # The others wait for something only this finished partition could have done.
+                    self._blamed = next(q.index for q in self.partitions if not q.done)
+                    self._aborted = True
                 self._cond.notify_all()
 
     def wait_until(self, ready: Callable[[], bool], what: str) -> None:
@@ -112,18 +123,22 @@ class Scheduler:
                 self._aborted = True
                 self._cond.notify_all()
                 raise BarrierError(
-                    f"{what} never completes: every partition of warp_specialize is waiting (deadlock)"
+                    f"{what} never completes: no partition of warp_specialize can go on (deadlock)"
                 )
             self._cond.notify_all()
             while self._running != p.index and not self._aborted:
                 self._cond.wait()
             if self._aborted:
+                if self._blamed == p.index:
+                    raise BarrierError(
+                        f"{what} never completes: no partition of warp_specialize can go on (deadlock)"
+                    )
                 raise _Unwind()
             p.waiting = None
         self.current = p
 
     def _hand_over(self, p: _Partition) -> bool:
-        """Pick the next partition after ``p`` that can run; False when none can (a deadlock)."""
+        """Pick the next partition after ``p`` that can run; False when some wait and none can (a deadlock)."""
         n = len(self.partitions)
         for step in range(1, n + 1):
             q = self.partitions[(p.index + step) % n]
