@@ -9,6 +9,13 @@ from __future__ import annotations
 import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia import blackwell
+from triton.experimental.gluon.language.nvidia.blackwell import (
+    TensorMemoryLayout,
+    allocate_tensor_memory,
+    tcgen05_commit,
+    tcgen05_mma,
+)
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma, warpgroup_mma
 
 from tilelens.core import compat
@@ -18,6 +25,9 @@ cta_barrier = _api["cta_barrier"]
 tma_load = _api["tma_load"]
 tma_store = _api["tma_store"]
 NEW_REINTERPRET = gl.constexpr(_api["reinterpret"] == "reinterpret")  # Triton 3.9 renamed _reinterpret
+# Triton 3.6's tensor-memory load needs its register layout, from get_tmem_reg_layout (3.8 infers it).
+get_tmem_reg_layout = getattr(blackwell, "get_tmem_reg_layout", None)
+TMEM_LOAD_INFERS_LAYOUT = gl.constexpr(get_tmem_reg_layout is None)
 
 BLOCKED_1D = gl.BlockedLayout([4], [32], [4], [0])
 BLOCKED_2D = gl.BlockedLayout([1, 4], [8, 4], [4, 1], [1, 0])
@@ -127,6 +137,38 @@ def tma_wgmma_matmul(a_desc, b_desc, c_desc, K, num_warps: gl.constexpr):
     fence_async_shared()
     tma_store(c_desc, [off_m, off_n], c_smem)
     tma.store_wait(0)
+
+
+@gluon.jit
+def tcgen05_matmul(
+    a_ptr, b_ptr, c_ptr, M: gl.constexpr, N: gl.constexpr, K: gl.constexpr, layout: gl.constexpr
+):
+    """Blackwell-style C = A @ B: operands staged in shared memory, the accumulator in tensor memory."""
+    rm = gl.arange(0, M, layout=gl.SliceLayout(1, layout))
+    rn = gl.arange(0, N, layout=gl.SliceLayout(0, layout))
+    ka = gl.arange(0, K, layout=gl.SliceLayout(0, layout))
+    kb = gl.arange(0, K, layout=gl.SliceLayout(1, layout))
+    a = gl.load(a_ptr + gl.expand_dims(rm, 1) * K + gl.expand_dims(ka, 0))
+    b = gl.load(b_ptr + gl.expand_dims(kb, 1) * N + gl.expand_dims(rn, 0))
+    a_smem = gl.allocate_shared_memory(
+        gl.float16, [M, K], gl.NVMMASharedLayout.get_default_for([M, K], gl.float16), a
+    )
+    b_smem = gl.allocate_shared_memory(
+        gl.float16, [K, N], gl.NVMMASharedLayout.get_default_for([K, N], gl.float16), b
+    )
+    bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    mbarrier.init(bar, count=1)
+    tmem_layout: gl.constexpr = TensorMemoryLayout(block=(M, N), col_stride=1)
+    acc = allocate_tensor_memory(gl.float32, [M, N], tmem_layout)
+    tcgen05_mma(a_smem, b_smem, acc, use_acc=False)
+    tcgen05_commit(bar)
+    mbarrier.wait(bar, 0)
+    if TMEM_LOAD_INFERS_LAYOUT:
+        c = acc.load()
+    else:
+        c = acc.load(get_tmem_reg_layout(gl.float32, [M, N], tmem_layout, 4))
+    c = gl.convert_layout(c, layout)
+    gl.store(c_ptr + gl.expand_dims(rm, 1) * N + gl.expand_dims(rn, 0), c)
 
 
 @gluon.jit

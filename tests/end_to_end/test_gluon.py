@@ -211,6 +211,25 @@ def test_tma_wgmma_matmul_traces_boxes_as_block_accesses():
     assert (rec.summary.loads, rec.summary.stores, rec.summary.bytes_loaded) == (8, 2, 8 * 64 * 64 * 2)
 
 
+def test_tcgen05_mma_accumulates_in_tensor_memory_which_is_not_traced():
+    a, b = torch.randn(128, 64).half(), torch.randn(64, 64).half()
+    c = torch.empty(128, 64)
+    traced = GluonTrace(gk.tcgen05_matmul)
+    traced[(1,)](a, b, c, M=128, N=64, K=64, layout=gk.BLOCKED_2D, num_warps=4)
+    torch.testing.assert_close(c, a.float() @ b.float(), rtol=1e-5, atol=1e-4)
+    k = gk.tcgen05_matmul
+    mma = _line(k, "tcgen05_mma(")
+    assert [(r["op"], r["line"], r["base"]) for r in _rows(traced.records[-1])] == [
+        ("load", _line(k, "a = gl.load"), 0),
+        ("load", _line(k, "b = gl.load"), 0),
+        ("shared_store", _line(k, "a_smem ="), 0),
+        ("shared_store", _line(k, "b_smem ="), 128 * 64),
+        ("shared_load", mma, 0),
+        ("shared_load", mma, 128 * 64),
+        ("store", _line(k, "gl.store"), 0),
+    ]
+
+
 def test_tma_box_past_the_tensor_end_is_clipped_not_out_of_bounds():
     x = torch.randn(40, 64)  # the second 32-row box covers rows 32..63: only 8 exist
     out = torch.empty(64)

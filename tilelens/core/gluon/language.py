@@ -105,7 +105,18 @@ def _replacement(name: str, value: Any) -> Callable[..., Any] | type | None:
     if not compat.is_builtin(value):
         return None
     special = _BY_NAME.get(name)
-    return special if special is not None else _with_semantic(value)
+    if special is not None:
+        return special
+    # Some compile-time helpers carry the builtin mark without taking a semantic (_compute_tmem_reg_layout).
+    return _with_semantic(value) if _takes_semantic(value) else None
+
+
+def _takes_semantic(fn: Any) -> bool:
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return True
+    return "_semantic" in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
 
 
 def _needs_semantic(name: str, value: Any) -> bool:
