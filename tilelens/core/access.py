@@ -248,7 +248,7 @@ class AccessCollector:
     def record_shared(
         self, op: str, addrs: np.ndarray, elem_bytes: int, program: tuple[int, int, int]
     ) -> None:
-        """Note one Gluon shared-memory access: ``addrs`` are byte addresses in the program's shared memory."""
+        """Note one Gluon shared-memory access (``addrs``: byte addresses in the program's shared memory)."""
         if program != self._program:
             self._program = program
             self._event = 0

@@ -149,7 +149,8 @@ def gluon_host_descriptor_classes() -> tuple[type, ...]:
         from triton.experimental.gluon.nvidia import hopper
     except ImportError:
         return ()
-    return tuple(getattr(hopper, name) for name in ("TensorDescriptor", "TensorDescriptorIm2Col") if hasattr(hopper, name))
+    names = ("TensorDescriptor", "TensorDescriptorIm2Col")
+    return tuple(getattr(hopper, name) for name in names if hasattr(hopper, name))
 
 
 def gluon_descriptor_value(handle: Any, shape: Any, strides: Any, block_type: Any, layout: Any) -> Any:
@@ -208,7 +209,9 @@ def gluon_api() -> dict[str, Any]:
         "cta_barrier": getattr(gl, "barrier", None) or gl.thread_barrier,
         "tma_load": getattr(tma, "async_load", None) or tma.async_copy_global_to_shared,
         "tma_store": getattr(tma, "async_store", None) or tma.async_copy_shared_to_global,
-        "reinterpret": "reinterpret" if hasattr(gl.shared_memory_descriptor, "reinterpret") else "_reinterpret",
+        "reinterpret": (
+            "reinterpret" if hasattr(gl.shared_memory_descriptor, "reinterpret") else "_reinterpret"
+        ),
     }
 
 

@@ -180,7 +180,9 @@ def _descriptor(launch: LaunchSpec, a: ArgSpec, view: torch.Tensor) -> Any:
     try:
         return descriptors.rebuild(view, dict(a.value["descriptor"]))
     except (ValueError, KeyError, TypeError, AssertionError) as exc:
-        raise ReplayFailure(f"launch {launch.id}: argument {a.name} (a TMA descriptor) cannot be rebuilt: {exc}") from None
+        raise ReplayFailure(
+            f"launch {launch.id}: argument {a.name} (a TMA descriptor) cannot be rebuilt: {exc}"
+        ) from None
 
 
 _TL_PREFIX = "triton.language."
@@ -225,7 +227,9 @@ def _gluon_layout(launch: LaunchSpec, name: str, value: dict[str, Any]) -> Any:
     try:
         return decode(value)
     except (LayoutDecodeError, TypeError, AssertionError) as exc:
-        raise ReplayFailure(f"launch {launch.id}: argument {name} (a Gluon layout) cannot be rebuilt: {exc}") from None
+        raise ReplayFailure(
+            f"launch {launch.id}: argument {name} (a Gluon layout) cannot be rebuilt: {exc}"
+        ) from None
 
 
 def decode_options(launch: LaunchSpec) -> dict[str, Any]:

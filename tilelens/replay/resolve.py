@@ -167,7 +167,7 @@ def _walk(module: ModuleType, qualname: str) -> Any:
 
 
 def innermost(obj: Any, name: str) -> Any:
-    """The JITFunction (or Gluon's GluonJITFunction) under any Autotuner / Heuristics / TileLens trace layers."""
+    """The JITFunction (or GluonJITFunction) under any Autotuner / Heuristics / TileLens trace layers."""
     for _ in range(MAX_CHAIN):
         if isinstance(obj, (compat.JITFunction, compat.InterpretedFunction)):
             return obj
@@ -216,7 +216,7 @@ def _from_history(kernel: KernelIdentity) -> ResolvedKernel:
 
 
 def _jit_like(module: ModuleType | None, qualname: str) -> Any:
-    """``gluon.jit`` when the kernel the code base has under this name is a Gluon kernel, else ``triton.jit``."""
+    """``gluon.jit`` when the code base's kernel of this name is a Gluon kernel, else ``triton.jit``."""
     import triton
 
     if module is not None:

@@ -167,8 +167,10 @@ def _discover(names: frozenset[str]) -> Iterator[tuple[Any, str, Any]]:
 
 
 def patch_attr(module: Any) -> Callable[..., None]:
-    """The interpreter's ``_patch_attr`` passing ``module.interpreter_semantic`` as read at each call (3.6 binds
-    a semantic of its own when it patches; see ``compat.INTERPRETER_SEMANTIC_IS_GLOBAL``)."""
+    """The interpreter's ``_patch_attr``, passing ``module.interpreter_semantic`` as read at each call.
+
+    Triton 3.6 binds a semantic of its own when it patches (``compat.INTERPRETER_SEMANTIC_IS_GLOBAL``).
+    """
 
     def _patch_attr(obj: Any, name: str, member: Any, builder: Any, scope: Any) -> None:
         def new_member(*args: Any, **kwargs: Any) -> Any:

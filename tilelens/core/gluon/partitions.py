@@ -138,7 +138,7 @@ class Scheduler:
         self.current = p
 
     def _hand_over(self, p: _Partition) -> bool:
-        """Pick the next partition after ``p`` that can run; False when some wait and none can (a deadlock)."""
+        """Pick the next partition after ``p`` that can run; False when some wait and none can (deadlock)."""
         n = len(self.partitions)
         for step in range(1, n + 1):
             q = self.partitions[(p.index + step) % n]
