@@ -8,9 +8,9 @@ Every launch of ``tests/gluon_kernels.py`` below runs inside ``tilelens.record()
 the CPU (CUDA tensors are copied to the host and back, TMA descriptors included), so the recorded outputs are
 the simulator's. Then each launch is replayed compiled on the GPU (``replay_launch(..., device="cuda")``: the
 compiled Gluon kernel's outputs against the recorded ones, within dtype- and dot-aware tolerances) and
-interpreted on the CPU (bit for bit, access trace included). Hopper kernels (TMA, wgmma, warp_specialize) run on
-compute capability 9.0 only. Prints one line per replay, writes ``results.json`` into OUT, exits 0 when every
-replay matched, else 1 (2 when nothing could be recorded).
+interpreted on the CPU (bit for bit, access trace included). Hopper kernels (TMA, wgmma, warp_specialize) run
+on compute capability 9.0 only. Prints one line per replay, writes ``results.json`` into OUT, exits 0 when
+every replay matched, else 1 (2 when nothing could be recorded).
 
 Runs with Triton 3.6 through 3.9. The GPU machine's Python may lack TileLens's store dependencies
 (sqlalchemy, alembic, mako, greenlet) and Triton 3.6's interpreter needs numpy < 2.4: install wheels of those
@@ -108,7 +108,10 @@ def record(where: dict[str, str], hopper: bool) -> list[int]:
                 try:
                     got, want = launch()
                     err = (got.double() - want.double()).abs().max().item()
-                    print(f"recorded {name:26} simulated {time.perf_counter() - t0:6.2f}s  max|sim - torch| {err:.3g}")
+                    print(
+                        f"recorded {name:26} simulated {time.perf_counter() - t0:6.2f}s  "
+                        f"max|sim - torch| {err:.3g}"
+                    )
                 except Exception as exc:  # a simulator failure is one line of the report, not the end of it
                     print(f"recorded {name:26} FAILED {type(exc).__name__}: {exc}")
             return list(rec.launch_ids)
@@ -123,8 +126,10 @@ def main(out: Path) -> int:
         print("no CUDA device", file=sys.stderr)
         return 2
     capability = torch.cuda.get_device_capability()
-    print(f"{torch.cuda.get_device_name()} (sm_{capability[0]}{capability[1]}), triton {triton.__version__}, "
-          f"torch {torch.__version__}")
+    print(
+        f"{torch.cuda.get_device_name()} (sm_{capability[0]}{capability[1]}), triton {triton.__version__}, "
+        f"torch {torch.__version__}"
+    )
     out.mkdir(parents=True, exist_ok=True)
     folder = Path(tempfile.mkdtemp(prefix="tilelens-gluon-"))
     where = {"db": str(folder / "h.db"), "blobs": str(folder / "blobs")}

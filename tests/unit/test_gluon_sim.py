@@ -164,7 +164,9 @@ def test_host_descriptor_tensors_go_through_the_interpreters_host_copies():
     from tilelens.core.gluon import descriptors as host
 
     x = torch.randn(32, 32)
-    desc = TensorDescriptor.from_tensor(x, [16, 32], gl.NVMMASharedLayout.get_default_for([16, 32], gl.float32))
+    desc = TensorDescriptor.from_tensor(
+        x, [16, 32], gl.NVMMASharedLayout.get_default_for([16, 32], gl.float32)
+    )
     seen: dict[str, object] = {}
 
     def init_args_hst(self, args, kwargs):  # stands in for the interpreter's: a copy of every tensor

@@ -330,5 +330,5 @@ def trace_class(kernel: Any) -> type[TritonTrace]:
 
 
 def trace(kernel: Any) -> TritonTrace:
-    """Decorator: ``@tilelens.trace`` above ``@triton.jit`` / ``@gluon.jit`` / ``@triton.autotune`` / heuristics."""
+    """Decorator: ``@tilelens.trace`` above ``@triton.jit``/``@gluon.jit``/``@triton.autotune``/heuristics."""
     return trace_class(kernel)(kernel)
