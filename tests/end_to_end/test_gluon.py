@@ -351,3 +351,22 @@ def test_triton_host_descriptor_arguments_record_and_replay(tmp_path):
     assert (desc["kind"], desc["shape"], desc["block_shape"]) == ("triton", [64, 32], [16, 32])
     assert result.outcome == "match", result.message
     assert "2 tensors bit-identical, access trace identical" in result.message
+
+
+def test_every_simulator_patch_is_removed_after_a_launch_even_a_failing_one():
+    from tilelens.core import compat
+    from tilelens.core.gluon import language
+
+    module = compat.interpreter_module
+    watched = [(owner, name) for owner, name, _ in language.replacements()]
+    watched += [(module, "interpreter_semantic"), (module, "_implicit_cvt"), (module, "_patch_lang")]
+    watched += [(compat.ReduceOps, "apply"), (compat.ScanOps, "apply"), (module.GridExecutor, "__init__")]
+    before = {(id(o), n): vars(o).get(n) for o, n in watched}
+    x, out = torch.randn(128), torch.empty(128)
+    GluonTrace(gk.vector_add)[(1,)](x, x, out, 128, BLOCK=128, layout=gk.BLOCKED_1D)
+    with pytest.raises(Exception, match="buffer_load"):
+        GluonTrace(gk.uses_amd_buffer_load)[(1,)](x, out, BLOCK=128, layout=gk.BLOCKED_1D)
+    assert {(id(o), n): vars(o).get(n) for o, n in watched} == before
+    assert language.ACTIVE.semantic is None
+    with pytest.raises(ValueError, match="gluon.jit"):  # Gluon builtins are Gluon's own again
+        gl.arange(0, 4)
