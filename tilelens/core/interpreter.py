@@ -9,7 +9,7 @@ Two patch sets, each installed and removed as a unit, in reverse order, even whe
   patches of helpers' modules).
   It also installs the compiled-Triton semantics of ``tilelens.core.semantics`` (typed scalar parameters,
   bfloat16 arithmetic, libdevice), so recorded and replayed launches compute what compiled Triton computes.
-  For a Gluon kernel it adds ``gluon_patches``: the Gluon simulator of ``tilelens.core.gluon`` (Gluon's
+  For a Gluon kernel it adds ``gluon_simulation``: the Gluon simulator of ``tilelens.core.gluon`` (Gluon's
   builtins with the simulator's semantic, reductions with Gluon layouts, Gluon's host TMA descriptors).
 * ``interception_patches`` — for the length of a ``tilelens.record()`` block: makes every launch of a
   ``JITFunction``, ``Autotuner``, ``Heuristics`` or ``InterpretedFunction`` go through the recorder.
@@ -229,8 +229,9 @@ class GluonLaunch:
     num_warps: int = 4
 
 
-def gluon_patches(patcher: _Patcher, ctx: LaunchContext, options: GluonLaunch) -> None:
-    """Install the Gluon simulator for one launch (``tilelens.core.gluon``); ``patcher`` restores it all.
+@contextlib.contextmanager
+def gluon_simulation(ctx: LaunchContext, options: GluonLaunch) -> Iterator[None]:
+    """Run the block's launch in the Gluon simulator (``tilelens.core.gluon``); all of it is undone on exit.
 
     * the interpreter's semantic (which its ``tl`` patches pass to every builtin) becomes the simulator's, and
       so does the one Gluon's builtins get (``language.ACTIVE``);
@@ -248,33 +249,38 @@ def gluon_patches(patcher: _Patcher, ctx: LaunchContext, options: GluonLaunch) -
     def thread_init() -> None:  # warp_specialize runs partitions in threads of their own
         _local.launch = ctx
 
-    semantic = gluon.new_semantic(
-        module.interpreter_builder,
-        num_warps=options.num_warps,
-        record_shared=ctx.collector.record_shared,
-        thread_init=thread_init,
-    )
-    patcher.set(language.ACTIVE, "semantic", semantic)
-    patcher.set(module, "interpreter_semantic", semantic)
-    if not compat.INTERPRETER_SEMANTIC_IS_GLOBAL:
-        patcher.set(module, "_patch_attr", language.patch_attr(module))
-    for owner, name, value in language.replacements():
-        patcher.set(owner, name, value)
-    patcher.set(compat.ReduceOps, "apply", reductions.reduce_apply(compat.ReduceOps.apply))
-    patcher.set(compat.ScanOps, "apply", reductions.scan_apply(compat.ScanOps.apply))
-    patcher.set(module, "_implicit_cvt", descriptors.implicit_cvt(module._implicit_cvt))
-    grid = module.GridExecutor
-    patcher.set(grid, "__init__", executor.grid_executor_init(grid.__init__))
-    patcher.set(grid, "_init_args_hst", descriptors.init_args_hst(grid._init_args_hst))
-    patcher.set(grid, "_restore_args_dev", descriptors.restore_args_dev(grid._restore_args_dev))
-    ctx.gluon = options
+    patcher = _Patcher()
+    try:
+        semantic = gluon.new_semantic(
+            module.interpreter_builder,
+            num_warps=options.num_warps,
+            record_shared=ctx.collector.record_shared,
+            thread_init=thread_init,
+        )
+        patcher.set(language.ACTIVE, "semantic", semantic)
+        patcher.set(module, "interpreter_semantic", semantic)
+        if not compat.INTERPRETER_SEMANTIC_IS_GLOBAL:
+            patcher.set(module, "_patch_attr", language.patch_attr(module))
+        for owner, name, value in language.replacements():
+            patcher.set(owner, name, value)
+        patcher.set(compat.ReduceOps, "apply", reductions.reduce_apply(compat.ReduceOps.apply))
+        patcher.set(compat.ScanOps, "apply", reductions.scan_apply(compat.ScanOps.apply))
+        patcher.set(module, "_implicit_cvt", descriptors.implicit_cvt(module._implicit_cvt))
+        grid = module.GridExecutor
+        patcher.set(grid, "__init__", executor.grid_executor_init(grid.__init__))
+        patcher.set(grid, "_init_args_hst", descriptors.init_args_hst(grid._init_args_hst))
+        patcher.set(grid, "_restore_args_dev", descriptors.restore_args_dev(grid._restore_args_dev))
+        patcher.set(ctx, "gluon", options)
+        yield
+    finally:
+        patcher.restore()
 
 
 @contextlib.contextmanager
 def launch_patches(collector: AccessCollector, gluon: GluonLaunch | None = None) -> Iterator[LaunchContext]:
     """Interpret one launch with access capture; everything touched is restored on exit.
 
-    With ``gluon`` the launch is a Gluon kernel's, simulated (``gluon_patches``).
+    With ``gluon`` the launch is a Gluon kernel's, simulated (``gluon_simulation``).
     """
     with LAUNCH_LOCK:
         if current_launch() is not None:
@@ -292,13 +298,13 @@ def launch_patches(collector: AccessCollector, gluon: GluonLaunch | None = None)
                 for name, hook in _access_hooks(originals).items():
                     patcher.set(builder_cls, name, hook)
                 patcher.set(compat.JITFunction, "__call__", _jit_call(compat.JITFunction.__call__))
-                if gluon is not None:
-                    gluon_patches(patcher, ctx, gluon)
-                _local.launch = ctx
-                try:
-                    yield ctx
-                finally:
-                    _local.launch = None
+                simulation = gluon_simulation(ctx, gluon) if gluon is not None else contextlib.nullcontext()
+                with simulation:
+                    _local.launch = ctx
+                    try:
+                        yield ctx
+                    finally:
+                        _local.launch = None
         finally:
             patcher.restore()
             _restore_namespaces(lang_snapshot)

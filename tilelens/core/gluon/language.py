@@ -4,7 +4,7 @@ Triton's interpreter makes ``tl`` builtins callable from kernel code by replacin
 functions that pass its semantic. Gluon's builtins need the same, with the simulator's semantic: this module
 lists, for every loaded ``triton.experimental.gluon.language`` module and every class defined there, the
 attributes to replace and their replacements. The replacements read the semantic of the launch in progress
-from ``ACTIVE``, so they are built once per process; ``interpreter.gluon_patches`` installs them (and sets
+from ``ACTIVE``, so they are built once per process; ``interpreter.gluon_simulation`` installs them (and sets
 ``ACTIVE``) for one launch and restores everything afterwards.
 
 Besides builtins: ``gl.reduce``/``gl.associative_scan`` run Triton's interpreter reductions (with Gluon
