@@ -12,7 +12,7 @@ operations on numpy values: shared memory (``shared.py``), mbarriers (``barriers
 Modules: ``semantic`` and ``builder`` (the two objects above), ``language`` (which attributes of Gluon's
 modules a launch replaces), ``reductions``, ``descriptors`` and ``executor`` (interpreter functions wrapped
 for Gluon launches), ``layouts`` (result layouts, and layouts as recorded values). Every replacement is
-installed and removed by ``tilelens.core.interpreter.gluon_simulation``; nothing here changes Triton by itself.
+installed and removed by ``tilelens.core.interpreter.gluon_simulation``; nothing here changes Triton itself.
 """
 
 from __future__ import annotations
