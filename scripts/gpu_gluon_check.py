@@ -68,8 +68,7 @@ def _launches(hopper: bool) -> list[tuple[str, Callable[[], Any]]]:
 
     def autotuned() -> Any:
         x, out = torch.randn(1000), torch.empty(1000)
-        kernel = gk.make_gluon_autotuned()
-        kernel[lambda meta: ((1000 + meta["BLOCK"] - 1) // meta["BLOCK"],)](x, out, 1000)
+        gk.autotuned_scale[lambda meta: ((1000 + meta["BLOCK"] - 1) // meta["BLOCK"],)](x, out, 1000)
         return out, x * 2.0
 
     def tma_wgmma() -> Any:

@@ -225,6 +225,22 @@ def nvmma_layout(block_shape: list[int], dtype: object) -> object:
     return gl.NVMMASharedLayout.get_default_for(block_shape, dtype)
 
 
+@triton.autotune(
+    configs=[triton.Config({"BLOCK": 128}, num_warps=4), triton.Config({"BLOCK": 64}, num_warps=4)], key=["n"]
+)
+@triton.heuristics(values={"EVEN": lambda args: args["n"] % args["BLOCK"] == 0})
+@gluon.jit
+def autotuned_scale(x_ptr, out_ptr, n, BLOCK: gl.constexpr, EVEN: gl.constexpr):
+    """A module-level autotuned Gluon kernel: replay finds it by name (make_gluon_autotuned's cannot be)."""
+    layout: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
+    offs = gl.program_id(0) * BLOCK + gl.arange(0, BLOCK, layout=layout)
+    if EVEN:  # noqa: SIM108 (a constexpr branch in a Gluon kernel)
+        x = gl.load(x_ptr + offs)
+    else:
+        x = gl.load(x_ptr + offs, mask=offs < n)
+    gl.store(out_ptr + offs, x * 2.0, mask=offs < n)
+
+
 def make_gluon_autotuned(cache_results: bool = False) -> object:
     """A fresh autotuned + heuristics Gluon kernel (autotuners keep state, so each test gets its own)."""
 

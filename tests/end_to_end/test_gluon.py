@@ -7,6 +7,7 @@ import threading
 
 import pytest
 import torch
+import triton
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 import tilelens
@@ -320,8 +321,9 @@ def test_gluon_launches_replay_bit_for_bit_on_the_cpu(tmp_path):
             torch.randn(256, 64), [32, 64], gk.nvmma_layout([32, 64], gl.float32)
         )
         gk.warp_specialized_row_sum[(1,)](xd, torch.empty(256), 8, STAGES=3, layout=gk.BLOCKED_2D)
+        gk.autotuned_scale[lambda meta: (triton.cdiv(1000, meta["BLOCK"]),)](x, torch.empty(1000), 1000)
         ids = list(rec.launch_ids)
-    assert len(ids) == 6 and rec.errors == 0
+    assert len(ids) == 7 and rec.errors == 0
     with History.open(db) as h:
         results = [replay_launch(h, i) for i in ids]
     for r in results:
