@@ -21,6 +21,10 @@ from tilelens.store.models import Launch
 gl = gk.gl
 
 
+def _partition_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith("tilelens-gluon-partition")]
+
+
 def _line(kernel, text: str) -> int:
     """The file line of the first statement of ``kernel`` containing ``text``."""
     lines, start = inspect.getsourcelines(kernel.fn)
@@ -250,10 +254,9 @@ def test_warp_specialize_interleaves_partitions_deterministically():
     out = torch.empty(8 * 32)
     xd = TensorDescriptor.from_tensor(x, [32, 64], gk.nvmma_layout([32, 64], gl.float32))
     traced = GluonTrace(gk.warp_specialized_row_sum)
-    threads = threading.active_count()
     traced[(1,)](xd, out, 8, STAGES=3, layout=gk.BLOCKED_2D)
     traced[(1,)](xd, out, 8, STAGES=3, layout=gk.BLOCKED_2D)
-    assert threading.active_count() == threads  # every partition thread has ended
+    assert _partition_threads() == []  # every partition thread has ended
     torch.testing.assert_close(out.double(), x.double().sum(1), rtol=0, atol=1e-5)
     first, second = traced.records[-2], traced.records[-1]
     assert first.trace.equals(second.trace)
@@ -270,10 +273,9 @@ def test_warp_specialize_interleaves_partitions_deterministically():
 def test_deadlocked_warp_specialize_is_recorded_not_hung():
     out = torch.zeros(4)
     traced = GluonTrace(gk.deadlocked_partitions)
-    threads = threading.active_count()
     with pytest.raises(Exception, match="deadlock"):
         traced[(1,)](out)
-    assert threading.active_count() == threads
+    assert _partition_threads() == []
     rec = traced.records[-1]
     assert rec.status == "error"
     line = _line(gk._deadlocked_producer, "mbarrier.wait")  # the last partition to wait finds the deadlock
