@@ -15,8 +15,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import quote, unquote
 
+from tilelens.errors import LocationError as LocationError  # what a bad URL raises (through store.urls)
+
 if TYPE_CHECKING:
-    from sqlalchemy.engine import URL
+    from tilelens.store.urls import URL
 
 ENV_DB = "TILELENS_DB"
 ENV_BLOBS = "TILELENS_BLOBS"
@@ -28,10 +30,6 @@ DEFAULT_BLOBS_DIR = "blobs"
 _URL_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://")
 
 
-class LocationError(ValueError):
-    """The given location cannot name a history (bad URL syntax)."""
-
-
 @dataclass(frozen=True)
 class Location:
     """A resolved history: the database holding rows and the folder holding the blobs they reference."""
@@ -41,9 +39,9 @@ class Location:
 
     @property
     def url(self) -> URL:
-        from sqlalchemy.engine import make_url
+        from tilelens.store.urls import parse_url  # URLs are the store's: SQLAlchemy parses them
 
-        return make_url(self.db_url)
+        return parse_url(self.db_url)
 
     @property
     def sqlite_path(self) -> Path | None:
@@ -86,13 +84,9 @@ def _normalise_db(db: str, cwd: Path) -> str:
     if not _URL_RE.match(db):
         # Exactly URL.create("sqlite", database=...).render_as_string(), without importing SQLAlchemy.
         return "sqlite:///" + quote(str(_absolute(db, cwd)), safe=" +/")
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import ArgumentError
+    from tilelens.store.urls import parse_url
 
-    try:
-        url = make_url(db)
-    except (ArgumentError, ValueError) as exc:  # ValueError: e.g. a non-numeric port
-        raise LocationError(f"not a database URL: {db!r} ({exc})") from None
+    url = parse_url(db)  # LocationError when it is not a URL
     path = _sqlite_file(url)
     if path is not None and not path.is_absolute():
         # A relative sqlite URL would mean a different file in every working directory; pin it now.

@@ -23,9 +23,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from types import TracebackType
 
-
-class ProgramNotFoundError(Exception):
-    """The script does not exist or the module cannot be found: nothing was run."""
+from tilelens.errors import ProgramNotFoundError
 
 
 @dataclass(frozen=True)

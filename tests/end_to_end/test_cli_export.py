@@ -9,7 +9,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from tests.end_to_end.conftest import Recorded, one_line_error
-from tilelens.lanes import LANE_SCHEMA
+from tilelens.store.lanes import LANE_SCHEMA
 
 COLUMNS = [
     "launch_id",

@@ -12,11 +12,11 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 import tilelens
 from tests import gluon_kernels as gk
-from tilelens.core.access import lane_mask, lane_offsets
 from tilelens.core.trace import GluonTrace
 from tilelens.replay import replay_launch
 from tilelens.store import History
 from tilelens.store.models import Launch
+from tilelens.store.traces import lane_mask, lane_offsets
 
 gl = gk.gl
 

@@ -22,8 +22,8 @@ from tests import kernels
 from tilelens.cli import main
 from tilelens.replay import replay_launch, select_launches
 from tilelens.replay.rebuild import rebuild_arguments
-from tilelens.replay.spec import load_launch
 from tilelens.store import History
+from tilelens.store.launches import load_launch
 from tilelens.store.models import Launch, LaunchArg, Replay, Run
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -218,6 +218,10 @@ def test_changed_kernel_is_refused(
     assert "source changed" in err and "--allow-changed" in err and len(err.strip().splitlines()) == 1
     (row,) = _replays(where)
     assert row.outcome == "error" and "source changed" in (row.message or "")
+    assert "--" not in (row.message or "")  # the CLI adds the flags; the history keeps the neutral message
+    with History.open(**where) as h:
+        r = replay_launch(h, launch, store=False)
+    assert r.refusal == "source-changed" and r.message == row.message
 
 
 def test_changed_kernel_with_allow_changed_is_a_mismatch_at_the_edited_store(

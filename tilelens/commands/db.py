@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 from rich.table import Table
 
+from tilelens import api
 from tilelens.commands.common import JSON_OPTION, console, print_json, state
 
 db_app = typer.Typer(help="Inspect or upgrade the history database.", no_args_is_help=True)
@@ -37,9 +38,7 @@ def upgrade(ctx: typer.Context, as_json: bool = JSON_OPTION) -> None:
 @db_app.command("current")
 def current(ctx: typer.Context, as_json: bool = JSON_OPTION) -> None:
     """Show the history's location, schema revision and row counts, without changing anything."""
-    from tilelens.store import inspect_history
-
-    status = inspect_history(state(ctx).location())
+    status = api.inspect_history(location=state(ctx).location())
     if as_json:
         print_json(status.as_dict())
         return

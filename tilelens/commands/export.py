@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import typer
 
+from tilelens import api
 from tilelens.commands import render
 from tilelens.commands.common import state
+from tilelens.errors import UsageError
 
 HELP = (
     "Write a launch's access trace as a flat table with one row per lane: launch_id, pid_x, pid_y, "
@@ -32,17 +35,17 @@ def export(
         None, "--output", "-o", metavar="PATH", help="File to write (default: launch-ID.FORMAT)."
     ),
 ) -> None:
-    from tilelens.query import EXPORT_FORMATS, open_query
-
-    if fmt not in EXPORT_FORMATS:
-        raise typer.BadParameter(f"must be one of {', '.join(EXPORT_FORMATS)}", param_hint="--format")
+    if fmt not in api.EXPORT_FORMATS:
+        raise typer.BadParameter(f"must be one of {', '.join(api.EXPORT_FORMATS)}", param_hint="--format")
     path = Path(output if output is not None else f"launch-{launch_id}.{fmt}")
-    if path.is_dir():
-        render.fail(f"{path} is a directory; give a file name with -o")
-    if not path.parent.is_dir():
-        render.fail(f"cannot write {path}: folder {path.parent} does not exist")
+    # os.path.isdir, not Path.is_dir: it answers False for a path the system refuses (a name too long),
+    # and the export then says why it cannot write there.
+    if os.path.isdir(path):
+        raise UsageError(f"{path} is a directory; give a file name with -o")
+    if not os.path.isdir(path.parent):
+        raise UsageError(f"cannot write {path}: folder {path.parent} does not exist")
     st = state(ctx)
-    with open_query(st.db, st.blobs) as q:
+    with api.open_query(st.db, st.blobs) as q:
         result = q.export(launch_id, path, fmt)  # type: ignore[arg-type]
     noun = "lane" if result.rows == 1 else "lanes"
     render.err().print(

@@ -13,11 +13,12 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
+from tilelens import api
 from tilelens.commands import render
 from tilelens.commands.common import state
 
 if TYPE_CHECKING:
-    from tilelens.core.recorder import Recording
+    from tilelens.api import Recording
 
 HELP = (
     "Run a Python program as `python` would and record every Triton kernel launch it makes.\n\n"
@@ -50,10 +51,6 @@ def record(
         metavar="first|all",
         help="first: record the launch the autotuner picks; all: also every config it tries.",
     ),
-    db: str | None = typer.Option(None, "--db", metavar="URL", help="History database (as tilelens --db)."),
-    blobs: str | None = typer.Option(
-        None, "--blobs", metavar="DIR", help="Blob folder (as tilelens --blobs)."
-    ),
 ) -> None:
     from tilelens import runner
 
@@ -61,17 +58,12 @@ def record(
         raise typer.BadParameter("must be first or all", param_hint="--autotune")
     program = runner.Target(target, is_module=module)
     args = list(ctx.args)
-    try:
-        runner.check(program)
-    except runner.ProgramNotFoundError as exc:
-        render.fail(str(exc))
-
-    from tilelens.core.recorder import Recording
+    runner.check(program)  # a missing script or module: one line, before any recording starts
 
     st = state(ctx)
-    db, blobs = db or st.db, blobs or st.blobs
+    db, blobs = st.db, st.blobs
     argv = (["-m", target] if module else [target]) + args
-    rec = Recording(db, blobs, tag=tag, autotune=autotune, argv=argv)  # type: ignore[arg-type]
+    rec = api.Recording(db, blobs, tag=tag, autotune=autotune, argv=argv)  # type: ignore[arg-type]
     started = time.monotonic()
     outcome = runner.Outcome(0)
     try:

@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import datetime as dt
 import sys
-from typing import Any, NoReturn
+from typing import Any
 
-import typer
 from rich.console import Console
 from rich.text import Text
 
-EXIT_USAGE = 2
+from tilelens.records import PROBLEMS
 
 
 def out() -> Console:
@@ -25,12 +24,6 @@ def out() -> Console:
 
 def err() -> Console:
     return Console(file=sys.stderr, highlight=False, emoji=False, soft_wrap=True)
-
-
-def fail(message: str) -> NoReturn:
-    """One line on stderr and exit status 2: how every input error ends, as in ``tilelens.cli.main``."""
-    print(f"tilelens: error: {' '.join(message.split())}", file=sys.stderr)
-    raise typer.Exit(EXIT_USAGE)
 
 
 def cell(value: Any, style: str = "") -> Text:
@@ -74,7 +67,7 @@ def count(value: int | None) -> str:
 
 
 def status(value: str, role: str = "launch") -> Text:
-    text = Text(value, style="red" if value in ("error", "failed", "interrupted") else "")
+    text = Text(value, style="red" if value in PROBLEMS else "")
     if role != "launch":
         text.append(f" ({role})", style="dim")
     return text

@@ -14,13 +14,20 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
+from tilelens import api
 from tilelens.commands import render
 from tilelens.commands.common import JSON_OPTION, console, print_json, state
+from tilelens.errors import LaunchNotFoundError, RunNotFoundError
+from tilelens.records import REPLAY_OUTCOMES
 
 if TYPE_CHECKING:
-    from tilelens.replay import ReplayResult
+    from tilelens.api import ReplayResult
 
 _STYLE = {"match": "green", "mismatch": "red", "error": "yellow"}
+# What to type when a replay was refused (the result's own message names no flags).
+_REFUSAL_HINTS = {
+    "source-changed": "--allow-changed replays it anyway, --from-history --trust-source runs the recorded source",
+}
 
 
 def register(app: typer.Typer) -> None:
@@ -36,7 +43,7 @@ def replay(
         None,
         "--kernel",
         metavar="NAME",
-        help="Replay every launch of this kernel (qualname or module.qualname).",
+        help="Replay every launch of the kernels so named (as ls --kernel: qualname or module.qualname, * wildcards).",
     ),
     trials: bool = typer.Option(
         False, "--trials", help="With --run/--kernel, include autotune trial launches."
@@ -91,43 +98,27 @@ def replay(
         "atol": atol,
         "rtol": rtol,
     }
-    from tilelens.replay import replay_launch, select_launches
-
     with state(ctx).open_history() as history:
         if not batch:
             assert launch_id is not None
-            result = replay_launch(history, launch_id, **options)
+            result = api.replay_launch(history, launch_id, **options)
             _show_one(result, as_json)
             raise typer.Exit(result.exit_code)
         if last:
-            run = _newest_run(history)
-        ids = select_launches(history, run_id=run, kernel=kernel, trials=trials)
+            run = api.newest_run(history)
+            if run is None:
+                raise RunNotFoundError("the history has no runs to replay")
+        ids = api.select_launches(history, run_id=run, kernel=kernel, trials=trials)
         if not ids:
             what = " and ".join(p for p in (f"run {run}" if run is not None else "", kernel or "") if p)
-            print(f"tilelens: error: no launches of {what} to replay", file=sys.stderr)
-            raise typer.Exit(2)
+            raise LaunchNotFoundError(f"no launches of {what} to replay")
         results = _replay_with_progress(history, ids, options)
     _show_many(results, as_json)
     raise typer.Exit(max(r.exit_code for r in results))
 
 
-def _newest_run(history: object) -> int:
-    from sqlalchemy import func, select
-
-    from tilelens.store.models import Run
-
-    with history.session() as s:  # type: ignore[attr-defined]
-        newest = s.scalar(select(func.max(Run.id)))
-    if newest is None:
-        print("tilelens: error: the history has no runs to replay", file=sys.stderr)
-        raise typer.Exit(2)
-    return int(newest)
-
-
 def _replay_with_progress(history: object, ids: list[int], options: dict[str, object]) -> list[ReplayResult]:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    from tilelens.replay import replay_launches
 
     columns = (
         TextColumn("replaying"),
@@ -142,7 +133,7 @@ def _replay_with_progress(history: object, ids: list[int], options: dict[str, ob
         def advance(result: ReplayResult) -> None:
             progress.update(task, advance=1, last=f"launch {result.launch_id}: {result.outcome}")
 
-        return replay_launches(history, ids, on_result=advance, **options)  # type: ignore[arg-type]
+        return api.replay_launches(history, ids, on_result=advance, **options)  # type: ignore[arg-type]
 
 
 def _show_one(result: ReplayResult, as_json: bool) -> None:
@@ -150,7 +141,7 @@ def _show_one(result: ReplayResult, as_json: bool) -> None:
         print_json(result.to_dict())
         return
     if result.outcome == "error":
-        print(f"tilelens: error: {result.message}", file=sys.stderr)
+        print(f"tilelens: error: {_with_hint(result)}", file=sys.stderr)
         return
     out = console()
     style = _STYLE[result.outcome]
@@ -164,7 +155,7 @@ def _show_one(result: ReplayResult, as_json: bool) -> None:
 
 
 def _show_many(results: list[ReplayResult], as_json: bool) -> None:
-    counts = {k: sum(r.outcome == k for r in results) for k in ("match", "mismatch", "error")}
+    counts = {k: sum(r.outcome == k for r in results) for k in REPLAY_OUTCOMES}
     if as_json:
         print_json({"results": [r.to_dict() for r in results], "summary": counts})
         return
@@ -187,7 +178,12 @@ def _show_many(results: list[ReplayResult], as_json: bool) -> None:
     out.print(table)
     for r in results:
         if r.outcome != "match":
-            out.print(Text.assemble((r.outcome, _STYLE[r.outcome]), f": {r.message}"))
+            out.print(Text.assemble((r.outcome, _STYLE[r.outcome]), f": {_with_hint(r)}"))
     out.print(
         f"{len(results)} replayed: {counts['match']} match, {counts['mismatch']} mismatch, {counts['error']} error"
     )
+
+
+def _with_hint(result: ReplayResult) -> str:
+    hint = _REFUSAL_HINTS.get(result.refusal or "")
+    return f"{result.message}; {hint}" if hint else result.message

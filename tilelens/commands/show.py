@@ -6,13 +6,14 @@ from typing import TYPE_CHECKING
 
 import typer
 
+from tilelens import api
 from tilelens.commands import render
 from tilelens.commands.common import JSON_OPTION, print_json, state
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from tilelens.query import AccessStats, LaunchDetail
+    from tilelens.api import AccessStats, LaunchDetail
 
 HELP = (
     "Show one launch: kernel, grid, config, arguments, what each argument's lanes did (loads, "
@@ -39,10 +40,8 @@ def show(
     ),
     as_json: bool = JSON_OPTION,
 ) -> None:
-    from tilelens.query import open_query
-
     st = state(ctx)
-    with open_query(st.db, st.blobs) as q:
+    with api.open_query(st.db, st.blobs) as q:
         detail = q.launch(launch_id, oob_events=oob_events, source=source)
     if as_json:
         print_json(detail.as_dict())

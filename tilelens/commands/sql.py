@@ -8,6 +8,7 @@ from typing import Any
 
 import typer
 
+from tilelens import api
 from tilelens.commands import render
 from tilelens.commands.common import print_json, state
 
@@ -32,12 +33,10 @@ def sql(
     query: str = typer.Argument(..., metavar="QUERY", help="One SQL statement (SELECT, WITH ...)."),
     fmt: str = typer.Option("table", "--format", "-f", metavar="FORMAT", help="table, csv or json."),
 ) -> None:
-    from tilelens.query import open_query
-
     if fmt not in ("table", "csv", "json"):
         raise typer.BadParameter("must be one of table, csv, json", param_hint="--format")
     st = state(ctx)
-    with open_query(st.db, st.blobs) as q:
+    with api.open_query(st.db, st.blobs) as q:
         result = q.sql(query)
     if fmt == "json":
         print_json([dict(zip(result.columns, (_plain(v) for v in row))) for row in result.rows])

@@ -4,7 +4,8 @@ Every interpreted ``tl.load``/``tl.store``/atomic hands us a block of byte addre
 block to the kernel argument it falls in (a sorted table of argument byte spans), count active lanes that fall
 outside every argument, and encode offsets compactly: a block whose offsets are affine in its indices (the
 common case: ``base + i * s0 + j * s1``) is stored as base and strides, only irregular blocks (gathers) keep
-every lane. That is what keeps traces well under a byte per lane on disk.
+every lane. That is what keeps traces well under a byte per lane on disk. The trace format itself (schema,
+encoding, row decoders) belongs to the store: :mod:`tilelens.store.traces`.
 """
 
 from __future__ import annotations
@@ -18,42 +19,7 @@ import numpy as np
 import pyarrow as pa
 
 from tilelens.records import AccessSummary
-
-TRACE_SCHEMA = pa.schema(
-    [
-        pa.field("pid_x", pa.int32()),
-        pa.field("pid_y", pa.int32()),
-        pa.field("pid_z", pa.int32()),
-        pa.field("event", pa.int32()),  # index of the event within its program
-        pa.field("op", pa.dictionary(pa.int8(), pa.string())),  # load, store, atomic_cas, atomic_<rmw op>
-        pa.field("arg", pa.int16()),  # kernel parameter position, -1 when no argument is near
-        pa.field("line", pa.int32()),  # kernel source line of the access
-        pa.field("elem_bytes", pa.int8()),
-        pa.field("shape", pa.list_(pa.int32())),  # block shape of the access
-        pa.field("base", pa.int64()),  # element offset of lane 0, relative to the argument
-        pa.field("strides", pa.list_(pa.int64())),  # element strides per block axis; null when not affine
-        pa.field("offsets", pa.list_(pa.int64())),  # every lane's element offset; null when affine
-        pa.field(
-            "mask", pa.binary()
-        ),  # packed bits (numpy.packbits order) of active lanes; null = all active
-        pa.field("oob_mask", pa.binary()),  # packed bits of active lanes outside every argument; null = none
-        pa.field("lanes", pa.int32()),
-        pa.field("active", pa.int32()),
-        pa.field("oob", pa.int32()),
-    ]
-)
-
-# Parquet options for trace blobs: statistics over every column cost a third of the write and are never
-# read; only ``op`` repeats enough for a dictionary; irregular offsets (gathers) are small deltas of each
-# other far more often than they are small numbers, so they go delta-packed. The Arrow schema copy in the
-# footer (1.5 KB, most of a small launch's trace) is left out: Parquet's own types give the same columns
-# back, with ``op`` as plain strings instead of dictionary-encoded ones.
-TRACE_WRITE_OPTIONS: dict[str, Any] = {
-    "write_statistics": False,
-    "store_schema": False,
-    "use_dictionary": ["op"],
-    "column_encoding": {"offsets.list.element": "DELTA_BINARY_PACKED"},
-}
+from tilelens.store.traces import TRACE_SCHEMA, encode_trace
 
 LOAD, STORE, ATOMIC_CAS = "load", "store", "atomic_cas"
 # Gluon shared-memory traffic (tilelens.core.gluon): its own event kinds, in the shared address space of the
@@ -212,7 +178,6 @@ class AccessCollector:
         self._program: tuple[int, int, int] | None = None
         self._event = 0
         self._cols: dict[str, list[Any]] = {name: [] for name in TRACE_SCHEMA.names}
-        self._offset_parts: list[np.ndarray] = []
         self._pending: list[tuple[Any, ...]] = []
         self._pending_lanes = 0
         self.summary = AccessSummary()
@@ -333,8 +298,7 @@ class AccessCollector:
             c["offsets"].append(None)
         else:
             c["strides"].append(None)
-            c["offsets"].append(len(self._offset_parts))
-            self._offset_parts.append((addrs.view(np.int64).ravel() - start) // ebytes)
+            c["offsets"].append((addrs.view(np.int64).ravel() - start) // ebytes)
         c["pid_x"].append(program[0])
         c["pid_y"].append(program[1])
         c["pid_z"].append(program[2])
@@ -393,63 +357,4 @@ class AccessCollector:
     def finish(self) -> pa.Table:
         self._drain()
         self._tally()
-        c = self._cols
-        n = len(c["event"])
-        # Irregular offsets become one list column built from a flat values buffer, without Python lists.
-        parts = self._offset_parts
-        validity = np.array([o is not None for o in c["offsets"]], dtype=bool)
-        lengths = np.zeros(n, dtype=np.int32)
-        for i, o in enumerate(c["offsets"]):
-            if o is not None:
-                lengths[i] = parts[o].size
-        list_offsets = np.zeros(n + 1, dtype=np.int32)
-        np.cumsum(lengths, out=list_offsets[1:])
-        values = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
-        offsets_arr = pa.ListArray.from_arrays(
-            pa.array(list_offsets, type=pa.int32()),
-            pa.array(values, type=pa.int64()),
-            mask=pa.array(~validity) if n else None,
-        )
-        arrays = []
-        for field in TRACE_SCHEMA:
-            if field.name == "offsets":
-                arrays.append(offsets_arr)
-            elif field.name == "op":
-                arrays.append(pa.array(c["op"], type=pa.string()).dictionary_encode().cast(field.type))
-            else:
-                arrays.append(pa.array(c[field.name], type=field.type))
-        return pa.Table.from_arrays(arrays, schema=TRACE_SCHEMA)
-
-
-def lane_offsets(row: dict[str, Any]) -> np.ndarray:
-    """Every lane's element offset of one trace row (a dict as from ``Table.to_pylist()``), in block shape."""
-    shape = tuple(row["shape"])
-    if row["offsets"] is not None:
-        return np.asarray(row["offsets"], dtype=np.int64).reshape(shape)
-    out = np.full(shape, row["base"], dtype=np.int64)
-    for axis, stride in enumerate(row["strides"]):
-        index_shape = [1] * len(shape)
-        index_shape[axis] = shape[axis]
-        out = out + np.arange(shape[axis], dtype=np.int64).reshape(index_shape) * stride
-    return out
-
-
-def _unpack(bits: bytes | None, shape: tuple[int, ...]) -> np.ndarray | None:
-    if bits is None:
-        return None
-    n = int(np.prod(shape)) if shape else 1
-    return np.unpackbits(np.frombuffer(bits, dtype=np.uint8), count=n).astype(bool).reshape(shape)
-
-
-def lane_mask(row: dict[str, Any]) -> np.ndarray:
-    """Which lanes of one trace row were active."""
-    shape = tuple(row["shape"])
-    mask = _unpack(row["mask"], shape)
-    return np.ones(shape, dtype=bool) if mask is None else mask
-
-
-def lane_oob(row: dict[str, Any]) -> np.ndarray:
-    """Which active lanes of one trace row fell outside every argument."""
-    shape = tuple(row["shape"])
-    oob = _unpack(row["oob_mask"], shape)
-    return np.zeros(shape, dtype=bool) if oob is None else oob
+        return encode_trace(self._cols)

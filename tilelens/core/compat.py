@@ -67,10 +67,6 @@ def runtime_interpret_scope() -> Any:
     return knobs.runtime.scope()
 
 
-def set_interpret(value: bool) -> None:
-    knobs.runtime.interpret = value
-
-
 def element_bytes(tl_dtype: Any) -> int:
     bits = getattr(tl_dtype, "primitive_bitwidth", None)
     if bits is None:  # pointer element types

@@ -13,7 +13,8 @@ import os
 from typing import Any
 
 from tilelens.core import compat
-from tilelens.core.interpreter import current_launch
+from tilelens.core.interpreter import current_launch, shadow_jit
+from tilelens.errors import StateError
 from tilelens.records import KernelIdentity
 
 
@@ -24,8 +25,8 @@ def source_sha256(source: str) -> str:
 def kernel_identity(fn: Any) -> KernelIdentity:
     """Identity of a ``JITFunction`` or of an ``InterpretedFunction`` (a kernel decorated with TRITON_INTERPRET=1)."""
     if current_launch() is not None:
-        raise RuntimeError("TileLens: kernel identity must be computed outside an interpreted launch")
-    jit = fn if isinstance(fn, compat.JITFunction) else _shadow_jit(fn.fn)
+        raise StateError("TileLens: kernel identity must be computed outside an interpreted launch")
+    jit = fn if isinstance(fn, compat.JITFunction) else shadow_jit(fn.fn)
     pyfn = jit.fn
     source = compat.jit_source(jit)
     try:
@@ -41,22 +42,6 @@ def kernel_identity(fn: Any) -> KernelIdentity:
         source_sha256=source_sha256(source),
         cache_key=cache_key,
     )
-
-
-def _shadow_jit(pyfn: Any) -> Any:
-    """A compiled-mode JITFunction for a Python function, without disturbing Triton's registry."""
-    registry = compat.jit_registry
-    key = f"{pyfn.__module__}:{pyfn.__qualname__}"
-    missing = object()
-    before = registry.get(key, missing) if registry is not None else missing
-    try:
-        return compat.JITFunction(pyfn)
-    finally:
-        if registry is not None:
-            if before is missing:
-                registry.pop(key, None)
-            else:
-                registry[key] = before
 
 
 def _file(pyfn: Any) -> str:

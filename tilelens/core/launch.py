@@ -21,7 +21,7 @@ from tilelens.core.arguments import (
     jsonable,
     resolve_grid,
 )
-from tilelens.core.interpreter import LAUNCH_LOCK, GluonLaunch, launch_patches
+from tilelens.core.interpreter import LAUNCH_LOCK, GluonLaunch, launch_patches, pre_run_hooks
 from tilelens.core.semantics import describe_failure
 from tilelens.records import KernelIdentity, LaunchRecord, utcnow
 
@@ -77,17 +77,14 @@ def run_interpreted(
         def capture_spans(*host_args: Any, **host_kwargs: Any) -> None:
             collector.set_spans(host_spans(params, host_args, host_kwargs))
 
-        saved_hooks = interpreted.pre_run_hooks
-        interpreted.pre_run_hooks = [capture_spans, *user_hooks]
         try:
-            resolved = resolve_grid(grid, bound)
-            simulated = GluonLaunch(num_warps=int(options.get("num_warps") or 4)) if gluon else None
-            with launch_patches(collector, simulated):
-                result = interpreted.run(*args, grid=resolved, warmup=False, **kwargs)
+            with pre_run_hooks(interpreted, [capture_spans, *user_hooks]):
+                resolved = resolve_grid(grid, bound)
+                simulated = GluonLaunch(num_warps=int(options.get("num_warps") or 4)) if gluon else None
+                with launch_patches(collector, simulated):
+                    result = interpreted.run(*args, grid=resolved, warmup=False, **kwargs)
         except BaseException as exc:  # recorded, then re-raised unchanged by the caller
             error = exc
-        finally:
-            interpreted.pre_run_hooks = saved_hooks
         duration = time.perf_counter() - t0
         if snapshots:
             capture_after(params, bound, arg_records)

@@ -26,7 +26,7 @@ from typing import Any
 from tilelens.core import compat, session
 from tilelens.core.arguments import Param, kernel_params
 from tilelens.core.identity import kernel_identity
-from tilelens.core.interpreter import make_interpreted, original_run
+from tilelens.core.interpreter import make_interpreted, original_run, rewire_chain
 from tilelens.core.launch import LaunchMeta, config_dict, run_interpreted
 from tilelens.records import AutotuneEvent, KernelIdentity, LaunchRecord
 
@@ -234,18 +234,13 @@ def unpack_kernel(kernel: Any, *, in_place: bool = True) -> tuple[Any, list[Any]
             "TileLens can trace Triton and Gluon kernels (@triton.jit, @gluon.jit, autotune, heuristics), "
             f"not {type(kernel).__name__}"
         )
-    if not in_place:
-        layers = [copy.copy(layer) for layer in layers]
-        for layer in layers:
-            if isinstance(layer, compat.Autotuner):
-                layer.cache = dict(layer.cache)
-    for outer, inner in zip(layers, [*layers[1:], leaf]):
-        outer.fn = inner
-        outer._tilelens_trace = leaf
-        if isinstance(outer, compat.Autotuner):
-            outer.cache_results = False
-            outer.do_bench = _DummyBench()  # shadows Triton's cached_property on this instance
-            outer.run = _traced_tuner_run(outer, leaf)
+    layers = rewire_chain(
+        layers,
+        leaf,
+        in_place=in_place,
+        bench=_DummyBench,
+        tuner_run=lambda tuner: _traced_tuner_run(tuner, leaf),
+    )
     leaf.layers = layers
     return (layers[0] if layers else leaf), layers, leaf
 

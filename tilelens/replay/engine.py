@@ -17,18 +17,18 @@ from typing import Any
 
 import pyarrow as pa
 import torch
-from sqlalchemy import or_, select
 
-from tilelens.core import compat, session
+from tilelens.core import session
 from tilelens.core.arguments import span_copy
+from tilelens.core.interpreter import compiled_mode
+from tilelens.errors import StateError, UsageError
 from tilelens.replay.compare import Tolerance, compare_span, default_tolerance
 from tilelens.replay.rebuild import RebuiltArgs, decode_options, rebuild_arguments
 from tilelens.replay.resolve import KernelResolver, ResolvedKernel
 from tilelens.replay.result import ReplayFailure, ReplayResult, TensorDiff
-from tilelens.replay.spec import LaunchSpec, load_launch
 from tilelens.replay.traces import first_difference, last_writer
 from tilelens.store import BlobError, History
-from tilelens.store.models import Kernel, Launch
+from tilelens.store.launches import LaunchSpec, load_launch
 
 
 def replay_launch(
@@ -49,17 +49,17 @@ def replay_launch(
     On the CPU the kernel runs in Triton's interpreter, recorded again, and must reproduce every output bit
     and every access event (``atol``/``rtol`` relax the outputs to tolerances). On CUDA it runs compiled and
     outputs must agree within dtype-aware tolerances (see ``tilelens.replay.compare``). A kernel whose source
-    changed since the record is refused unless ``allow_changed``; ``from_history`` runs the recorded source
+    changed since the record is refused (``refusal="source-changed"``) unless ``allow_changed``; ``from_history`` runs the recorded source
     instead of today's and, since that executes code read from the database, needs ``trust_source``.
 
     Raises :class:`LaunchNotFoundError` for an unknown id; every other problem is an ``error`` result.
     """
     if from_history and not trust_source:
-        raise ValueError(
+        raise UsageError(
             "from_history runs kernel source read from the history database; pass trust_source=True to allow it"
         )
     if session.active() is not None:
-        raise RuntimeError("TileLens cannot replay inside a tilelens.record() block; replay after it ends")
+        raise StateError("TileLens cannot replay inside a tilelens.record() block; replay after it ends")
     started = time.perf_counter()
     spec = load_launch(history, launch_id)
     result = ReplayResult(
@@ -84,9 +84,8 @@ def replay_launch(
         if resolved.source_changed and not allow_changed:
             raise ReplayFailure(
                 f"source changed: {spec.kernel.name} ({resolved.origin} {spec.kernel.file}) hashes to "
-                f"{resolved.source_sha256[:12]}, the recorded source to {spec.kernel.source_sha256[:12]}; "
-                "pass --allow-changed to replay it anyway, or --from-history --trust-source to run the "
-                "recorded source"
+                f"{resolved.source_sha256[:12]}, the recorded source to {spec.kernel.source_sha256[:12]}",
+                reason="source-changed",
             )
         args = rebuild_arguments(history.blobs, spec, dev)
         options = decode_options(spec)
@@ -99,6 +98,7 @@ def replay_launch(
     except ReplayFailure as failure:
         result.outcome = "error"
         result.message = str(failure)
+        result.refusal = failure.reason
     except Exception as exc:  # a bug or an environment problem: still one answer, and one row, per launch
         result.outcome = "error"
         result.message = f"launch {spec.id}: replay failed unexpectedly: {_message(exc)}"
@@ -135,21 +135,6 @@ def replay_launches(
         if on_result is not None:
             on_result(result)
     return results
-
-
-def select_launches(
-    history: History, *, run_id: int | None = None, kernel: str | None = None, trials: bool = False
-) -> list[int]:
-    """Ids of the launches of a run and/or a kernel (``qualname`` or ``module.qualname``), oldest first."""
-    query = select(Launch.id).join(Kernel, Launch.kernel_id == Kernel.id).order_by(Launch.id)
-    if run_id is not None:
-        query = query.where(Launch.run_id == run_id)
-    if kernel is not None:
-        query = query.where(or_(Kernel.qualname == kernel, (Kernel.module + "." + Kernel.qualname) == kernel))
-    if not trials:
-        query = query.where(Launch.role == "launch")
-    with history.session() as s:
-        return list(s.scalars(query))
 
 
 def parse_device(text: str) -> torch.device:
@@ -227,8 +212,7 @@ def _replay_cuda(
     error: BaseException | None = None
     t0 = time.perf_counter()
     try:
-        with torch.cuda.device(dev), compat.runtime_interpret_scope():
-            compat.set_interpret(False)
+        with torch.cuda.device(dev), compiled_mode():
             jit[spec.grid](**args.kwargs, **options)
             torch.cuda.synchronize(dev)
     except Exception as exc:  # compile or launch failure: judged against the recorded status below
@@ -330,6 +314,6 @@ def _message(exc: BaseException | None) -> str | None:
 
 @functools.lru_cache(maxsize=1)
 def _versions() -> dict[str, str]:
-    from tilelens.core.recorder import versions
+    from tilelens.version import versions
 
     return versions()

@@ -21,8 +21,8 @@ import numpy as np
 import torch
 
 from tilelens.replay.result import ReplayFailure
-from tilelens.replay.spec import ArgSpec, LaunchSpec
 from tilelens.store import BlobError, BlobStore
+from tilelens.store.launches import ArgSpec, LaunchSpec
 from tilelens.store.tensors import DTYPES
 
 GUARD_BYTES = 16 * 1024

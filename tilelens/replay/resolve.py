@@ -28,6 +28,7 @@ from typing import Any
 
 from tilelens.core import compat
 from tilelens.core.identity import kernel_identity, source_sha256
+from tilelens.core.interpreter import compiled_mode, jit_registry_kept, shadow_jit
 from tilelens.records import KernelIdentity
 from tilelens.replay.result import ReplayFailure
 
@@ -65,9 +66,8 @@ class ResolvedKernel:
             if isinstance(self.fn, compat.JITFunction):
                 self._compiled = self.fn
             else:
-                with compat.runtime_interpret_scope():
-                    compat.set_interpret(False)
-                    self._compiled = compat.JITFunction(self.fn.fn)
+                with compiled_mode():
+                    self._compiled = shadow_jit(self.fn.fn)
         return self._compiled
 
 
@@ -206,8 +206,7 @@ def _from_history(kernel: KernelIdentity) -> ResolvedKernel:
         raise ReplayFailure(
             f"the recorded source of {kernel.name} cannot be run here ({type(exc).__name__}: {exc})"
         ) from None
-    with compat.runtime_interpret_scope():
-        compat.set_interpret(False)
+    with compiled_mode(), jit_registry_kept(pyfn):
         fn = _jit_like(module, kernel.qualname)(pyfn)
     sha = current_sha256(fn)
     if sha != kernel.source_sha256:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tilelens.store.errors import BlobCorruptError, BlobMissingError
+from tilelens.errors import BlobCorruptError, BlobError, BlobMissingError
 
 if TYPE_CHECKING:
     import torch
@@ -237,6 +237,8 @@ class BlobStore:
             data = path.read_bytes()
         except FileNotFoundError:
             raise BlobMissingError(sha256, path) from None
+        except OSError as exc:  # unreadable (permissions, I/O): still the blob's problem, named as such
+            raise BlobError(sha256, path, f"blob {sha256} cannot be read ({exc.strerror}: {path})") from exc
         actual = hashlib.sha256(data).hexdigest()
         if actual != sha256:
             raise BlobCorruptError(sha256, path, actual)

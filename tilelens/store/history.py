@@ -15,16 +15,27 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from sqlalchemy import Engine, insert, select, update
 from sqlalchemy.orm import Session
 
 from tilelens.config import Location, resolve_location
-from tilelens.records import AccessSummary, AutotuneEvent, KernelIdentity, LaunchRecord, RunInfo, utcnow
+from tilelens.errors import HistoryError, NotAHistoryError, RunNotFoundError, UsageError
+from tilelens.records import (
+    FINISHED_RUN_STATUSES,
+    REPLAY_OUTCOMES,
+    AccessSummary,
+    AutotuneEvent,
+    KernelIdentity,
+    LaunchRecord,
+    ReplayOutcome,
+    RunInfo,
+    RunStatus,
+    utcnow,
+)
 from tilelens.store import database
 from tilelens.store.blobs import BlobRef, BlobStore
-from tilelens.store.errors import HistoryError, NotAHistoryError
 from tilelens.store.jsonvalues import to_json
 from tilelens.store.models import (
     TABLES,
@@ -36,11 +47,7 @@ from tilelens.store.models import (
     Replay,
     Run,
 )
-
-RunStatus = Literal["ok", "failed", "interrupted"]
-ReplayOutcome = Literal["match", "mismatch", "error"]
-RUN_STATUSES = ("ok", "failed", "interrupted")
-REPLAY_OUTCOMES = ("match", "mismatch", "error")
+from tilelens.store.traces import TRACE_WRITE_OPTIONS
 
 
 @dataclass(frozen=True)
@@ -102,14 +109,10 @@ class History:
     file at once. Use :meth:`open`; the constructor takes already-prepared parts.
     """
 
-    #: Parquet options for access-trace blobs (the recorder may tune encodings for its trace schema).
-    trace_write_options: dict[str, Any]
-
     def __init__(self, location: Location, engine: Engine, blobs: BlobStore) -> None:
         self.location = location
         self.engine = engine
         self.blobs = blobs
-        self.trace_write_options = {}
         self._kernel_ids: dict[tuple[str, str, str], int] = {}  # filled after commits only
         self.migrated_from: tuple[str, ...] = ()
 
@@ -153,17 +156,28 @@ class History:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
+    @property
+    def label(self) -> str:
+        """The history's name in messages: its file for SQLite (as the read commands say), else its URL."""
+        return _label(self.location)
+
     def __repr__(self) -> str:
         return f"History(db={self.location.display_url()!r}, blobs={str(self.location.blobs_dir)!r})"
 
     @contextlib.contextmanager
     def session(self, write: bool = False) -> Iterator[Session]:
-        """A session for queries; with ``write=True`` one short transaction that commits on exit."""
+        """A session for queries; with ``write=True`` one short transaction that commits on exit.
+
+        Driver errors of a read (a locked, unreadable or vanished database) come out as ``HistoryError``.
+        """
         if write:
             with database.write_session(self.engine) as session:
                 yield session
         else:
-            with Session(self.engine, expire_on_commit=False) as session:
+            with (
+                database.translate_errors(self.label),
+                Session(self.engine, expire_on_commit=False) as session,
+            ):
                 yield session
 
     def revision(self) -> tuple[str, ...]:
@@ -193,8 +207,8 @@ class History:
             return run.id
 
     def finish_run(self, run_id: int, status: RunStatus, exit_code: int | None = None) -> None:
-        if status not in RUN_STATUSES:
-            raise ValueError(f"run status must be one of {RUN_STATUSES}, got {status!r}")
+        if status not in FINISHED_RUN_STATUSES:
+            raise UsageError(f"a finished run's status is one of {FINISHED_RUN_STATUSES}, not {status!r}")
         with database.write_session(self.engine) as s:
             result = s.execute(
                 update(Run)
@@ -202,7 +216,7 @@ class History:
                 .values(status=status, exit_code=exit_code, finished_at=utcnow())
             )
             if result.rowcount != 1:
-                raise HistoryError(f"no run {run_id} in history {_label(self.location)}")
+                raise RunNotFoundError(f"no run {run_id} in history {_label(self.location)}")
 
     def write_launch(self, run_id: int, rec: LaunchRecord) -> int:
         refs: dict[str, BlobRef] = {}
@@ -241,7 +255,7 @@ class History:
                 }
             )
         trace_ref = (
-            keep(self.blobs.store_table(rec.trace, "trace", **self.trace_write_options))
+            keep(self.blobs.store_table(rec.trace, "trace", **TRACE_WRITE_OPTIONS))
             if rec.trace is not None
             else None
         )
@@ -327,7 +341,7 @@ class History:
         created_at: dt.datetime | None = None,
     ) -> int:
         if outcome not in REPLAY_OUTCOMES:
-            raise ValueError(f"replay outcome must be one of {REPLAY_OUTCOMES}, got {outcome!r}")
+            raise UsageError(f"replay outcome must be one of {REPLAY_OUTCOMES}, not {outcome!r}")
         row = {
             "launch_id": launch_id,
             "device": device,

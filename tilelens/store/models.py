@@ -2,8 +2,9 @@
 
 The schema is created and changed only by the Alembic migrations in ``migrations/versions``; these models are
 what the code reads and writes through, and a test keeps the two in agreement. Columns the CLI filters or sorts
-by are indexed. Large payloads never live in rows: rows hold the sha256 of a blob, and the foreign key to
-``blobs`` makes "every referenced blob is known" a database guarantee.
+by are indexed; the words that status, role, kind and outcome columns hold are the vocabulary of
+:mod:`tilelens.records`. Large payloads never live in rows: rows hold the sha256 of a blob, and the foreign
+key to ``blobs`` makes "every referenced blob is known" a database guarantee.
 """
 
 from __future__ import annotations
@@ -96,7 +97,7 @@ class Run(Base):
     pid: Mapped[int | None] = mapped_column(Integer)
     tag: Mapped[str | None] = mapped_column(Text, index=True)
     versions: Mapped[dict[str, Any]]
-    status: Mapped[str] = mapped_column(String(16), index=True)  # running | ok | failed | interrupted
+    status: Mapped[str] = mapped_column(String(16), index=True)  # records.RunStatus
     exit_code: Mapped[int | None] = mapped_column(Integer)
     started_at: Mapped[dt.datetime] = mapped_column(index=True)
     finished_at: Mapped[dt.datetime | None]
@@ -133,10 +134,10 @@ class Launch(Base):
     )  # see ix_launches_run_id_seq
     kernel_id: Mapped[int] = mapped_column(ForeignKey("kernels.id"), index=True)
     seq: Mapped[int] = mapped_column(Integer)
-    role: Mapped[str] = mapped_column(String(16), index=True)  # launch | autotune-trial
-    status: Mapped[str] = mapped_column(String(16), index=True)  # ok | error
+    role: Mapped[str] = mapped_column(String(16), index=True)  # records.LaunchRole
+    status: Mapped[str] = mapped_column(String(16), index=True)  # records.LaunchStatus
     error: Mapped[str | None] = mapped_column(Text)
-    backend: Mapped[str] = mapped_column(String(32))  # interpreter | compiled
+    backend: Mapped[str] = mapped_column(String(32))  # records.Backend
     device: Mapped[str] = mapped_column(String(64))
     grid_x: Mapped[int] = mapped_column(Integer)
     grid_y: Mapped[int] = mapped_column(Integer)
@@ -188,7 +189,7 @@ class LaunchArg(Base):
     launch_id: Mapped[int] = mapped_column(ForeignKey("launches.id", ondelete="CASCADE"))
     position: Mapped[int] = mapped_column(Integer)
     name: Mapped[str] = mapped_column(Text)
-    kind: Mapped[str] = mapped_column(String(16))  # tensor | scalar | constexpr | none | other
+    kind: Mapped[str] = mapped_column(String(16))  # records.ArgKind
     dtype: Mapped[str | None] = mapped_column(String(64))
     shape: Mapped[list[Any] | None]
     strides: Mapped[list[Any] | None]
@@ -233,7 +234,7 @@ class Replay(Base):
     launch_id: Mapped[int] = mapped_column(ForeignKey("launches.id", ondelete="CASCADE"), index=True)
     device: Mapped[str] = mapped_column(String(64))
     backend: Mapped[str] = mapped_column(String(32))
-    outcome: Mapped[str] = mapped_column(String(16), index=True)  # match | mismatch | error
+    outcome: Mapped[str] = mapped_column(String(16), index=True)  # records.ReplayOutcome
     max_abs_err: Mapped[float | None] = mapped_column(Float)
     max_rel_err: Mapped[float | None] = mapped_column(Float)
     trace_equal: Mapped[bool | None] = mapped_column(Boolean)
