@@ -43,7 +43,7 @@ class StateError(TileLensError, RuntimeError):
 
 
 class UnsupportedError(TileLensError, NotImplementedError):
-    """Outside what TileLens supports: a Triton release, a kind of kernel (Gluon), a database server."""
+    """Outside what TileLens supports: a Triton release, a database server, a construct it cannot run."""
 
 
 # -- histories ----------------------------------------------------------------------------------------------

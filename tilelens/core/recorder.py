@@ -22,7 +22,7 @@ from typing import Any
 from tilelens.core import compat, session
 from tilelens.core.interpreter import TuningMirror, interception_patches
 from tilelens.core.session import AutotunePolicy
-from tilelens.core.trace import TritonTrace
+from tilelens.core.trace import TritonTrace, trace_class
 from tilelens.errors import UnsupportedError, UsageError
 from tilelens.records import AutotuneEvent, LaunchRecord, RunInfo
 from tilelens.version import versions
@@ -128,7 +128,7 @@ class Recording:
         with self._lock:
             entry = self._traced.get(id(kernel))
             if entry is None or entry[0] is not kernel:
-                entry = (kernel, TritonTrace(kernel, in_place=False))
+                entry = (kernel, trace_class(kernel)(kernel, in_place=False))
                 self._traced[id(kernel)] = entry
             return entry[1]
 

@@ -53,10 +53,11 @@ class ResolvedKernel:
     def traced(self) -> Any:
         """A TritonTrace of the kernel, made once: it computes identity and rewrites the AST only once."""
         if self._traced is None:
-            from tilelens.core.trace import TritonTrace
+            from tilelens.core.trace import trace_class
 
-            # No tensor copies in its records: replay compares the rebuilt arguments themselves.
-            self._traced = TritonTrace(self.fn, in_place=False, snapshots=False)
+            # No tensor copies in its records: replay compares the rebuilt arguments themselves. A Gluon
+            # kernel gets a GluonTrace: it runs in the Gluon simulator.
+            self._traced = trace_class(self.fn)(self.fn, in_place=False, snapshots=False)
         return self._traced
 
     def compiled(self) -> Any:
@@ -166,10 +167,8 @@ def _walk(module: ModuleType, qualname: str) -> Any:
 
 
 def innermost(obj: Any, name: str) -> Any:
-    """The JITFunction under any Autotuner / Heuristics / TileLens trace layers."""
+    """The JITFunction (or GluonJITFunction) under any Autotuner / Heuristics / TileLens trace layers."""
     for _ in range(MAX_CHAIN):
-        if compat.is_gluon(obj):
-            raise ReplayFailure(f"kernel {name} is a Gluon kernel; TileLens cannot replay Gluon kernels yet")
         if isinstance(obj, (compat.JITFunction, compat.InterpretedFunction)):
             return obj
         nxt = getattr(obj, "jit_fn", None) or getattr(obj, "fn", None)
@@ -208,11 +207,26 @@ def _from_history(kernel: KernelIdentity) -> ResolvedKernel:
             f"the recorded source of {kernel.name} cannot be run here ({type(exc).__name__}: {exc})"
         ) from None
     with compiled_mode(), jit_registry_kept(pyfn):
-        fn = triton.jit(pyfn)
+        fn = _jit_like(module, kernel.qualname)(pyfn)
     sha = current_sha256(fn)
     if sha != kernel.source_sha256:
         raise ReplayFailure(f"the recorded source of {kernel.name} does not reproduce its recorded hash")
     return ResolvedKernel(fn, "history", sha, kernel.source_sha256)
+
+
+def _jit_like(module: ModuleType | None, qualname: str) -> Any:
+    """``gluon.jit`` when the code base's kernel of this name is a Gluon kernel, else ``triton.jit``."""
+    import triton
+
+    if module is not None:
+        try:
+            if compat.is_gluon(innermost(_walk(module, qualname), qualname)):
+                from triton.experimental import gluon
+
+                return gluon.jit
+        except (AttributeError, ReplayFailure):
+            pass
+    return triton.jit
 
 
 def _namespace_module(kernel: KernelIdentity) -> ModuleType | None:
