@@ -39,7 +39,10 @@ def _modules() -> list[ModuleType]:
         modules = [importlib.import_module(n) for n in names]
     finally:
         sys.path.remove(str(ROOT / "examples"))
-    ops = pytest.importorskip("liger_kernel.ops")
+    try:
+        ops = importlib.import_module("liger_kernel.ops")
+    except ImportError:  # the dev extra installs it; the other kernels are still checked without it
+        return modules
     for info in pkgutil.walk_packages(ops.__path__, "liger_kernel.ops."):
         try:
             modules.append(importlib.import_module(info.name))
