@@ -59,6 +59,9 @@ class KernelIdentity:
     source: str
     source_sha256: str
     cache_key: str | None
+    # sha256 of the whole file at record time: replay runs that file only while it is byte-identical (or when
+    # told to run changed code). None when the file could not be read (``<string>``, a deleted file).
+    file_sha256: str | None = None
 
     @property
     def name(self) -> str:

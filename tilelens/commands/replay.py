@@ -28,6 +28,7 @@ _STYLE = {"match": "green", "mismatch": "red", "error": "yellow"}
 # What to type when a replay was refused (the result's own message names no flags).
 _REFUSAL_HINTS = {
     "source-changed": "--allow-changed replays it anyway, --from-history --trust-source runs the recorded source",
+    "file-changed": "--allow-changed runs the file as it is now",
 }
 
 
@@ -53,13 +54,19 @@ def replay(
         "cpu", "--device", help="cpu (the interpreter, bit for bit) or cuda[:N] (compiled)."
     ),
     allow_changed: bool = typer.Option(
-        False, "--allow-changed", help="Replay even if the kernel's source changed since it was recorded."
+        False,
+        "--allow-changed",
+        help="Replay even if the kernel's source or its file changed since it was recorded (runs the code "
+        "as it is now).",
     ),
     from_history: bool = typer.Option(
         False, "--from-history", help="Run the source stored in the history (needs --trust-source)."
     ),
     trust_source: bool = typer.Option(
-        False, "--trust-source", help="Allow --from-history to execute code read from the history database."
+        False,
+        "--trust-source",
+        help="Allow --from-history to execute kernel source read from the history database (it must still "
+        "hash to the recorded sha256 and be one plain def, checked before it runs).",
     ),
     atol: float | None = typer.Option(
         None, "--atol", help="Absolute tolerance for outputs (default per dtype)."

@@ -119,7 +119,9 @@ class ReplayResult:
     headline: str = ""  # the message's "launch N (kernel) on device" part, for a mismatch listed below it
     details: list[str] = field(default_factory=list)  # the mismatches the message joins, one per entry
     source_changed: bool = False
-    refusal: str | None = None  # why the replay did not run: "source-changed"; None when it ran
+    refusal: str | None = None  # why the replay did not run: "source-changed", "file-changed"; else None
+    file_changed: bool = False  # the kernel's file differs from the recorded one (run with allow_changed)
+    skipped: str | None = None  # top-level statements of the kernel's file that loading it left out
     from_history: bool = False
     trace_equal: bool | None = None
     trace_diff: TraceDiff | None = None

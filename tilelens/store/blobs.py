@@ -7,6 +7,10 @@ at a missing or half-written file. Reusing a blob that is already there sets its
 about to reference is never collected. Naming by content makes a blob immutable and deduplicates it for free: an
 unchanged tensor recorded a thousand times is one file. Reads re-hash, so disk corruption is reported with the
 blob's name instead of surfacing as a wrong replay.
+
+Invariant: a ``store_*`` call returns a reference only to a file this process knows to hold exactly those
+bytes, because it wrote the file or compared it with the bytes once (a name found on disk is not proof: a
+flipped byte keeps the name and the size). A file that differs is replaced atomically by the right bytes.
 """
 
 from __future__ import annotations
@@ -60,6 +64,24 @@ def _refresh(path: Path) -> bool:
     except (FileNotFoundError, PermissionError):
         return False
     return True
+
+
+def _same_content(path: Path, view: memoryview, chunk: int = 8 << 20) -> bool:
+    """Whether the file holds exactly ``view``'s bytes. A comparison, not a hash: ``view`` hashes to the
+    file's name already, so equal bytes prove the file intact, and memcmp is several times faster.
+    (``bytearray == memoryview`` is a memcmp; ``memoryview == memoryview`` compares item by item.)"""
+    try:
+        with open(path, "rb") as f:
+            buf = bytearray(min(chunk, view.nbytes))
+            for start in range(0, view.nbytes, chunk):
+                part = view[start : start + chunk]
+                if part.nbytes != len(buf):
+                    buf = bytearray(part.nbytes)
+                if f.readinto(buf) != part.nbytes or buf != part:
+                    return False
+            return f.read(1) == b""
+    except OSError:
+        return False
 
 
 def table_to_parquet(table: pa.Table, **write_options: Any) -> pa.Buffer:
@@ -163,6 +185,9 @@ class BlobStore:
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root)
         self._recent = _RecentTensors()
+        # Names whose file this store wrote or compared with the content: checked once per process, so
+        # a tensor recorded a thousand times is compared once, not read back a thousand times.
+        self._intact: set[str] = set()
 
     def __repr__(self) -> str:
         return f"BlobStore({str(self.root)!r})"
@@ -186,11 +211,14 @@ class BlobStore:
         path = self.path(sha)
         size = view.nbytes
         try:
-            if path.stat().st_size == size and _refresh(path):
-                return BlobRef(sha, kind, size, rows)
+            on_disk = path.stat().st_size
         except FileNotFoundError:
-            pass
-        self._write_atomic(path, view)
+            on_disk = None
+        intact = on_disk == size and (sha in self._intact or _same_content(path, view))
+        # A reused file gets mtime now so gc leaves it alone; one this user may not touch is written anew.
+        if not (intact and _refresh(path)):
+            self._write_atomic(path, view)  # missing, truncated, corrupt or not ours: the right bytes, atomically
+        self._intact.add(sha)
         return BlobRef(sha, kind, size, rows)
 
     def _write_atomic(self, path: Path, view: memoryview) -> None:

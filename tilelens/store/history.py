@@ -356,6 +356,7 @@ class History:
             "config": to_json(dict(rec.config)),
             "tuning_key": rec.tuning_key,
             "cache_key": rec.kernel.cache_key,
+            "kernel_file_sha256": rec.kernel.file_sha256,
             "loads": s_.loads,
             "stores": s_.stores,
             "atomics": s_.atomics,

@@ -79,6 +79,7 @@ def load_launch(history: History, launch_id: int) -> LaunchSpec:
                 L.device,
                 L.trace_blob,
                 L.duration_s,
+                L.kernel_file_sha256,
                 K.module,
                 K.qualname,
                 K.file,
@@ -113,7 +114,14 @@ def load_launch(history: History, launch_id: int) -> LaunchSpec:
         id=row.id,
         run_id=row.run_id,
         kernel=KernelIdentity(
-            row.module, row.qualname, row.file, row.def_line, row.source, row.source_sha256, row.cache_key
+            row.module,
+            row.qualname,
+            row.file,
+            row.def_line,
+            row.source,
+            row.source_sha256,
+            row.cache_key,
+            row.kernel_file_sha256,
         ),
         grid=(row.grid_x, row.grid_y, row.grid_z),
         config=dict(row.config or {}),

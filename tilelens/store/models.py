@@ -151,6 +151,9 @@ class Launch(Base):
     config: Mapped[dict[str, Any]]
     tuning_key: Mapped[str | None] = mapped_column(Text)
     cache_key: Mapped[str | None] = mapped_column(Text)  # Triton's key: changes with callees too
+    # sha256 of the kernel's whole file when this launch ran (per launch: one kernel row serves recordings whose
+    # other code differs); replay runs the file only while it still hashes to this. Schema revision 0005.
+    kernel_file_sha256: Mapped[str | None] = mapped_column(SHA256)
 
     # Access summary over the whole trace.
     loads: Mapped[int] = mapped_column(BigInteger)

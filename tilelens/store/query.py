@@ -17,10 +17,8 @@ Reads never create or migrate a history and never import torch, Triton or Alembi
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import json
-import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -502,38 +500,37 @@ class HistoryQuery:
         return pa.Table.from_batches(list(self.lane_batches(launch_id)), schema=lanes.LANE_SCHEMA)
 
     def export(self, launch_id: int, path: str | Path, format: ExportFormat = "parquet") -> ExportResult:
-        """Write :meth:`lane_batches` to ``path``; the file appears whole or not at all."""
+        """Write :meth:`lane_batches` to ``path`` (``"-"``: standard output) by the rules of
+        :func:`tilelens.store.outfile.open_output`: a regular file appears whole or not at all, a FIFO, a
+        device or a file descriptor is written through and never replaced."""
         if format not in EXPORT_FORMATS:
             raise UsageError(f"export format must be one of {', '.join(EXPORT_FORMATS)}, not {format!r}")
         from tilelens.store import lanes
+        from tilelens.store.outfile import open_output
 
         batches = self.lane_batches(launch_id)
-        path = Path(path)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         rows = 0
         try:
-            if format == "parquet":
-                import pyarrow.parquet as pq
+            with open_output(path) as sink:
+                if format == "parquet":
+                    import pyarrow.parquet as pq
 
-                with pq.ParquetWriter(tmp, lanes.LANE_SCHEMA, compression="zstd") as writer:
-                    for batch in batches:
-                        writer.write_batch(batch)
-                        rows += batch.num_rows
-            else:
-                import pyarrow.csv as pcsv
+                    with pq.ParquetWriter(sink, lanes.LANE_SCHEMA, compression="zstd") as writer:
+                        for batch in batches:
+                            writer.write_batch(batch)
+                            rows += batch.num_rows
+                else:
+                    import pyarrow.csv as pcsv
 
-                with pcsv.CSVWriter(tmp, lanes.LANE_SCHEMA) as writer:
-                    for batch in batches:
-                        writer.write_batch(batch)
-                        rows += batch.num_rows
-            os.replace(tmp, path)
-        except OSError as exc:  # no permission, no space, a name too long: the file cannot be written
-            _discard(tmp)
-            raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from exc
-        except BaseException:
-            _discard(tmp)
+                    with pcsv.CSVWriter(sink, lanes.LANE_SCHEMA) as writer:
+                        for batch in batches:
+                            writer.write_batch(batch)
+                            rows += batch.num_rows
+        except BrokenPipeError:  # the reader left (`-o - | head`): not a failure to write, the caller's call
             raise
-        return ExportResult(path=path, format=format, rows=rows)
+        except OSError as exc:  # no permission, no space (/dev/full), a name too long
+            raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from exc
+        return ExportResult(path=Path(path), format=format, rows=rows)
 
     # -- SQL ----------------------------------------------------------------------------------------------
 
@@ -553,11 +550,6 @@ _ARGS_SELECT = (
     "access, before_blob, after_blob FROM launch_args WHERE launch_id = :id ORDER BY position"
 )
 _ARG_NAMES = "SELECT position, name FROM launch_args WHERE launch_id = :id"
-
-
-def _discard(tmp: Path) -> None:
-    with contextlib.suppress(OSError):  # the failure being reported may be that this name cannot exist
-        tmp.unlink(missing_ok=True)
 
 
 def open_query(
