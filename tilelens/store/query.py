@@ -472,7 +472,11 @@ class HistoryQuery:
             raise LaunchNotFoundError(f"no launch {launch_id} in history {self.reader.label}")
         if rows[0][0] is None:
             raise NoTraceError(f"launch {launch_id} has no access trace")
-        return self._trace_table(rows[0][0])
+        try:
+            return self._trace_table(rows[0][0])
+        except BlobError as exc:  # the blob's own message names the file; say whose trace it is
+            exc.args = (f"launch {launch_id}'s access trace: {exc}",)
+            raise
 
     def lane_batches(self, launch_id: int) -> Iterator[pa.RecordBatch]:
         """The trace as one flat row per lane (``tilelens.store.lanes.LANE_SCHEMA``), in record batches."""

@@ -256,9 +256,14 @@ _REPORTING_PRAGMAS = {
     "freelist_count",
     "journal_mode",
     "encoding",
+    # checks that only read: they answer "ok" or list what is wrong
+    "integrity_check",
+    "quick_check",
+    "foreign_key_check",
 }
 _TABLE_ARGUMENT_PRAGMAS = {"table_info", "table_xinfo", "table_list", "index_list", "index_info"}
-_TABLE_ARGUMENT_PRAGMAS |= {"index_xinfo", "foreign_key_list"}
+_TABLE_ARGUMENT_PRAGMAS |= {"index_xinfo", "foreign_key_list", "integrity_check", "quick_check"}
+_TABLE_ARGUMENT_PRAGMAS |= {"foreign_key_check"}
 _DENIED_FUNCTIONS = {"load_extension"}
 
 
