@@ -140,6 +140,17 @@ class History:
         path = location.sqlite_path
         if path is not None:
             database.check_sqlite_file(path, label)
+            if path.exists():  # refuse a newer, foreign or damaged history before a writer's connection
+                # switches it to WAL
+                probe = database.create_read_only_engine(location.db_url, path)
+                try:
+                    state = database.inspect_schema(probe, label, script_location)
+                finally:
+                    probe.dispose()
+                if state.foreign_tables:
+                    raise NotAHistoryError(
+                        f"{label} is a database of another program (it has tables but no TileLens schema)"
+                    )
             try:
                 path.parent.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
