@@ -216,7 +216,7 @@ def test_reading_commands_work_on_read_only_media(examples_history: Recorded, tm
     assert sql.stdout == f"n\n{total}\n"
     assert "up to date" in current.stdout
     assert replay.stdout.startswith(f"match: launch {launch} ")
-    assert out.read_text().startswith("launch_id,")
+    assert out.read_text().startswith('"launch_id","pid_x",')
     # Storing a replay needs a writable history: one line, before anything ran.
     assert store.returncode == 2 and store.stdout == ""
     assert store.stderr == f"tilelens: error: cannot write history {db}: {db} is not writable\n"
