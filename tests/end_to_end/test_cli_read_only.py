@@ -221,3 +221,29 @@ def test_reading_commands_work_on_read_only_media(examples_history: Recorded, tm
     assert store.returncode == 2 and store.stdout == ""
     assert store.stderr == f"tilelens: error: cannot write history {db}: {db} is not writable\n"
     assert snapshot(folder) == before
+
+
+UNCHECKPOINTED = (
+    "import os, sqlite3, sys\n"
+    "conn = sqlite3.connect(sys.argv[1], isolation_level=None)\n"
+    "conn.execute('PRAGMA wal_autocheckpoint = 0')\n"
+    "conn.execute(\"UPDATE runs SET tag = 'only-in-the-wal'\")\n"
+    "os._exit(0)  # no close: the commit stays in the -wal file, never copied into the database\n"
+)
+
+
+def test_commits_only_in_the_wal_are_not_hidden_on_read_only_media(
+    examples_history: Recorded, tmp_path: Path
+) -> None:
+    folder = tmp_path / "h"
+    db = copy_history(examples_history, folder)
+    subprocess.run([sys.executable, "-c", UNCHECKPOINTED, db], check=True)
+    (folder / "h.db-shm").unlink()  # as a copy without the index would be
+    assert (folder / "h.db-wal").stat().st_size > 0
+    where: list[object] = ["--db", db, "--blobs", folder / "blobs"]
+    (ls,) = run_on_read_only(folder, [*where, "ls", "--runs"])
+    assert ls.returncode == 2 and ls.stdout == ""
+    assert ls.stderr.startswith(f"tilelens: error: cannot read history {db}: it is in a folder this process")
+    assert "h.db-wal holds commits" in ls.stderr and len(ls.stderr.splitlines()) == 1
+    # Where SQLite may write its index, the same copy reads, commit included.
+    assert "only-in-the-wal" in tilelens_in_process(*where, "ls", "--runs").stdout
