@@ -19,6 +19,9 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
+import re
+import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,7 +39,15 @@ from tilelens.errors import (
 )
 from tilelens.records import LAUNCH_STATUSES, RUN_STATUSES
 from tilelens.store.names import KERNEL_NAMES_SQL, matching_ids
-from tilelens.store.readonly import Reader, Result, open_reader
+from tilelens.store.readonly import (
+    Reader,
+    Result,
+    RowStream,
+    known_revisions,
+    open_reader,
+    row_limit,
+    storable_id,
+)
 from tilelens.store.results import (
     AccessStats,
     ArgumentInfo,
@@ -194,6 +205,8 @@ class HistoryQuery:
         if kernel is not None and not self._kernel_clause(f, kernel, "l.kernel_id"):
             return []
         if run is not None:
+            if not storable_id(run):
+                return []
             f.add("l.run_id = :run", run=run)
         if status is not None:
             f.add("l.status = :status", status=status)
@@ -204,7 +217,7 @@ class HistoryQuery:
         sql = f"{_LAUNCH_SELECT} {f.sql()} ORDER BY l.id DESC"
         if limit is not None:
             sql += " LIMIT :limit"
-            f.params["limit"] = int(limit)
+            f.params["limit"] = row_limit(limit)
         return [_launch_summary(r) for r in self._rows(sql, f.params)]
 
     def runs(
@@ -234,6 +247,8 @@ class HistoryQuery:
                 **inner.params,
             )
         if run is not None:
+            if not storable_id(run):
+                return []
             f.add("r.id = :run", run=run)
         # "running" and "lost" depend on processes, not only on rows: filtered after the liveness check.
         live_filter = status in ("running", "lost")
@@ -249,7 +264,7 @@ class HistoryQuery:
         )
         if limit is not None and not live_filter:
             sql += " LIMIT :limit"
-            f.params["limit"] = int(limit)
+            f.params["limit"] = row_limit(limit)
         runs = self._rows(sql, f.params)
         statuses = self._run_statuses(runs)
         if live_filter:
@@ -312,7 +327,11 @@ class HistoryQuery:
 
     def launch(self, launch_id: int, *, oob_events: int = 10, source: bool = False) -> LaunchDetail:
         """Everything about one launch; ``source=True`` adds per-line lane counts beside the kernel source."""
-        rows = self._rows(f"{_LAUNCH_SELECT} WHERE l.id = :id", {"id": launch_id})
+        rows = (
+            self._rows(f"{_LAUNCH_SELECT} WHERE l.id = :id", {"id": launch_id})
+            if storable_id(launch_id)
+            else []
+        )
         if not rows:
             raise LaunchNotFoundError(f"no launch {launch_id} in history {self.reader.label}")
         launch = _launch_summary(rows[0])
@@ -476,12 +495,20 @@ class HistoryQuery:
 
     def trace(self, launch_id: int) -> pa.Table:
         """The launch's access trace as recorded: one row per memory event (``TRACE_SCHEMA``)."""
-        rows = self._rows("SELECT trace_blob FROM launches WHERE id = :id", {"id": launch_id})
+        rows = (
+            self._rows("SELECT trace_blob FROM launches WHERE id = :id", {"id": launch_id})
+            if storable_id(launch_id)
+            else []
+        )
         if not rows:
             raise LaunchNotFoundError(f"no launch {launch_id} in history {self.reader.label}")
         if rows[0][0] is None:
             raise NoTraceError(f"launch {launch_id} has no access trace")
-        return self._trace_table(rows[0][0])
+        try:
+            return self._trace_table(rows[0][0])
+        except BlobError as exc:  # the blob's own message names the file; say whose trace it is
+            exc.args = (f"launch {launch_id}'s access trace: {exc}",)
+            raise
 
     def lane_batches(self, launch_id: int) -> Iterator[pa.RecordBatch]:
         """The trace as one flat row per lane (``tilelens.store.lanes.LANE_SCHEMA``), in record batches."""
@@ -534,15 +561,39 @@ class HistoryQuery:
 
     # -- SQL ----------------------------------------------------------------------------------------------
 
-    def sql(self, query: str) -> Result:
+    def sql(self, query: str, *, timeout: float | None = None) -> Result:
         """One read-only statement (the views of migration 0002 included); writes raise ReadOnlyError."""
+        with self.sql_stream(query, timeout=timeout) as rows:
+            return Result(rows.columns, list(rows))
+
+    def sql_stream(
+        self, query: str, *, timeout: float | None = None, cancel: threading.Event | None = None
+    ) -> RowStream:
+        """:meth:`sql` with the rows handed out as they come, in constant memory; close the stream.
+
+        ``timeout`` (seconds) and ``cancel`` stop a runaway query (``QueryTimeoutError``,
+        ``QueryInterruptedError``): see :meth:`tilelens.store.readonly.Reader.stream`.
+        """
+        if timeout is not None and not timeout > 0:
+            raise UsageError(f"a query timeout is a positive number of seconds, not {timeout!r}")
         try:
-            return self.reader.execute(query)
+            return self.reader.stream(query, timeout=timeout, cancel=cancel)
         except QueryError as exc:
-            missing = [v for v in VIEW_NAMES if v in str(exc)]
-            if missing and ("no such table" in str(exc) or "does not exist" in str(exc)):
-                raise ViewsMissingError(f"{exc} (this history predates the views)") from exc
-            raise
+            views = self._views_missing(exc)
+            if views is None:
+                raise
+            raise views from exc
+
+    def _views_missing(self, exc: QueryError) -> ViewsMissingError | None:
+        """The error names one of the views and the history's schema predates them: say how to get them."""
+        match = re.search(r'no such table: (\w+)|relation "(\w+)" does not exist', str(exc))
+        name = match and (match.group(1) or match.group(2))
+        # Every view exists at this code's head revision, so ``db upgrade`` adds a missing one exactly when
+        # the history is behind it. At the head, a missing view was dropped by hand, and upgrading does nothing.
+        _, heads = known_revisions()
+        if name not in VIEW_NAMES or set(self.reader.revisions) == set(heads):
+            return None
+        return ViewsMissingError(f"{exc} (this history predates the views)")
 
 
 _ARGS_SELECT = (
@@ -581,6 +632,7 @@ __all__ = [
     "OobEvent",
     "ReplayInfo",
     "Result",
+    "RowStream",
     "RunSummary",
     "SourceLine",
     "open_query",
