@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime as dt
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
 import re
 import threading
 from collections.abc import Iterator, Sequence
