@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import importlib
 import importlib.abc
 import importlib.util
 import json
@@ -152,7 +153,9 @@ def start() -> None:
 def begin(spec: dict[str, Any]) -> None:
     """Start this child's recording now; any failure is one line on stderr and the program goes on."""
     try:
-        from tilelens.core.recorder import Recording
+        # By name: the recorder imports this module for the parent side, and a child starts here, from the
+        # hook, before anything has imported the recorder.
+        Recording = importlib.import_module("tilelens.core.recorder").Recording
 
         kwargs: dict[str, Any] = {}
         if spec.get("on_oob") is not None and "on_oob" in _recording_parameters(Recording):
