@@ -131,3 +131,30 @@ def test_the_pytest_plugin_imports_nothing_heavy() -> None:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert proc.stdout == "[]\n", proc.stderr
+
+
+class _WithPolicy:
+    def __init__(self, db: object = None, *, on_oob: str = "record") -> None: ...
+
+
+class _WithoutPolicy:
+    def __init__(self, db: object = None, *, tag: str | None = None) -> None: ...
+
+
+def test_on_oob_is_passed_through_only_where_the_recording_has_the_policy() -> None:
+    from tilelens.pytest_plugin import _recording_kwargs
+
+    class Config:
+        def __init__(self, value: str | None) -> None:
+            self.value = value
+
+        def getoption(self, name: str) -> str | None:
+            assert name == "tilelens_on_oob"
+            return self.value
+
+    assert _recording_kwargs(Config("raise"), _WithPolicy) == {"on_oob": "raise"}  # type: ignore[arg-type]
+    assert _recording_kwargs(Config("record"), _WithPolicy) == {"on_oob": "record"}  # type: ignore[arg-type]
+    assert _recording_kwargs(Config(None), _WithPolicy) == {}  # type: ignore[arg-type]
+    assert _recording_kwargs(Config("record"), _WithoutPolicy) == {}  # type: ignore[arg-type]
+    with pytest.raises(pytest.UsageError, match="no on_oob policy"):
+        _recording_kwargs(Config("raise"), _WithoutPolicy)  # type: ignore[arg-type]
