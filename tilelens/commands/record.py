@@ -66,7 +66,14 @@ def record(
     st = state(ctx)
     db, blobs = st.db, st.blobs
     argv = (["-m", target] if module else [target]) + args
-    rec = api.Recording(db, blobs, tag=tag, autotune=autotune, argv=argv)  # type: ignore[arg-type]
+    rec = api.Recording(
+        db,
+        blobs,
+        tag=tag,
+        autotune=autotune,
+        argv=argv,
+        follow_children=True,  # type: ignore[arg-type]
+    )
     started = time.monotonic()
     outcome = runner.Outcome(0)
     try:
@@ -141,23 +148,33 @@ def _print_summary(rec: Recording, outcome: Any, elapsed: float, db: str | None,
     from rich.text import Text
 
     console = render.err()
-    launches = sum(rec.launches_per_kernel.values())
-    kernels = len(rec.launches_per_kernel)
+    per_kernel, errors, oob_lanes, children = rec.launches_per_kernel, rec.errors, rec.oob_lanes, 0
+    tree = _tree(rec)
+    if tree is not None and tree.child_runs:  # the program's child processes recorded runs of their own
+        per_kernel, errors, oob_lanes, children = (
+            tree.launches_per_kernel,
+            tree.errors,
+            tree.oob_lanes,
+            tree.child_runs,
+        )
+    launches = sum(per_kernel.values())
+    kernels = len(per_kernel)
     head = Text("tilelens: ", style="bold")
-    head.append(f"run {rec.run_id}: ")
+    head.append(f"run {rec.run_id}")
+    if children:
+        head.append(f" and {children} child {_plural(children, 'run', 'runs')}")
+    head.append(": ")
     if launches:
         head.append(f"{launches} {_plural(launches, 'launch', 'launches')} of {kernels} ")
         head.append(f"{_plural(kernels, 'kernel', 'kernels')}, ")
-        head.append(
-            f"{rec.errors} {_plural(rec.errors, 'error', 'errors')}", style="red" if rec.errors else ""
-        )
+        head.append(f"{errors} {_plural(errors, 'error', 'errors')}", style="red" if errors else "")
         head.append(", ")
-        head.append(f"{rec.oob_lanes:,} out-of-bounds lanes", style="bold red" if rec.oob_lanes else "")
+        head.append(f"{oob_lanes:,} out-of-bounds lanes", style="bold red" if oob_lanes else "")
     else:
         head.append("no Triton launches recorded")
     head.append(f" ({elapsed:.1f} s)")
     console.print(head)
-    for name, n in sorted(rec.launches_per_kernel.items(), key=lambda kv: (-kv[1], kv[0])):
+    for name, n in sorted(per_kernel.items(), key=lambda kv: (-kv[1], kv[0])):
         console.print(Text(f"  {n:>6}  {escape(name)}"))
     if rec.autotune_events:
         console.print(Text(f"  autotune decisions: {rec.autotune_events}"))
@@ -180,6 +197,16 @@ def _print_summary(rec: Recording, outcome: Any, elapsed: float, db: str | None,
     if rec.launch_ids:
         hint += f"  |  {prefix} show {rec.launch_ids[-1]}"
     console.print(Text(escape(hint), style="dim"))
+
+
+def _tree(rec: Recording) -> Any:
+    """The run and its child processes' runs, counted from the history; None when that cannot be read."""
+    if rec.run_id is None or rec.history is None:
+        return None
+    try:
+        return api.run_tree(rec.history, rec.run_id)
+    except Exception:  # noqa: BLE001 - the summary falls back to this process's own counts
+        return None
 
 
 def _plural(n: int, one: str, many: str) -> str:

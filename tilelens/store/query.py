@@ -18,6 +18,7 @@ Reads never create or migrate a history and never import torch, Triton or Alembi
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 import re
 import threading
@@ -93,7 +94,8 @@ def _time(value: Any) -> dt.datetime | None:
 _LAUNCH_SELECT = """
 SELECT l.id, l.run_id, l.seq, l.started_at, l.duration_s, k.module, k.qualname,
        l.grid_x, l.grid_y, l.grid_z, l.config, l.tuning_key, l.role, l.status, l.error, l.backend, l.device,
-       l.lanes, l.load_lanes + l.store_lanes + l.atomic_lanes, l.oob_lanes, l.bytes_loaded, l.bytes_stored
+       l.lanes, l.load_lanes + l.store_lanes + l.atomic_lanes, l.oob_lanes, l.bytes_loaded, l.bytes_stored,
+       {test_nodeid}
 FROM launches l JOIN kernels k ON k.id = l.kernel_id
 """
 
@@ -136,7 +138,16 @@ def _launch_summary(row: Sequence[Any]) -> LaunchSummary:
         oob_lanes=int(row[19]),
         bytes_loaded=int(row[20]),
         bytes_stored=int(row[21]),
+        test_nodeid=row[22],
     )
+
+
+def _like(pattern: str) -> str:
+    """A node-id pattern as SQL LIKE: ``*``/``?`` wildcards, else a substring; ``%``, ``_`` match themselves."""
+    escaped = pattern.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    if "*" not in pattern and "?" not in pattern:
+        return f"%{escaped}%"
+    return escaped.replace("*", "%").replace("?", "_")
 
 
 @dataclass
@@ -173,6 +184,19 @@ class HistoryQuery:
     def _rows(self, sql: str, params: dict[str, Any] | None = None) -> list[tuple[Any, ...]]:
         return self.reader.execute(sql, params).rows
 
+    @functools.cached_property
+    def _has_procs_columns(self) -> bool:
+        """Whether the history has revision 0007's columns; an older history is read with NULLs instead."""
+        try:
+            self._rows("SELECT test_nodeid FROM launches WHERE 1 = 0")
+        except Exception:  # noqa: BLE001 - the column is missing: an older, still readable history
+            return False
+        return True
+
+    @property
+    def _launch_select(self) -> str:
+        return _LAUNCH_SELECT.format(test_nodeid="l.test_nodeid" if self._has_procs_columns else "NULL")
+
     # -- listings -----------------------------------------------------------------------------------------
 
     def kernel_ids(self, name: str) -> list[int]:
@@ -195,9 +219,13 @@ class HistoryQuery:
         status: str | None = None,
         oob: bool = False,
         tag: str | None = None,
+        test: str | None = None,
         limit: int | None = 50,
     ) -> list[LaunchSummary]:
-        """Launches, newest first; every filter given must hold."""
+        """Launches, newest first; every filter given must hold.
+
+        ``test`` matches the pytest node id: ``*``/``?`` wildcards over the whole id, else any id containing it.
+        """
         if status is not None and status not in LAUNCH_STATUSES:
             raise UsageError(f"launch status must be one of {', '.join(LAUNCH_STATUSES)}, not {status!r}")
         f = _Filter()
@@ -213,7 +241,9 @@ class HistoryQuery:
             f.add("l.oob_lanes > 0")
         if tag is not None:
             f.add("l.run_id IN (SELECT id FROM runs WHERE tag = :tag)", tag=tag)
-        sql = f"{_LAUNCH_SELECT} {f.sql()} ORDER BY l.id DESC"
+        if test is not None:
+            f.add("l.test_nodeid LIKE :test ESCAPE '\\'", test=_like(test))
+        sql = f"{self._launch_select} {f.sql()} ORDER BY l.id DESC"
         if limit is not None:
             sql += " LIMIT :limit"
             f.params["limit"] = row_limit(limit)
@@ -258,8 +288,9 @@ class HistoryQuery:
         if tag is not None:
             f.add("r.tag = :tag", tag=tag)
         sql = (
-            "SELECT r.id, r.started_at, r.finished_at, r.status, r.exit_code, r.tag, r.argv, r.cwd, r.host "
-            f"FROM runs r {f.sql()} ORDER BY r.id DESC"
+            "SELECT r.id, r.started_at, r.finished_at, r.status, r.exit_code, r.tag, r.argv, r.cwd, r.host, "
+            + ("r.parent_run_id, r.pid " if self._has_procs_columns else "NULL, NULL ")
+            + f"FROM runs r {f.sql()} ORDER BY r.id DESC"
         )
         if limit is not None and not live_filter:
             sql += " LIMIT :limit"
@@ -296,6 +327,8 @@ class HistoryQuery:
                     kernels=int(kernels or 0),
                     errors=int(errors or 0),
                     oob_lanes=int(oob_lanes or 0),
+                    parent_run_id=r[9],
+                    pid=r[10],
                 )
             )
         return out
@@ -327,7 +360,7 @@ class HistoryQuery:
     def launch(self, launch_id: int, *, oob_events: int = 10, source: bool = False) -> LaunchDetail:
         """Everything about one launch; ``source=True`` adds per-line lane counts beside the kernel source."""
         rows = (
-            self._rows(f"{_LAUNCH_SELECT} WHERE l.id = :id", {"id": launch_id})
+            self._rows(f"{self._launch_select} WHERE l.id = :id", {"id": launch_id})
             if storable_id(launch_id)
             else []
         )
