@@ -42,10 +42,16 @@ _HOMES: dict[str, str] = {
     "newest_run": "tilelens.store.launches",
     "copy_history": "tilelens.store.copy",
     "CopyReport": "tilelens.store.copy",
+    "run_tree": "tilelens.store.tree",
+    "TreeSummary": "tilelens.store.tree",
     "select_launches": "tilelens.store.launches",
     "replay_launch": "tilelens.replay.engine",
     "replay_launches": "tilelens.replay.engine",
     "ReplayResult": "tilelens.replay.result",
+    # cleaning up (History.gc)
+    "GcReport": "tilelens.store.gc",
+    "gc_cutoff": "tilelens.store.gc",
+    "gc_duration": "tilelens.store.gc",
     "__version__": "tilelens.version",
     "versions": "tilelens.version",
 }
@@ -58,6 +64,22 @@ def open_history(
     from tilelens.store.history import History
 
     return History.open(db, blobs, location=location)
+
+
+def open_existing_history(
+    db: str | None = None,
+    blobs: str | Path | None = None,
+    *,
+    location: Location | None = None,
+    read_only: bool = False,
+) -> History:
+    """The existing history at ``db``/``blobs``, at the current schema; creates and migrates nothing.
+
+    ``read_only``: opened so that nothing at all is written (read-only media included).
+    """
+    from tilelens.store.history import History
+
+    return History.open_existing(db, blobs, location=location, read_only=read_only)
 
 
 def inspect_history(
@@ -79,7 +101,7 @@ def __getattr__(name: str) -> Any:
     return value
 
 
-__all__ = sorted([*_HOMES, "inspect_history", "open_history"])
+__all__ = sorted([*_HOMES, "inspect_history", "open_existing_history", "open_history"])
 
 
 def __dir__() -> list[str]:

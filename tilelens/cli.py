@@ -24,7 +24,8 @@ import typer
 
 from tilelens.commands import register_all
 from tilelens.commands.common import CliState
-from tilelens.errors import TileLensError, ViewsMissingError
+from tilelens.commands.escape import escape
+from tilelens.errors import SchemaBehindError, TileLensError, ViewsMissingError
 
 app = typer.Typer(
     name="tilelens",
@@ -111,18 +112,19 @@ def command() -> click.Group:
 # Hints the command line adds to the neutral messages of lower layers: what to type to get further.
 _HINTS: dict[type[TileLensError], str] = {
     ViewsMissingError: "`tilelens db upgrade` adds them",
+    SchemaBehindError: "`tilelens db upgrade` upgrades it",
 }
 
 
 def error_line(exc: TileLensError) -> str:
     """``tilelens: error: MESSAGE`` on one line, with the command-line hint for its kind of error, if any."""
-    text = " ".join(str(exc).split()) or type(exc).__name__
+    text = escape(" ".join(str(exc).split())) or type(exc).__name__
     hint = next((h for cls, h in _HINTS.items() if isinstance(exc, cls)), None)
     return f"tilelens: error: {text}" + (f"; {hint}" if hint else "")
 
 
 def _usage_line(exc: click.ClickException) -> str:
-    text = " ".join(exc.format_message().split())
+    text = escape(" ".join(exc.format_message().split()))
     ctx = getattr(exc, "ctx", None)
     if ctx is not None:
         text += f" (see {ctx.command_path} --help)"

@@ -63,6 +63,29 @@ class Location:
             return mask_password(self.db_url)
         return self.url.render_as_string(hide_password=True)
 
+    @property
+    def in_memory(self) -> bool:
+        """An in-memory SQLite database (``sqlite://``, ``:memory:``, ``mode=memory``): gone at exit."""
+        match = _PLAIN_SQLITE_URL.match(self.db_url)
+        if match is not None:  # as in sqlite_path: no SQLAlchemy import for the common case
+            return _memory_database(unquote(match.group(1)), "")
+        from tilelens.store.urls import is_postgres
+
+        if is_postgres(self.db_url):  # a server, never in memory: no SQLAlchemy needed to say so
+            return False
+        url = self.url
+        if url.get_backend_name() != "sqlite":
+            return False
+        return _memory_database(url.database or "", " ".join(f"{k}={v}" for k, v in url.query.items()))
+
+    def refuse_in_memory(self, shown: str | None = None) -> None:
+        """Raise LocationError for an in-memory database: a history there would vanish when TileLens exits."""
+        if self.in_memory:
+            raise LocationError(
+                f"{shown or self.display_url()} is an in-memory SQLite database: a history there vanishes when "
+                "tilelens exits; give a file path or a sqlite:////absolute/path.db URL"
+            )
+
 
 # "sqlite:///<database>" with no driver and no query: render_as_string quotes the database with safe=" +/".
 _PLAIN_SQLITE_URL = re.compile(r"^sqlite:///([^?#]*)$")
@@ -72,6 +95,14 @@ def _sqlite_file(url: URL) -> Path | None:
     if url.get_backend_name() != "sqlite":
         return None
     return _sqlite_database(url.database)
+
+
+def _memory_database(database: str, query: str) -> bool:
+    if database in ("", ":memory:"):
+        return True
+    return database.startswith("file:") and (
+        database.startswith("file::memory:") or "mode=memory" in database or "mode=memory" in query
+    )
 
 
 def _sqlite_database(database: str | None) -> Path | None:
@@ -114,7 +145,8 @@ def resolve_location(
 ) -> Location:
     """Resolve explicit arguments, then ``TILELENS_DB``/``TILELENS_BLOBS``, then ``./.tilelens``.
 
-    ``db`` is a SQLAlchemy URL or a plain filesystem path (taken as a SQLite file). When the blobs folder is
+    ``db`` is a SQLAlchemy URL or a plain filesystem path (taken as a SQLite file); an in-memory SQLite URL
+    is refused with :class:`LocationError` (nothing recorded there would outlive the process). When the blobs folder is
     not given and the database is a SQLite file, blobs live in ``blobs/`` beside that file, so that moving
     or copying the folder moves the whole history. ``env`` and ``cwd`` exist for tests.
     """
@@ -127,6 +159,7 @@ def resolve_location(
         db_url = _normalise_db(str(base / DEFAULT_DIR / DEFAULT_DB_FILE), base)
     else:
         db_url = _normalise_db(str(db), base)
+    Location(db_url, base).refuse_in_memory(shown=None if db is None else str(db))
 
     if blobs is not None:
         blobs_dir = _absolute(blobs, base)

@@ -25,9 +25,10 @@ LaunchStatus = Literal["ok", "error"]
 LaunchRole = Literal["launch", "autotune-trial"]
 #: Where a launch ran: Triton's CPU interpreter (every recording) or compiled (a replay on a GPU).
 Backend = Literal["interpreter", "compiled"]
-#: A run: ``running`` until it ends; then ``ok``, ``failed`` (the program failed or exited non-zero) or
-#: ``interrupted`` (Ctrl-C).
-RunStatus = Literal["running", "ok", "failed", "interrupted"]
+#: A run: ``running`` until it ends; then ``ok``, ``failed`` (the program failed or exited non-zero),
+#: ``interrupted`` (Ctrl-C) or ``terminated`` (SIGTERM/SIGHUP); ``lost`` when its process died without saying
+#: how it ended (SIGKILL, ``os._exit``, a crash: see tilelens.store.liveness).
+RunStatus = Literal["running", "ok", "failed", "interrupted", "terminated", "lost"]
 #: A replay: outputs (and trace) as recorded, not as recorded, or the launch could not be replayed as asked.
 ReplayOutcome = Literal["match", "mismatch", "error"]
 
@@ -36,11 +37,11 @@ LAUNCH_STATUSES: tuple[LaunchStatus, ...] = get_args(LaunchStatus)
 LAUNCH_ROLES: tuple[LaunchRole, ...] = get_args(LaunchRole)
 BACKENDS: tuple[Backend, ...] = get_args(Backend)
 RUN_STATUSES: tuple[RunStatus, ...] = get_args(RunStatus)
-#: What a finished run can be: every run status but ``running``.
-FINISHED_RUN_STATUSES: tuple[RunStatus, ...] = tuple(s for s in RUN_STATUSES if s != "running")
+#: How a run's own process can finish it: every run status but ``running`` and ``lost``.
+FINISHED_RUN_STATUSES: tuple[RunStatus, ...] = tuple(s for s in RUN_STATUSES if s not in ("running", "lost"))
 REPLAY_OUTCOMES: tuple[ReplayOutcome, ...] = get_args(ReplayOutcome)
 #: The statuses and outcomes that report a problem (front ends show them as such).
-PROBLEMS: frozenset[str] = frozenset({"error", "failed", "interrupted", "mismatch"})
+PROBLEMS: frozenset[str] = frozenset({"error", "failed", "interrupted", "terminated", "lost", "mismatch"})
 
 
 def utcnow() -> _dt.datetime:
@@ -58,6 +59,9 @@ class KernelIdentity:
     source: str
     source_sha256: str
     cache_key: str | None
+    # sha256 of the whole file at record time: replay runs that file only while it is byte-identical (or when
+    # told to run changed code). None when the file could not be read (``<string>``, a deleted file).
+    file_sha256: str | None = None
 
     @property
     def name(self) -> str:
@@ -128,6 +132,7 @@ class LaunchRecord:
     started_at: _dt.datetime = field(default_factory=utcnow)
     duration_s: float = 0.0
     seq: int = 0  # order within its run, assigned by the recorder
+    test_nodeid: str | None = None  # the pytest test running when it launched (tilelens.core.testid)
 
 
 @dataclass
@@ -153,3 +158,4 @@ class RunInfo:
     versions: dict[str, str]
     tag: str | None = None
     started_at: _dt.datetime = field(default_factory=utcnow)
+    parent_run_id: int | None = None  # the run of the process that started this one

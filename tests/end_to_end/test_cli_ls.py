@@ -31,6 +31,7 @@ LAUNCH_KEYS = [
     "oob_lanes",
     "bytes_loaded",
     "bytes_stored",
+    "test_nodeid",
 ]
 RUN_KEYS = [
     "id",
@@ -46,6 +47,8 @@ RUN_KEYS = [
     "kernels",
     "errors",
     "oob_lanes",
+    "parent_run_id",
+    "pid",
 ]
 
 

@@ -17,7 +17,7 @@ from tests import store_helpers
 from tests.end_to_end.conftest import one_line_error, tilelens_in_process
 from tests.postgres import PostgresServer
 from tilelens.config import resolve_location
-from tilelens.errors import QueryError, ReadOnlyError
+from tilelens.errors import QueryError, QueryTimeoutError, ReadOnlyError
 from tilelens.store import History
 from tilelens.store.readonly import open_reader
 
@@ -82,11 +82,11 @@ def test_several_statements_are_one_error_on_both(filled: History) -> None:
 
 def test_a_long_statement_is_stopped_on_both(filled: History) -> None:
     endless = "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n) SELECT count(*) FROM n"
-    with open_reader(filled.location, timeout_s=0.5) as r:
-        with pytest.raises(QueryError) as info:
-            r.execute(endless)
-        assert str(info.value) == "SQL error: the statement ran longer than 0.5 s and was stopped"
-        assert r.execute("SELECT count(*) FROM launches").rows == [(1,)]
+    with open_reader(filled.location) as r:
+        with pytest.raises(QueryTimeoutError) as info, r.stream(endless, timeout=0.5) as rows:
+            list(rows)
+        assert str(info.value) == "query stopped: it ran past its 0.5 s timeout"
+        assert r.execute("SELECT count(*) FROM launches").rows == [(1,)]  # the reader goes on
 
 
 # -- PostgreSQL's ways out of a READ ONLY transaction -----------------------------------------------------------

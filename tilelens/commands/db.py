@@ -7,6 +7,7 @@ from rich.table import Table
 
 from tilelens import api
 from tilelens.commands.common import JSON_OPTION, console, print_json, state
+from tilelens.commands.escape import escape
 from tilelens.errors import NoHistoryError
 
 RUN_OPTION = typer.Option(None, "--run", metavar="ID", help="Copy only this run (repeatable).")
@@ -30,11 +31,13 @@ def upgrade(ctx: typer.Context, as_json: bool = JSON_OPTION) -> None:
             {"db": location.display_url(), "blobs": str(location.blobs_dir), "from": before, "to": after}
         )
         return
-    where = location.display_url()
+    where = escape(location.display_url())
     if before == after:
-        console().print(f"{where}: already at revision {after}")
+        console().print(f"{where}: already at revision {after}", markup=False)
     else:
-        console().print(f"{where}: upgraded from {before or 'an empty database'} to revision {after}")
+        console().print(
+            f"{where}: upgraded from {before or 'an empty database'} to revision {after}", markup=False
+        )
 
 
 @db_app.command("current")
@@ -45,8 +48,8 @@ def current(ctx: typer.Context, as_json: bool = JSON_OPTION) -> None:
         print_json(status.as_dict())
         return
     out = console()
-    out.print(f"history   {status.location.display_url()}")
-    out.print(f"blobs     {status.location.blobs_dir}")
+    out.print(f"history   {escape(status.location.display_url())}", markup=False)
+    out.print(f"blobs     {escape(str(status.location.blobs_dir))}", markup=False)
     head = ", ".join(status.heads)
     if not status.exists:
         out.print(f"revision  none: no history here yet (newest is {head}; `tilelens db upgrade` creates it)")

@@ -7,6 +7,7 @@ terminal, the summary at the end) go to stderr, so a program's stdout stays exac
 
 from __future__ import annotations
 
+import signal
 import sys
 import time
 from typing import TYPE_CHECKING, Any
@@ -16,6 +17,7 @@ import typer
 from tilelens import api
 from tilelens.commands import render
 from tilelens.commands.common import state
+from tilelens.commands.escape import escape
 
 if TYPE_CHECKING:
     from tilelens.api import Recording
@@ -24,7 +26,8 @@ HELP = (
     "Run a Python program as `python` would and record every Triton kernel launch it makes.\n\n"
     "Everything after SCRIPT (or after -m MODULE) goes to the program untouched. The program's "
     "output passes through, and its exit status is this command's. At the end a summary (run id, "
-    "launches per kernel, errors, out-of-bounds lanes, where the history is) is printed on stderr.\n\n"
+    "launches per kernel, errors, out-of-bounds lanes, where the history is) is printed on stderr. "
+    "SIGTERM or SIGHUP end the program as they would, once the run is marked terminated.\n\n"
     "Examples:\n\n"
     "  tilelens record examples/vector_add.py\n\n"
     "  tilelens record --tag nightly -m pytest tests/kernels -x\n\n"
@@ -63,19 +66,32 @@ def record(
     st = state(ctx)
     db, blobs = st.db, st.blobs
     argv = (["-m", target] if module else [target]) + args
-    rec = api.Recording(db, blobs, tag=tag, autotune=autotune, argv=argv)  # type: ignore[arg-type]
+    rec = api.Recording(
+        db,
+        blobs,
+        tag=tag,
+        autotune=autotune,
+        argv=argv,
+        follow_children=True,  # type: ignore[arg-type]
+    )
     started = time.monotonic()
     outcome = runner.Outcome(0)
     try:
         with rec:
             with _LiveStatus(rec, " ".join(argv)) if sys.stderr.isatty() else _NoStatus():
-                outcome = runner.run(program, args)
+                try:
+                    outcome = runner.run(program, args)
+                except runner.Terminated as exc:  # the signal came as the program was ending
+                    outcome = runner.Outcome(128 + exc.signum, signal=exc.signum)
             rec.exit_code = outcome.exit_code
+            rec.ended_by_signal = outcome.signal
             if outcome.interrupted:
                 raise KeyboardInterrupt  # the run is marked interrupted, not failed
     except KeyboardInterrupt:
         outcome = runner.Outcome(130, interrupted=True)
     _print_summary(rec, outcome, time.monotonic() - started, db, blobs)
+    if outcome.signal is not None:
+        runner.redeliver(outcome.signal)
     raise typer.Exit(outcome.exit_code)
 
 
@@ -116,7 +132,9 @@ class _LiveStatus:
 
         n = len(self.rec.launch_ids)
         noun = "launch" if n == 1 else "launches"
-        self.spinner.update(text=Text(f"recording run {self.rec.run_id}: {record.kernel.name}, {n} {noun}"))
+        self.spinner.update(
+            text=Text(escape(f"recording run {self.rec.run_id}: {record.kernel.name}, {n} {noun}"))
+        )
 
     def __enter__(self) -> None:
         self.live.start()
@@ -130,28 +148,41 @@ def _print_summary(rec: Recording, outcome: Any, elapsed: float, db: str | None,
     from rich.text import Text
 
     console = render.err()
-    launches = sum(rec.launches_per_kernel.values())
-    kernels = len(rec.launches_per_kernel)
+    per_kernel, errors, oob_lanes, children = rec.launches_per_kernel, rec.errors, rec.oob_lanes, 0
+    tree = _tree(rec)
+    if tree is not None and tree.child_runs:  # the program's child processes recorded runs of their own
+        per_kernel, errors, oob_lanes, children = (
+            tree.launches_per_kernel,
+            tree.errors,
+            tree.oob_lanes,
+            tree.child_runs,
+        )
+    launches = sum(per_kernel.values())
+    kernels = len(per_kernel)
     head = Text("tilelens: ", style="bold")
-    head.append(f"run {rec.run_id}: ")
+    head.append(f"run {rec.run_id}")
+    if children:
+        head.append(f" and {children} child {_plural(children, 'run', 'runs')}")
+    head.append(": ")
     if launches:
         head.append(f"{launches} {_plural(launches, 'launch', 'launches')} of {kernels} ")
         head.append(f"{_plural(kernels, 'kernel', 'kernels')}, ")
-        head.append(
-            f"{rec.errors} {_plural(rec.errors, 'error', 'errors')}", style="red" if rec.errors else ""
-        )
+        head.append(f"{errors} {_plural(errors, 'error', 'errors')}", style="red" if errors else "")
         head.append(", ")
-        head.append(f"{rec.oob_lanes:,} out-of-bounds lanes", style="bold red" if rec.oob_lanes else "")
+        head.append(f"{oob_lanes:,} out-of-bounds lanes", style="bold red" if oob_lanes else "")
     else:
         head.append("no Triton launches recorded")
     head.append(f" ({elapsed:.1f} s)")
     console.print(head)
-    for name, n in sorted(rec.launches_per_kernel.items(), key=lambda kv: (-kv[1], kv[0])):
-        console.print(Text(f"  {n:>6}  {name}"))
+    for name, n in sorted(per_kernel.items(), key=lambda kv: (-kv[1], kv[0])):
+        console.print(Text(f"  {n:>6}  {escape(name)}"))
     if rec.autotune_events:
         console.print(Text(f"  autotune decisions: {rec.autotune_events}"))
     if outcome.interrupted:
         console.print(Text("  interrupted; the run is marked interrupted", style="yellow"))
+    elif outcome.signal is not None:
+        name = signal.Signals(outcome.signal).name
+        console.print(Text(f"  {name} ended the program; the run is marked terminated", style="yellow"))
     elif outcome.exit_code:
         console.print(
             Text(f"  program exited with status {outcome.exit_code}; the run is marked failed", style="red")
@@ -160,12 +191,22 @@ def _print_summary(rec: Recording, outcome: Any, elapsed: float, db: str | None,
     if history is not None:
         location = history.location
         where = location.sqlite_path or location.display_url()
-        console.print(Text(f"  history: {where} (blobs in {location.blobs_dir})"))
+        console.print(Text(escape(f"  history: {where} (blobs in {location.blobs_dir})")))
     prefix = "tilelens" + (f" --db {db}" if db else "") + (f" --blobs {blobs}" if blobs else "")
     hint = f"  next: {prefix} ls --run {rec.run_id}"
     if rec.launch_ids:
         hint += f"  |  {prefix} show {rec.launch_ids[-1]}"
-    console.print(Text(hint, style="dim"))
+    console.print(Text(escape(hint), style="dim"))
+
+
+def _tree(rec: Recording) -> Any:
+    """The run and its child processes' runs, counted from the history; None when that cannot be read."""
+    if rec.run_id is None or rec.history is None:
+        return None
+    try:
+        return api.run_tree(rec.history, rec.run_id)
+    except Exception:  # noqa: BLE001 - the summary falls back to this process's own counts
+        return None
 
 
 def _plural(n: int, one: str, many: str) -> str:

@@ -17,6 +17,7 @@ from rich.text import Text
 from tilelens import api
 from tilelens.commands import render
 from tilelens.commands.common import JSON_OPTION, console, print_json, state
+from tilelens.commands.escape import escape
 from tilelens.errors import LaunchNotFoundError, RunNotFoundError
 from tilelens.records import REPLAY_OUTCOMES
 
@@ -27,6 +28,7 @@ _STYLE = {"match": "green", "mismatch": "red", "error": "yellow"}
 # What to type when a replay was refused (the result's own message names no flags).
 _REFUSAL_HINTS = {
     "source-changed": "--allow-changed replays it anyway, --from-history --trust-source runs the recorded source",
+    "file-changed": "--allow-changed runs the file as it is now",
 }
 
 
@@ -52,19 +54,28 @@ def replay(
         "cpu", "--device", help="cpu (the interpreter, bit for bit) or cuda[:N] (compiled)."
     ),
     allow_changed: bool = typer.Option(
-        False, "--allow-changed", help="Replay even if the kernel's source changed since it was recorded."
+        False,
+        "--allow-changed",
+        help="Replay even if the kernel's source or its file changed since it was recorded (runs the code "
+        "as it is now).",
     ),
     from_history: bool = typer.Option(
         False, "--from-history", help="Run the source stored in the history (needs --trust-source)."
     ),
     trust_source: bool = typer.Option(
-        False, "--trust-source", help="Allow --from-history to execute code read from the history database."
+        False,
+        "--trust-source",
+        help="Allow --from-history to execute kernel source read from the history database (it must still "
+        "hash to the recorded sha256 and be one plain def, checked before it runs).",
     ),
     atol: float | None = typer.Option(
         None, "--atol", help="Absolute tolerance for outputs (default per dtype)."
     ),
     rtol: float | None = typer.Option(
         None, "--rtol", help="Relative tolerance for outputs (default per dtype)."
+    ),
+    no_store: bool = typer.Option(
+        False, "--no-store", help="Do not record the outcome in the history (nothing is written to it)."
     ),
     as_json: bool = JSON_OPTION,
 ) -> None:
@@ -97,8 +108,11 @@ def replay(
         "trust_source": trust_source,
         "atol": atol,
         "rtol": rtol,
+        "store": not no_store,
     }
-    with state(ctx).open_history() as history:
+    # Replays use a history as it is: none is created, none migrated; --no-store writes nothing at all.
+    location = state(ctx).location()
+    with api.open_existing_history(location=location, read_only=no_store) as history:
         if not batch:
             assert launch_id is not None
             result = api.replay_launch(history, launch_id, **options)
@@ -131,7 +145,7 @@ def _replay_with_progress(history: object, ids: list[int], options: dict[str, ob
         task = progress.add_task("replay", total=len(ids), last="")
 
         def advance(result: ReplayResult) -> None:
-            progress.update(task, advance=1, last=f"launch {result.launch_id}: {result.outcome}")
+            progress.update(task, advance=1, last=escape(f"launch {result.launch_id}: {result.outcome}"))
 
         return api.replay_launches(history, ids, on_result=advance, **options)  # type: ignore[arg-type]
 
@@ -141,17 +155,17 @@ def _show_one(result: ReplayResult, as_json: bool) -> None:
         print_json(result.to_dict())
         return
     if result.outcome == "error":
-        print(f"tilelens: error: {_with_hint(result)}", file=sys.stderr)
+        print(f"tilelens: error: {escape(' '.join(_with_hint(result).split()))}", file=sys.stderr)
         return
     out = console()
     style = _STYLE[result.outcome]
     if not result.details:
-        out.print(Text.assemble((result.outcome, style), f": {result.message}"))
+        out.print(Text.assemble((result.outcome, style), escape(f": {result.message}")))
         return
     # A mismatch can name several tensors and a trace event: one line each reads better than one long line.
-    out.print(Text.assemble((result.outcome, style), f": {result.headline}:"))
+    out.print(Text.assemble((result.outcome, style), escape(f": {result.headline}:")))
     for detail in result.details:
-        out.print(Text(f"  {detail}"))
+        out.print(Text(f"  {escape(str(detail))}"))
 
 
 def _show_many(results: list[ReplayResult], as_json: bool) -> None:
@@ -167,9 +181,9 @@ def _show_many(results: list[ReplayResult], as_json: bool) -> None:
         err = "-" if r.max_abs_err is None else f"{r.max_abs_err:.3g}"
         table.add_row(
             str(r.launch_id),
-            Text(r.kernel),
-            r.device,
-            Text(r.outcome, style=_STYLE[r.outcome]),
+            render.cell(r.kernel),
+            render.cell(r.device),
+            render.cell(r.outcome, _STYLE[r.outcome]),
             trace,
             err,
             f"{r.duration_s:.3f}",
@@ -178,7 +192,7 @@ def _show_many(results: list[ReplayResult], as_json: bool) -> None:
     out.print(table)
     for r in results:
         if r.outcome != "match":
-            out.print(Text.assemble((r.outcome, _STYLE[r.outcome]), f": {_with_hint(r)}"))
+            out.print(Text.assemble((r.outcome, _STYLE[r.outcome]), escape(f": {_with_hint(r)}")))
     out.print(
         f"{len(results)} replayed: {counts['match']} match, {counts['mismatch']} mismatch, {counts['error']} error"
     )

@@ -22,6 +22,10 @@ from tilelens.records import AccessSummary
 from tilelens.store.traces import TRACE_SCHEMA, encode_trace
 
 LOAD, STORE, ATOMIC_CAS = "load", "store", "atomic_cas"
+# Gluon shared-memory traffic (tilelens.core.gluon): its own event kinds, in the shared address space of the
+# program, under this ``arg``; never global bytes, never out of bounds of an argument.
+SHARED_LOAD, SHARED_STORE = "shared_load", "shared_store"
+SHARED_ARG = -2
 
 # Accesses kept for batched analysis before a batch runs (about 8 bytes of addresses per lane held).
 PENDING_LANES = 1 << 21
@@ -178,6 +182,7 @@ class AccessCollector:
         self._pending_lanes = 0
         self.summary = AccessSummary()
         self.per_arg: dict[int, AccessSummary] = {}
+        self.shared: dict[str, int] = {}  # Gluon shared-memory events and lanes, when there were any
 
     def set_spans(self, spans: SpanTable) -> None:
         self.spans = spans
@@ -205,6 +210,19 @@ class AccessCollector:
         if self._pending_lanes >= PENDING_LANES:
             self._drain()
 
+    def record_shared(
+        self, op: str, addrs: np.ndarray, elem_bytes: int, program: tuple[int, int, int]
+    ) -> None:
+        """Note one Gluon shared-memory access (``addrs``: byte addresses in the program's shared memory)."""
+        if program != self._program:
+            self._program = program
+            self._event = 0
+        self._pending.append((op, addrs, None, elem_bytes, program, self._event, self._frames.line(), True))
+        self._event += 1
+        self._pending_lanes += addrs.size
+        if self._pending_lanes >= PENDING_LANES:
+            self._drain()
+
     def _drain(self) -> None:
         pending, self._pending, self._pending_lanes = self._pending, [], 0
         for event in pending:
@@ -219,6 +237,7 @@ class AccessCollector:
         program: tuple[int, int, int],
         event: int,
         line: int,
+        shared: bool = False,
     ) -> None:
         if type(addrs) is not np.ndarray or addrs.dtype != np.uint64:
             addrs = np.asarray(addrs).astype(np.uint64, copy=False)
@@ -245,11 +264,11 @@ class AccessCollector:
                     hi += reach
         elif lanes:
             lo, hi = int(addrs.min()), int(addrs.max())
-        spans = self.spans
+        spans = self.spans if not shared else SpanTable([])
         span = spans.find(first) if lanes else None
         oob = 0
         oob_bits = None
-        if active:
+        if active and not shared:
             if spans.aliased:
                 if not all_active:
                     live = addrs[mask]
@@ -271,7 +290,7 @@ class AccessCollector:
         if span is not None:
             pos, start, ebytes = span.position, span.start, span.elem_bytes
         else:
-            pos, start, ebytes = -1, 0, elem_bytes
+            pos, start, ebytes = (SHARED_ARG if shared else -1), 0, elem_bytes
         rel0 = first - start
         c = self._cols
         if strides is not None and rel0 % ebytes == 0 and all(st % ebytes == 0 for st in strides):
@@ -308,7 +327,8 @@ class AccessCollector:
         lanes = np.array(c["lanes"], dtype=np.int64)
         is_load = ops == LOAD
         is_store = ops == STORE
-        is_atomic = ~(is_load | is_store)
+        is_shared = (ops == SHARED_LOAD) | (ops == SHARED_STORE)
+        is_atomic = ~(is_load | is_store | is_shared)
 
         def fill(s: AccessSummary, sel: np.ndarray) -> None:
             s.events = int(sel.sum())
@@ -323,10 +343,16 @@ class AccessCollector:
             s.bytes_loaded = int(nbytes[sel & (is_load | is_atomic)].sum())
             s.bytes_stored = int(nbytes[sel & (is_store | is_atomic)].sum())
 
-        fill(self.summary, np.ones(len(args), dtype=bool))
+        global_ = ~is_shared
+        fill(self.summary, global_)
         self.per_arg = {}
-        for pos in np.unique(args).tolist():
-            fill(self.per_arg.setdefault(pos, AccessSummary()), args == pos)
+        for pos in np.unique(args[global_]).tolist():
+            fill(self.per_arg.setdefault(pos, AccessSummary()), global_ & (args == pos))
+        self.shared = {
+            "events": int(is_shared.sum()),
+            "load_lanes": int(lanes[ops == SHARED_LOAD].sum()),
+            "store_lanes": int(lanes[ops == SHARED_STORE].sum()),
+        }
 
     def finish(self) -> pa.Table:
         self._drain()

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from tilelens.core import compat
+from tilelens.core import compat, descriptors
 from tilelens.core.access import ArgSpan, SpanTable
 from tilelens.records import ArgumentRecord
 
@@ -121,7 +121,7 @@ def jsonable(value: Any) -> Any:
     if isinstance(value, float):
         if math.isfinite(value):
             return value
-        return {"float": repr(value)}
+        return {"$float": repr(value)}  # the tags of tilelens.store.jsonvalues (README, "JSON values")
     if isinstance(value, enum.Enum):
         return str(value)
     if isinstance(value, (np.integer, np.floating, np.bool_)):
@@ -130,7 +130,16 @@ def jsonable(value: Any) -> Any:
         return [jsonable(v) for v in value]
     if isinstance(value, dict):
         return {str(k): jsonable(v) for k, v in value.items()}
-    return {"repr": repr(value)}
+    if _is_gluon_layout(value):  # a Gluon kernel's ``layout: gl.constexpr``: rebuilt for replay
+        from tilelens.core.gluon import layouts
+
+        return layouts.encode(value, jsonable)
+    cls = type(value)
+    return {"$type": f"{cls.__module__}.{cls.__qualname__}", "$repr": repr(value)}
+
+
+def _is_gluon_layout(value: Any) -> bool:
+    return type(value).__module__.startswith(compat.GLUON_LANGUAGE) and hasattr(value, "__dataclass_fields__")
 
 
 def describe_arguments(
@@ -157,7 +166,9 @@ def describe_arguments(
             rec.storage_group = groups.setdefault(sp, len(groups))
             rec.device = str(t.device)
             rec.before = span_copy(t) if snapshots else None
-            if t is not value:
+            if descriptors.kind_of(value) is not None:  # a host TMA descriptor: its tensor, plus the box
+                rec.value = descriptors.describe(value, jsonable)
+            elif t is not value:
                 rec.value = {"reinterpret": str(value.dtype)}
         elif isinstance(value, (bool, int, float, np.integer, np.floating)):
             rec.kind, rec.value = "scalar", jsonable(value)

@@ -29,6 +29,7 @@ def kernel_identity(fn: Any) -> KernelIdentity:
     jit = fn if isinstance(fn, compat.JITFunction) else shadow_jit(fn.fn)
     pyfn = jit.fn
     source = compat.jit_source(jit)
+    file = _file(pyfn)
     try:
         cache_key: str | None = jit.cache_key
     except Exception:  # a kernel whose dependencies Triton cannot hash still gets recorded
@@ -36,12 +37,24 @@ def kernel_identity(fn: Any) -> KernelIdentity:
     return KernelIdentity(
         module=pyfn.__module__,
         qualname=pyfn.__qualname__,
-        file=_file(pyfn),
+        file=file,
         def_line=_def_line(pyfn),
         source=source,
         source_sha256=source_sha256(source),
         cache_key=cache_key,
+        file_sha256=file_sha256(file),
     )
+
+
+def file_sha256(path: str) -> str | None:
+    """The whole file's sha256, which replay checks before it runs anything of that file."""
+    if path.startswith("<"):
+        return None
+    try:
+        with open(path, "rb") as f:
+            return hashlib.sha256(f.read()).hexdigest()
+    except OSError:
+        return None
 
 
 def _file(pyfn: Any) -> str:

@@ -12,6 +12,8 @@ test checks it). The patch sets:
   patches of helpers' modules).
   It also installs the compiled-Triton semantics of ``tilelens.core.semantics`` (typed scalar parameters,
   bfloat16 arithmetic, libdevice), so recorded and replayed launches compute what compiled Triton computes.
+  For a Gluon kernel it adds ``gluon_simulation``: the Gluon simulator of ``tilelens.core.gluon`` (Gluon's
+  builtins with the simulator's semantic, reductions with Gluon layouts, Gluon's host TMA descriptors).
 * ``pre_run_hooks`` — for the same launch: the interpreted function's pre-run hooks, with TileLens's own first
   (it reads the argument spans from the interpreter's host copies).
 * ``interception_patches`` — for the length of a ``tilelens.record()`` block: makes every launch of a
@@ -35,7 +37,9 @@ from __future__ import annotations
 import contextlib
 import copy
 import threading
+import types
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -109,6 +113,7 @@ class LaunchContext:
         self.helpers: dict[int, Any] = {}
         self.patcher = patcher  # for patches only known once the kernel runs (libdevice in its globals)
         self.redirected: set[int] = set()  # ids of the code objects whose libdevice names are redirected
+        self.gluon: GluonLaunch | None = None  # set for a simulated Gluon launch
 
     def interpreted_helper(self, fn: Any) -> Any:
         # Keyed by id(): hashing a JITFunction computes its cache_key, which must not happen inside a launch.
@@ -251,8 +256,13 @@ def _patch_lang_with_libdevice(original: Callable[..., Any]) -> Callable[..., An
     """
 
     def _patch_lang(fn):
-        scope = original(fn)
         launch = current_launch()
+        if launch is not None and launch.gluon is not None:
+            # Gluon code may not name triton.language at all (the stock function asserts it does); the tl
+            # patches are needed all the same, since Gluon tensors are tl tensors.
+            scope = original(types.SimpleNamespace(__globals__={"tl": compat.tl, "core": compat.tl.core}))
+        else:
+            scope = original(fn)
         if launch is not None:
             fn_globals = getattr(fn, "__globals__", None)
             code = getattr(fn, "__code__", None)
@@ -262,6 +272,11 @@ def _patch_lang_with_libdevice(original: Callable[..., Any]) -> Callable[..., An
                 names = semantics.global_names(code)
                 for name, value in semantics.libdevice_redirects(fn_globals, names):
                     launch.patcher.set_item(fn_globals, name, value)
+                if launch.gluon is not None:
+                    from tilelens.core.gluon import language
+
+                    for name, value in language.global_replacements(fn_globals, names):
+                        launch.patcher.set_item(fn_globals, name, value)
         return scope
 
     return _patch_lang
@@ -277,9 +292,66 @@ def _jit_call(original: Callable[..., Any]) -> Callable[..., Any]:
     return __call__
 
 
+@dataclass(frozen=True)
+class GluonLaunch:
+    """Options of a simulated Gluon launch (what compiled Gluon reads from the launch's options)."""
+
+    num_warps: int = 4
+
+
 @contextlib.contextmanager
-def launch_patches(collector: AccessCollector) -> Iterator[LaunchContext]:
-    """Interpret one launch with access capture; everything touched is restored on exit."""
+def gluon_simulation(ctx: LaunchContext, options: GluonLaunch) -> Iterator[None]:
+    """Run the block's launch in the Gluon simulator (``tilelens.core.gluon``); all of it is undone on exit.
+
+    * the interpreter's semantic (which its ``tl`` patches pass to every builtin) becomes the simulator's, and
+      so does the one Gluon's builtins get (``language.ACTIVE``);
+    * every builtin of Gluon's language modules and classes is replaced by a call with that semantic;
+    * the interpreter's reductions and scans give their results Gluon layouts;
+    * the grid executor recognises ``gl.constexpr`` parameters;
+    * Gluon's host TMA descriptors are copied to the host and back like tensors, and converted to descriptor
+      values like Triton's own.
+    """
+    from tilelens.core import gluon
+    from tilelens.core.gluon import descriptors, executor, language, reductions
+
+    module = compat.interpreter_module
+
+    def thread_init() -> None:  # warp_specialize runs partitions in threads of their own
+        _local.launch = ctx
+
+    patcher = _Patcher()
+    try:
+        semantic = gluon.new_semantic(
+            module.interpreter_builder,
+            num_warps=options.num_warps,
+            record_shared=ctx.collector.record_shared,
+            thread_init=thread_init,
+        )
+        patcher.set(language.ACTIVE, "semantic", semantic)
+        patcher.set(module, "interpreter_semantic", semantic)
+        if not compat.INTERPRETER_SEMANTIC_IS_GLOBAL:
+            patcher.set(module, "_patch_attr", language.patch_attr(module))
+        for owner, name, value in language.replacements():
+            patcher.set(owner, name, value)
+        patcher.set(compat.ReduceOps, "apply", reductions.reduce_apply(compat.ReduceOps.apply))
+        patcher.set(compat.ScanOps, "apply", reductions.scan_apply(compat.ScanOps.apply))
+        patcher.set(module, "_implicit_cvt", descriptors.implicit_cvt(module._implicit_cvt))
+        grid = module.GridExecutor
+        patcher.set(grid, "__init__", executor.grid_executor_init(grid.__init__))
+        patcher.set(grid, "_init_args_hst", descriptors.init_args_hst(grid._init_args_hst))
+        patcher.set(grid, "_restore_args_dev", descriptors.restore_args_dev(grid._restore_args_dev))
+        patcher.set(ctx, "gluon", options)
+        yield
+    finally:
+        patcher.restore()
+
+
+@contextlib.contextmanager
+def launch_patches(collector: AccessCollector, gluon: GluonLaunch | None = None) -> Iterator[LaunchContext]:
+    """Interpret one launch with access capture; everything touched is restored on exit.
+
+    With ``gluon`` the launch is a Gluon kernel's, simulated (``gluon_simulation``).
+    """
     with LAUNCH_LOCK:
         if current_launch() is not None:
             raise StateError("TileLens: a Triton launch started inside another interpreted launch")
@@ -295,11 +367,13 @@ def launch_patches(collector: AccessCollector) -> Iterator[LaunchContext]:
                 for name, hook in _access_hooks(originals).items():
                     patcher.set(builder_cls, name, hook)
                 patcher.set(compat.JITFunction, "__call__", _jit_call(compat.JITFunction.__call__))
-                _local.launch = ctx
-                try:
-                    yield ctx
-                finally:
-                    _local.launch = None
+                simulation = gluon_simulation(ctx, gluon) if gluon is not None else contextlib.nullcontext()
+                with simulation:
+                    _local.launch = ctx
+                    try:
+                        yield ctx
+                    finally:
+                        _local.launch = None
         finally:
             patcher.restore()
             _restore_namespaces(lang_snapshot)

@@ -21,7 +21,7 @@ from tilelens.core.arguments import (
     jsonable,
     resolve_grid,
 )
-from tilelens.core.interpreter import LAUNCH_LOCK, launch_patches, pre_run_hooks
+from tilelens.core.interpreter import LAUNCH_LOCK, GluonLaunch, launch_patches, pre_run_hooks
 from tilelens.core.semantics import describe_failure
 from tilelens.records import KernelIdentity, LaunchRecord, utcnow
 
@@ -56,11 +56,13 @@ def run_interpreted(
     kwargs: dict[str, Any],
     meta: LaunchMeta,
     snapshots: bool = True,
+    gluon: bool = False,
 ) -> tuple[Any, LaunchRecord, BaseException | None]:
     """Interpret one launch; return (kernel result, record, the exception it raised or None).
 
     ``snapshots=False`` leaves the tensor copies out of the record, for callers that keep the tensors
-    themselves (replay compares the rebuilt arguments directly).
+    themselves (replay compares the rebuilt arguments directly). ``gluon`` runs a Gluon kernel in the
+    simulator (``tilelens.core.gluon``) with the launch's ``num_warps``.
     """
     with LAUNCH_LOCK:
         bound, options = bind(params, args, kwargs)
@@ -78,7 +80,8 @@ def run_interpreted(
         try:
             with pre_run_hooks(interpreted, [capture_spans, *user_hooks]):
                 resolved = resolve_grid(grid, bound)
-                with launch_patches(collector):
+                simulated = GluonLaunch(num_warps=int(options.get("num_warps") or 4)) if gluon else None
+                with launch_patches(collector, simulated):
                     result = interpreted.run(*args, grid=resolved, warmup=False, **kwargs)
         except BaseException as exc:  # recorded, then re-raised unchanged by the caller
             error = exc
@@ -94,6 +97,8 @@ def run_interpreted(
             config["autotune"] = meta.autotune
         if meta.heuristics:
             config["heuristics"] = jsonable(meta.heuristics)
+        if collector.shared.get("events"):
+            config["shared_memory"] = dict(collector.shared)
         if collector.spans.aliased:
             config["aliased_args"] = [list(p) for p in collector.spans.aliased]
         device = next((a.device for a in arg_records if a.kind == "tensor" and a.device), "cpu")

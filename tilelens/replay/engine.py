@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -49,7 +50,8 @@ def replay_launch(
     On the CPU the kernel runs in Triton's interpreter, recorded again, and must reproduce every output bit
     and every access event (``atol``/``rtol`` relax the outputs to tolerances). On CUDA it runs compiled and
     outputs must agree within dtype-aware tolerances (see ``tilelens.replay.compare``). A kernel whose source
-    changed since the record is refused (``refusal="source-changed"``) unless ``allow_changed``; ``from_history`` runs the recorded source
+    changed since the record is refused (``refusal="source-changed"``, or ``"file-changed"`` for the rest of its
+    file) unless ``allow_changed``; ``from_history`` runs the recorded source
     instead of today's and, since that executes code read from the database, needs ``trust_source``.
 
     Raises :class:`LaunchNotFoundError` for an unknown id; every other problem is an ``error`` result.
@@ -79,8 +81,11 @@ def replay_launch(
         dev = parse_device(device)
         result.device = str(dev)
         result.backend = "interpreter" if dev.type == "cpu" else "compiled"
-        resolved = (resolver or KernelResolver()).resolve(spec.kernel, from_history=from_history)
+        resolver = resolver or KernelResolver(_data_folders(history), allow_changed=allow_changed)
+        resolved = resolver.resolve(spec.kernel, from_history=from_history)
         result.source_changed = resolved.source_changed
+        result.file_changed = resolved.file_changed
+        result.skipped = resolved.skipped
         if resolved.source_changed and not allow_changed:
             raise ReplayFailure(
                 f"source changed: {spec.kernel.name} ({resolved.origin} {spec.kernel.file}) hashes to "
@@ -127,7 +132,9 @@ def replay_launches(
     **options: Any,
 ) -> list[ReplayResult]:
     """Replay several launches, loading and tracing each kernel version once; options as ``replay_launch``."""
-    resolver = options.pop("resolver", None) or KernelResolver()
+    resolver = options.pop("resolver", None) or KernelResolver(
+        _data_folders(history), allow_changed=bool(options.get("allow_changed", False))
+    )
     results = []
     for launch_id in launch_ids:
         result = replay_launch(history, launch_id, resolver=resolver, **options)
@@ -135,6 +142,11 @@ def replay_launches(
         if on_result is not None:
             on_result(result)
     return results
+
+
+def _data_folders(history: History) -> tuple[Path, ...]:
+    """Folders that hold the history's data, never code: replay refuses to load a kernel from them."""
+    return (history.location.blobs_dir,)
 
 
 def parse_device(text: str) -> torch.device:
@@ -270,6 +282,10 @@ def _conclude(spec: LaunchSpec, resolved: ResolvedKernel, result: ReplayResult) 
         )
     elif resolved.origin == "history":
         prefix = "recorded source; "
+    elif resolved.file_changed:
+        prefix = f"kernel file changed since the record ({spec.kernel.file}); "
+    # What loading the kernel's file left out (a script's top-level statements), said after every outcome.
+    suffix = f"; {resolved.skipped}" if resolved.skipped else ""
     where = f"launch {spec.id} ({spec.kernel.name}) on {result.device}"
     if spec.status == "error":
         result.outcome = "error"
@@ -280,7 +296,7 @@ def _conclude(spec: LaunchSpec, resolved: ResolvedKernel, result: ReplayResult) 
             how = "the replay failed with the same error"
         else:
             how = f"the replay failed with a different error: {result.replay_error}"
-        result.message = f"{prefix}{where} was recorded failing ({spec.error}); {how}"
+        result.message = f"{prefix}{where} was recorded failing ({spec.error}); {how}{suffix}"
         return
     problems = []
     if result.replay_error is not None:
@@ -291,8 +307,8 @@ def _conclude(spec: LaunchSpec, resolved: ResolvedKernel, result: ReplayResult) 
     if problems:
         result.outcome = "mismatch"
         result.headline = f"{prefix}{where}"
-        result.details = problems
-        result.message = f"{result.headline}: " + "; ".join(problems)
+        result.details = problems + ([resolved.skipped] if resolved.skipped else [])
+        result.message = f"{result.headline}: " + "; ".join(problems) + suffix
         return
     result.outcome = "match"
     n = len(result.tensors)
@@ -303,7 +319,7 @@ def _conclude(spec: LaunchSpec, resolved: ResolvedKernel, result: ReplayResult) 
         if result.max_abs_err is not None:
             outputs += f" (max abs err {result.max_abs_err:.3g})"
     trace = {True: ", access trace identical", False: "", None: ""}[result.trace_equal]
-    result.message = f"{prefix}{where}: {outputs}{trace}"
+    result.message = f"{prefix}{where}: {outputs}{trace}{suffix}"
 
 
 def _message(exc: BaseException | None) -> str | None:

@@ -155,6 +155,8 @@ def _fill(nbytes: int, pieces: list[tuple[int, torch.Tensor]], device: torch.dev
 
 
 def _maybe_reinterpret(launch: LaunchSpec, a: ArgSpec, view: torch.Tensor) -> Any:
+    if isinstance(a.value, dict) and "descriptor" in a.value:
+        return _descriptor(launch, a, view)
     if not (isinstance(a.value, dict) and "reinterpret" in a.value):
         return view
     import triton
@@ -171,6 +173,18 @@ def _maybe_reinterpret(launch: LaunchSpec, a: ArgSpec, view: torch.Tensor) -> An
     return triton.reinterpret(view, dtype)
 
 
+def _descriptor(launch: LaunchSpec, a: ArgSpec, view: torch.Tensor) -> Any:
+    """A TMA descriptor argument, rebuilt around its rebuilt tensor (``tilelens.core.descriptors``)."""
+    from tilelens.core import descriptors
+
+    try:
+        return descriptors.rebuild(view, dict(a.value["descriptor"]))
+    except (ValueError, KeyError, TypeError, AssertionError) as exc:
+        raise ReplayFailure(
+            f"launch {launch.id}: argument {a.name} (a TMA descriptor) cannot be rebuilt: {exc}"
+        ) from None
+
+
 _TL_PREFIX = "triton.language."
 
 
@@ -180,9 +194,12 @@ def decode_value(launch: LaunchSpec, name: str, value: Any) -> Any:
         return tuple(decode_value(launch, name, v) for v in value)
     if not isinstance(value, dict):
         return value
+    # "$float"/"$repr" since TileLens writes the README's tags everywhere; "float"/"repr" in older histories.
     for tag in ("float", "$float"):
         if set(value) == {tag}:
             return float(value[tag])
+    if "gluon_layout" in value:
+        return _gluon_layout(launch, name, value)
     for tag in ("repr", "$repr"):
         if tag in value:
             text = str(value[tag])
@@ -203,6 +220,17 @@ def _triton_dtype(text: str) -> Any:
 
     attr = getattr(tl, text.removeprefix(_TL_PREFIX), None)
     return attr if isinstance(attr, tl.dtype) else None
+
+
+def _gluon_layout(launch: LaunchSpec, name: str, value: dict[str, Any]) -> Any:
+    from tilelens.core.gluon.layouts import LayoutDecodeError, decode
+
+    try:
+        return decode(value)
+    except (LayoutDecodeError, TypeError, AssertionError) as exc:
+        raise ReplayFailure(
+            f"launch {launch.id}: argument {name} (a Gluon layout) cannot be rebuilt: {exc}"
+        ) from None
 
 
 def decode_options(launch: LaunchSpec) -> dict[str, Any]:

@@ -67,7 +67,9 @@ class TensorDiff:
             f"{_fmt(self.first_replayed)}; {self.mismatched} of {self.elements} elements"
         )
         if self.max_abs_err is not None:
-            text += f", max abs err {_fmt(self.max_abs_err)} at {self.name}{self.worst_index}"
+            text += f", max abs err {_fmt(self.max_abs_err)}"
+        if self.worst_index is not None:  # none when the values differ in bits only (0.0 and -0.0, NaNs)
+            text += f" at {self.name}{self.worst_index}"
         text += ")"
         if self.written_by is not None:
             text += f", last written by {self.written_by.describe()}"
@@ -119,7 +121,9 @@ class ReplayResult:
     headline: str = ""  # the message's "launch N (kernel) on device" part, for a mismatch listed below it
     details: list[str] = field(default_factory=list)  # the mismatches the message joins, one per entry
     source_changed: bool = False
-    refusal: str | None = None  # why the replay did not run: "source-changed"; None when it ran
+    refusal: str | None = None  # why the replay did not run: "source-changed", "file-changed"; else None
+    file_changed: bool = False  # the kernel's file differs from the recorded one (run with allow_changed)
+    skipped: str | None = None  # top-level statements of the kernel's file that loading it left out
     from_history: bool = False
     trace_equal: bool | None = None
     trace_diff: TraceDiff | None = None

@@ -8,14 +8,15 @@ copy SRC DST`` is its face. Invariants:
   those DST has (a run copied while it was still recording), replays DST lacks (matched by launch, time,
   device, backend and outcome), and its final status. Copying twice adds nothing.
 * **Ids are DST's.** Every row gets a new id allocated by DST; run, kernel and launch references are remapped
-  to those ids. Kernels are shared by their unique key (module, qualname, source sha256), blob rows by sha256.
+  to those ids (a child process's ``parent_run_id`` too: to its parent's run in DST, NULL when that run was
+  not copied). Kernels are shared by their unique key (module, qualname, source sha256), blob rows by sha256.
 * **Blobs verified, deduplicated, first.** Each blob a copied row references is read from SRC's folder (its
   hash checked, as every read does) and written into DST's folder unless DST has it; then the run's rows go in
   one transaction. A missing or corrupt blob stops the copy before any row of its run is written, with an
   error naming the blob; runs copied before it stay copied.
 * **SRC is only read** (opening it may upgrade its schema, as opening any history does).
 
-Runs recorded before revision 0006 got a random uuid from that migration; a row without one (written by
+Runs recorded before revision 0008 got a random uuid from that migration; a row without one (written by
 another tool) is identified by a uuid derived from its host, pid, start time and argv, which is the same on
 every copy.
 """
@@ -114,6 +115,7 @@ class _SourceRun:
     replays: list[dict[str, Any]]
     kernels: dict[int, dict[str, Any]]
     blobs: dict[str, dict[str, Any]]
+    parent_uuid: str | None  # the identity of the run that started this one, when there is one
 
 
 def _read_source(s: Session, run: dict[str, Any]) -> _SourceRun:
@@ -133,7 +135,10 @@ def _read_source(s: Session, run: dict[str, Any]) -> _SourceRun:
     blobs = (
         {b["sha256"]: b for b in _rows(s, BLOBS, Blob.sha256.in_(shas), order=Blob.sha256)} if shas else {}
     )
-    return _SourceRun(run, launches, args, events, replays, kernels, blobs)
+    parent = run.get("parent_run_id")
+    parent_row = _rows(s, RUNS, Run.id == parent) if parent is not None else []
+    parent_uuid = run_identity(parent_row[0]) if parent_row else None
+    return _SourceRun(run, launches, args, events, replays, kernels, blobs, parent_uuid)
 
 
 def _replay_key(row: dict[str, Any], launch_index: dict[int, int]) -> tuple[Any, ...]:
@@ -213,6 +218,8 @@ def _copy_run(source: _SourceRun, src: History, dst: History, report: CopyReport
         kernel_map = _kernel_ids(s, source, new_launches, new_events, report)
         if existing is None:
             run_row = {**_without_id(source.run), "uuid": identity}
+            if run_row.get("parent_run_id") is not None:  # a child process's run: its parent's id in DST
+                run_row["parent_run_id"] = s.scalar(select(Run.id).where(Run.uuid == source.parent_uuid))
             dst_run = _insert_returning_ids(s, RUNS, [run_row])[0]
             report.runs_copied.append((source.run["id"], dst_run))
         else:

@@ -16,13 +16,21 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Engine, insert, select, update
+from sqlalchemy import Engine, func, insert, select, update
+from sqlalchemy import exc as sa_exc
 from sqlalchemy.orm import Session
 
 from tilelens.config import Location, resolve_location
-from tilelens.errors import HistoryError, NoHistoryError, NotAHistoryError, RunNotFoundError, UsageError
+from tilelens.errors import (
+    HistoryError,
+    NoHistoryError,
+    NotAHistoryError,
+    RunNotFoundError,
+    SchemaBehindError,
+    UsageError,
+)
 from tilelens.records import (
     FINISHED_RUN_STATUSES,
     REPLAY_OUTCOMES,
@@ -35,7 +43,7 @@ from tilelens.records import (
     RunStatus,
     utcnow,
 )
-from tilelens.store import database
+from tilelens.store import database, liveness
 from tilelens.store.blobs import BlobRef, BlobStore
 from tilelens.store.jsonvalues import to_json
 from tilelens.store.models import (
@@ -49,6 +57,9 @@ from tilelens.store.models import (
     Run,
 )
 from tilelens.store.traces import TRACE_WRITE_OPTIONS
+
+if TYPE_CHECKING:
+    from tilelens.store.gc import GcReport
 
 
 @dataclass(frozen=True)
@@ -90,7 +101,7 @@ def inspect_history(location: Location, script_location: Path | None = None) -> 
         if not path.exists():
             return HistoryStatus(location, exists=False, revisions=(), heads=heads)
         database.check_sqlite_file(path, _label(location))
-    engine = database.create_history_engine(location.db_url)
+    engine = database.create_read_only_engine(location.db_url, path)
     try:
         label = _label(location)
         try:
@@ -99,6 +110,8 @@ def inspect_history(location: Location, script_location: Path | None = None) -> 
             return HistoryStatus(location, exists=False, revisions=(), heads=heads)
         if state.foreign_tables:
             raise NotAHistoryError(f"{label} is a database of another program, not a TileLens history")
+        if not state.current:  # an empty database (a 0-byte file): no history yet
+            return HistoryStatus(location, exists=False, revisions=(), heads=heads)
         with database.translate_errors(label):
             counts = database.row_counts(engine, TABLES)
         return HistoryStatus(location, exists=True, revisions=state.current, heads=state.heads, counts=counts)
@@ -129,12 +142,28 @@ class History:
         location: Location | None = None,
         script_location: Path | None = None,
     ) -> History:
-        """Open (creating if missing) and upgrade to the newest schema; refuse a schema newer than the code."""
+        """Open (creating if missing) and upgrade to the newest schema; refuse a schema newer than the code.
+
+        Opening also marks ``lost`` the runs of this machine whose recording process died without finishing
+        them (:meth:`repair_lost_runs`); a history with none is opened without any write.
+        """
         location = location or resolve_location(db, blobs)
+        location.refuse_in_memory()
         label = _label(location)
         path = location.sqlite_path
         if path is not None:
             database.check_sqlite_file(path, label)
+            if path.exists():  # refuse a newer, foreign or damaged history before a writer's connection
+                # switches it to WAL
+                probe = database.create_read_only_engine(location.db_url, path)
+                try:
+                    state = database.inspect_schema(probe, label, script_location)
+                finally:
+                    probe.dispose()
+                if state.foreign_tables:
+                    raise NotAHistoryError(
+                        f"{label} is a database of another program (it has tables but no TileLens schema)"
+                    )
             try:
                 path.parent.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
@@ -147,6 +176,56 @@ class History:
             raise
         history = cls(location, engine, BlobStore(location.blobs_dir))
         history.migrated_from = before.current
+        history.repair_lost_runs()
+        return history
+
+    @classmethod
+    def open_existing(
+        cls,
+        db: str | None = None,
+        blobs: str | Path | None = None,
+        *,
+        location: Location | None = None,
+        read_only: bool = False,
+        script_location: Path | None = None,
+    ) -> History:
+        """An existing history at the current schema, for replays: nothing is created or migrated.
+
+        The schema is checked through a read-only connection before anything could write, so a missing path
+        stays missing, and an empty, foreign, older or newer database stays byte for byte as it was. With
+        ``read_only`` the history keeps that connection (a replay that stores nothing then works on read-only
+        media too); otherwise it is reopened for writing, after checking the file and its folder are writable.
+        """
+        location = location or resolve_location(db, blobs)
+        label = _label(location)
+        path = location.sqlite_path
+        if path is not None:
+            if not path.exists():
+                raise NoHistoryError(f"no TileLens history at {label}")
+            if path.is_dir():
+                raise NotAHistoryError(f"{label} is a directory, not a TileLens history")
+            database.check_sqlite_file(path, label)
+        engine = database.create_read_only_engine(location.db_url, path)
+        try:
+            state = database.inspect_schema(engine, label, script_location)
+            if state.foreign_tables:
+                raise NotAHistoryError(f"{label} is a database of another program, not a TileLens history")
+            if not state.current:
+                raise NoHistoryError(f"no TileLens history at {label} (the database is empty)")
+            if not state.up_to_date:
+                raise SchemaBehindError(label, list(state.current), ", ".join(state.heads))
+            if not read_only:
+                engine.dispose()
+                if path is not None:
+                    for target in (path, path.parent):
+                        if not os.access(target, os.W_OK):
+                            raise HistoryError(f"cannot write history {label}: {target} is not writable")
+                engine = database.create_history_engine(location.db_url)
+        except BaseException:
+            engine.dispose()
+            raise
+        history = cls(location, engine, BlobStore(location.blobs_dir))
+        history.migrated_from = state.current
         return history
 
     # -- lifecycle -----------------------------------------------------------------------------------------
@@ -190,15 +269,80 @@ class History:
     def counts(self) -> dict[str, int]:
         return database.row_counts(self.engine, TABLES)
 
+    # -- runs whose process died --------------------------------------------------------------------------
+
+    def repair_lost_runs(self) -> list[int]:
+        """Mark ``lost`` every ``running`` run of this host whose recording process is gone; return their ids.
+
+        Cheap enough for every open: one indexed query for the runs still ``running`` on this host, a read of
+        ``/proc/<pid>/stat`` for each, and a write only when one of them is gone. Best effort: a history that
+        cannot be written here (read-only file) is left as it is, and the read commands still show ``lost``.
+        """
+        here = liveness.current_process()
+        try:
+            with self.session() as s:
+                rows = s.execute(
+                    select(Run.id, Run.pid, Run.pid_start, Run.boot_id, Run.pid_ns).where(
+                        Run.status == liveness.RUNNING, Run.host == here.host
+                    )
+                ).all()
+            gone = [
+                r.id
+                for r in rows
+                if liveness.effective_status(
+                    liveness.RUNNING, here.host, r.pid, r.pid_start, r.boot_id, r.pid_ns, here
+                )
+                == liveness.LOST
+            ]
+            if gone:
+                with database.write_session(self.engine) as s:
+                    # Only rows still running: a run finished meanwhile keeps the status its process wrote.
+                    s.execute(
+                        update(Run)
+                        .where(Run.id.in_(gone), Run.status == liveness.RUNNING)
+                        .values(status=liveness.LOST)
+                    )
+        except sa_exc.OperationalError:
+            return []
+        return gone
+
+    def gc(
+        self,
+        *,
+        older_than: dt.datetime | dt.timedelta | None = None,
+        untagged: bool = False,
+        dry_run: bool = False,
+        grace: dt.timedelta | None = None,
+    ) -> GcReport:
+        """Remove stray temp files and unreferenced blobs and, with ``older_than`` (a time, or an age) and/or
+        ``untagged``, the finished runs that match (all given conditions must hold), with their launches,
+        arguments, autotune events, replays and then-unreferenced blobs. Safe while others record: files
+        younger than ``grace`` (default one hour) are kept. ``dry_run`` reports without removing anything.
+        See :mod:`tilelens.store.gc`."""
+        from tilelens.store import gc
+
+        return gc.collect(
+            self,
+            older_than=older_than,
+            untagged=untagged,
+            dry_run=dry_run,
+            grace=gc.DEFAULT_GRACE if grace is None else grace,
+        )
+
     # -- writes --------------------------------------------------------------------------------------------
 
     def begin_run(self, info: RunInfo) -> int:
+        me = liveness.current_process()
         run = Run(
             uuid=str(uuid.uuid4()),
             argv=[str(a) for a in info.argv],
             cwd=info.cwd,
             host=info.host,
-            pid=os.getpid(),
+            pid=me.pid,
+            pid_start=me.start,
+            boot_id=me.boot_id,
+            pid_ns=me.pid_ns,
+            parent_run_id=info.parent_run_id,
             tag=info.tag,
             versions=to_json(dict(info.versions)),
             status="running",
@@ -224,6 +368,12 @@ class History:
                 raise RunNotFoundError(f"no run {run_id} in history {_label(self.location)}")
 
     def write_launch(self, run_id: int, rec: LaunchRecord) -> int:
+        """Write one launch (blobs first, then its rows in one transaction); returns its id.
+
+        ``rec.seq`` is kept unless the run already has a launch with that seq (a forked child counting from
+        its parent's number, say): then the launch gets the run's next free seq (one past its largest), and
+        ``rec.seq`` is set to what was stored. The unique index on (run_id, seq) is what detects it.
+        """
         refs: dict[str, BlobRef] = {}
 
         def keep(ref: BlobRef) -> str:
@@ -282,6 +432,7 @@ class History:
             "config": to_json(dict(rec.config)),
             "tuning_key": rec.tuning_key,
             "cache_key": rec.kernel.cache_key,
+            "kernel_file_sha256": rec.kernel.file_sha256,
             "loads": s_.loads,
             "stores": s_.stores,
             "atomics": s_.atomics,
@@ -295,22 +446,34 @@ class History:
             "lanes": s_.lanes,
             "unattributed": _summary(per_arg.get(-1)),
             "trace_blob": trace.sha256 if trace else None,
+            "test_nodeid": rec.test_nodeid,
             "trace_rows": trace.rows if trace else None,
             "trace_bytes": trace.size if trace else None,
             "started_at": rec.started_at,
             "duration_s": float(rec.duration_s),
             "created_at": utcnow(),
         }
-        with database.write_session(self.engine) as s:
-            self._register_blobs(s, refs.values())
-            launch["kernel_id"] = self._kernel_id(s, rec.kernel)
-            result = s.execute(insert(Launch.__table__), launch)  # parameters, not .values(): cached SQL
-            launch_id = int(result.inserted_primary_key[0])
-            if args:
-                s.execute(insert(LaunchArg.__table__), [{**a, "launch_id": launch_id} for a in args])
+        for attempt in range(2):
+            try:
+                with database.write_session(self.engine) as s:
+                    self._register_blobs(s, refs.values())
+                    launch["kernel_id"] = self._kernel_id(s, rec.kernel)
+                    if attempt:  # the seq was taken: the next free one, under this transaction's write lock
+                        last = s.execute(select(func.max(Launch.seq)).where(Launch.run_id == run_id)).scalar()
+                        launch["seq"] = 0 if last is None else last + 1
+                    result = s.execute(insert(Launch.__table__), launch)  # parameters: cached SQL
+                    launch_id = int(result.inserted_primary_key[0])
+                    if args:
+                        s.execute(insert(LaunchArg.__table__), [{**a, "launch_id": launch_id} for a in args])
+                break
+            except sa_exc.IntegrityError as exc:
+                # Asking first would cost a query per launch; a taken seq is rare (forked children).
+                if attempt or not database.violates_unique(exc, "launches", ("run_id", "seq")):
+                    raise
         self._kernel_ids[(rec.kernel.module, rec.kernel.qualname, rec.kernel.source_sha256)] = launch[
             "kernel_id"
         ]
+        rec.seq = launch["seq"]
         return launch_id
 
     def write_autotune_event(self, run_id: int, ev: AutotuneEvent, launch_id: int | None = None) -> int:

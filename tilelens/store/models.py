@@ -98,6 +98,13 @@ class Run(Base):
     cwd: Mapped[str] = mapped_column(Text)
     host: Mapped[str] = mapped_column(Text)
     pid: Mapped[int | None] = mapped_column(Integer)
+    # With host and pid, who recorded the run (tilelens.store.liveness): the process's start time in clock
+    # ticks since boot, the kernel's boot id and the pid namespace. NULL where unknown (older runs, no /proc).
+    pid_start: Mapped[int | None] = mapped_column(BigInteger)
+    boot_id: Mapped[str | None] = mapped_column(String(64))
+    pid_ns: Mapped[str | None] = mapped_column(String(64))
+    # The run of the process that started this one (a forked or spawned child); None for a top-level run.
+    parent_run_id: Mapped[int | None] = mapped_column(Integer, index=True)
     tag: Mapped[str | None] = mapped_column(Text, index=True)
     versions: Mapped[dict[str, Any]]
     status: Mapped[str] = mapped_column(String(16), index=True)  # records.RunStatus
@@ -129,12 +136,13 @@ class Kernel(Base):
 
 class Launch(Base):
     __tablename__ = "launches"
-    __table_args__ = (Index("ix_launches_run_id_seq", "run_id", "seq"),)
+    # Unique: no writer can give two launches of a run one seq (migration 0004).
+    __table_args__ = (Index("uq_launches_run_id_seq", "run_id", "seq", unique=True),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     run_id: Mapped[int] = mapped_column(
         ForeignKey("runs.id", ondelete="CASCADE")
-    )  # see ix_launches_run_id_seq
+    )  # see uq_launches_run_id_seq
     kernel_id: Mapped[int] = mapped_column(ForeignKey("kernels.id"), index=True)
     seq: Mapped[int] = mapped_column(Integer)
     role: Mapped[str] = mapped_column(String(16), index=True)  # records.LaunchRole
@@ -148,6 +156,9 @@ class Launch(Base):
     config: Mapped[dict[str, Any]]
     tuning_key: Mapped[str | None] = mapped_column(Text)
     cache_key: Mapped[str | None] = mapped_column(Text)  # Triton's key: changes with callees too
+    # sha256 of the kernel's whole file when this launch ran (per launch: one kernel row serves recordings whose
+    # other code differs); replay runs the file only while it still hashes to this. Schema revision 0005.
+    kernel_file_sha256: Mapped[str | None] = mapped_column(SHA256)
 
     # Access summary over the whole trace.
     loads: Mapped[int] = mapped_column(BigInteger)
@@ -166,6 +177,7 @@ class Launch(Base):
     unattributed: Mapped[dict[str, Any] | None]
 
     trace_blob: Mapped[str | None] = mapped_column(ForeignKey("blobs.sha256"))
+    test_nodeid: Mapped[str | None] = mapped_column(Text, index=True)  # the pytest test it ran in
     trace_rows: Mapped[int | None] = mapped_column(BigInteger)
     trace_bytes: Mapped[int | None] = mapped_column(BigInteger)
 

@@ -19,7 +19,7 @@ simple query protocol runs ``SELECT 1; DELETE ...`` as two statements. So every 
    read-write; a superuser session also drops to the
    ``pg_read_all_data`` role (PostgreSQL 14+), which may read every table and no server file; after every
    statement the transaction is checked to still be read-only.
-5. **A statement timeout** (``statement_timeout``, :data:`tilelens.store.readonly.READ_TIMEOUT_S` by
+5. **A statement timeout** (``statement_timeout``, :data:`READ_TIMEOUT_S` by
    default), so no query holds the server for long.
 
 Values come back as SQLite gives them, so that ``tilelens sql`` prints the same on both: JSON as its stored
@@ -36,13 +36,18 @@ import datetime as dt
 import decimal
 import json
 import re
+import threading
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from tilelens.config import Location
 from tilelens.errors import HistoryError, NoHistoryError, QueryError, ReadOnlyError
 from tilelens.store.urls import postgres_connect_args
+
+# The longest one statement of a reader may run when the caller sets no timeout: a shared server is not held
+# by one reader (``tilelens sql --timeout`` sets another).
+READ_TIMEOUT_S = 60.0
 
 ALLOWED_VERBS = frozenset({"SELECT", "WITH", "VALUES", "TABLE", "EXPLAIN", "SHOW"})
 # Every other statement PostgreSQL knows, and SQLite's writing words: refused as SQLite refuses them. A first
@@ -198,7 +203,15 @@ def _named_params(sql: str, params: Mapping[str, Any]) -> str:
 class PostgresGate:
     """A psycopg connection behind the gates above; ``execute`` runs one statement."""
 
-    def __init__(self, location: Location, label: str, timeout_s: float) -> None:
+    def __init__(
+        self,
+        location: Location,
+        label: str,
+        timeout_s: float,
+        fetch_rows: int,
+        stopped: Callable[[str, float | None], QueryError],
+    ) -> None:
+        """``stopped(reason, timeout)`` makes the error of a statement stopped by its timeout or a cancel."""
         try:
             import psycopg
             from psycopg.types.string import TextLoader
@@ -208,6 +221,9 @@ class PostgresGate:
                 "(pip install 'tilelens[postgres]')"
             ) from exc
         self._psycopg = psycopg
+        self._names = 0
+        self.fetch_rows = fetch_rows
+        self.stopped = stopped
         self.label = label
         self.timeout_s = timeout_s
         args = postgres_connect_args(location.db_url)
@@ -259,31 +275,89 @@ class PostgresGate:
         )
         return tables, current
 
-    def execute(self, sql: str, params: Mapping[str, Any] | None = None) -> tuple[list[str], list[tuple]]:
+    def stream(
+        self,
+        sql: str,
+        params: Mapping[str, Any] | None,
+        timeout: float | None,
+        cancel: threading.Event | None,
+    ) -> tuple[list[str], Iterator[tuple[Any, ...]]]:
+        """One statement through gates 1-5; its rows as they come (a server-side cursor for queries).
+
+        ``timeout`` replaces the backstop for this statement (PostgreSQL applies it to each statement sent:
+        the cursor's declaration and each fetch); setting ``cancel`` cancels the running statement.
+        """
         check_statement(sql)
         psycopg = self._psycopg
-        cur = self.conn.cursor()
+        limit = self.timeout_s if timeout is None else timeout
+        query = _named_params(sql, params) if params else sql
+        args = dict(params) if params else None
+        self._names += 1
+        watcher = _CancelWatcher(self.conn, cancel)
         try:
-            if params:
-                cur.execute(_named_params(sql, params), dict(params), prepare=True)  # type: ignore[arg-type]
+            if limit != self.timeout_s:
+                self.conn.execute(f"SET LOCAL statement_timeout = {max(1, int(limit * 1000))}")
+            if statement_verb(sql) in ("SHOW", "EXPLAIN"):  # not cursor-able; small answers
+                cur: Any = self.conn.cursor()
+                cur.execute(query, args, prepare=True)  # extended protocol: one statement only
             else:
-                cur.execute(sql, prepare=True)  # type: ignore[arg-type]
-            columns = [d.name for d in cur.description or ()]
-            json_columns = {i for i, d in enumerate(cur.description or ()) if d.type_code in _JSON_OIDS}
-            rows = [
-                tuple(json_number(v) if i in json_columns else plain_value(v) for i, v in enumerate(row))
-                for row in cur.fetchall()
-            ]
-            still = cur.execute("SELECT current_setting('transaction_read_only')").fetchone()
+                cur = self.conn.cursor(name=f"tilelens_{self._names}")  # declared: extended protocol too
+                cur.execute(query, args)
+            description = list(cur.description or ())
         except psycopg.Error as exc:
+            watcher.stop()
             self._restart()
-            raise self._translate(exc, sql) from exc
-        if still is None or still[0] != "on":  # cannot happen past gates 1-3; never trust that it cannot
+            raise self._translate(exc, sql, limit) from exc
+        except BaseException:
+            watcher.stop()
             self._restart()
-            raise refused("a statement that left the read-only transaction")
-        return columns, rows
+            raise
+        columns = [d.name for d in description]
+        json_columns = {i for i, d in enumerate(description) if d.type_code in _JSON_OIDS}
 
-    def _translate(self, exc: BaseException, sql: str) -> HistoryError:
+        def rows() -> Iterator[tuple[Any, ...]]:
+            clean = False
+            try:
+                while True:
+                    try:
+                        chunk = cur.fetchmany(self.fetch_rows)
+                    except psycopg.Error as exc:
+                        raise self._translate(exc, sql, limit) from exc
+                    if not chunk:
+                        break
+                    for row in chunk:
+                        yield tuple(
+                            json_number(v) if i in json_columns else plain_value(v) for i, v in enumerate(row)
+                        )
+                    if cancel is not None and cancel.is_set():
+                        raise self.stopped("cancel", timeout)
+                clean = True
+            finally:
+                watcher.stop()
+                self._finish(cur, clean, limit)
+
+        return columns, rows()
+
+    def _finish(self, cur: Any, clean: bool, limit: float) -> None:
+        """After a statement: close its cursor, check the transaction is still read-only, or start afresh."""
+        psycopg = self._psycopg
+        if clean:
+            try:
+                cur.close()
+                still = self.conn.execute("SELECT current_setting('transaction_read_only')").fetchone()
+                if limit != self.timeout_s:
+                    self.conn.execute(f"SET LOCAL statement_timeout = {int(self.timeout_s * 1000)}")
+            except psycopg.Error:
+                still = None
+            if still is not None and still[0] == "on":
+                return
+            self._restart()
+            if still is not None:  # cannot happen past gates 1-3; never trust that it cannot
+                raise refused("a statement that left the read-only transaction")
+            return
+        self._restart()  # stopped part way or failed: the transaction may be aborted
+
+    def _translate(self, exc: BaseException, sql: str, limit: float) -> HistoryError:
         message = " ".join(_first_line(exc).split())
         cannot = _CANNOT_EXECUTE_RE.search(message)
         if cannot:
@@ -292,12 +366,17 @@ class PostgresGate:
                 write = _WRITE_WORD_RE.search(sql)
                 what = write.group(0).upper() if write else what
             return refused(what)
+        if "data-modifying statements" in message:  # a writing WITH, refused by the cursor's declaration
+            write = _WRITE_WORD_RE.search(sql)
+            return refused(write.group(0).upper() if write else "WITH")
+        if "SELECT ... INTO is not allowed" in message:  # refused by the cursor's declaration
+            return refused("SELECT INTO")
         if "read-only transaction" in message:
             return refused(f"({message})")
         if "statement timeout" in message:
-            return QueryError(
-                f"SQL error: the statement ran longer than {self.timeout_s:g} s and was stopped"
-            )
+            return self.stopped("timeout", limit)
+        if "due to user request" in message:
+            return self.stopped("cancel", None)
         if "cannot insert multiple commands" in message:
             return QueryError("SQL error: one statement at a time")
         return QueryError(f"SQL error: {message}")
@@ -319,3 +398,25 @@ class PostgresGate:
             pass
         finally:
             self.conn.close()
+
+
+class _CancelWatcher:
+    """Cancels the connection's running statement when ``cancel`` is set (Ctrl-C in ``tilelens sql``)."""
+
+    def __init__(self, conn: Any, cancel: threading.Event | None) -> None:
+        self._done = threading.Event()
+        self._thread: threading.Thread | None = None
+        if cancel is not None:
+            self._thread = threading.Thread(target=self._watch, args=(conn, cancel), daemon=True)
+            self._thread.start()
+
+    def _watch(self, conn: Any, cancel: threading.Event) -> None:
+        while not self._done.wait(0.02):
+            if cancel.is_set():
+                conn.cancel_safe()
+                return
+
+    def stop(self) -> None:
+        self._done.set()
+        if self._thread is not None:
+            self._thread.join()

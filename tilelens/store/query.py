@@ -17,10 +17,11 @@ Reads never create or migrate a history and never import torch, Triton or Alembi
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
+import functools
 import json
-import os
+import re
+import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,7 +39,15 @@ from tilelens.errors import (
 )
 from tilelens.records import LAUNCH_STATUSES, RUN_STATUSES
 from tilelens.store.names import KERNEL_NAMES_SQL, matching_ids
-from tilelens.store.readonly import READ_TIMEOUT_S, Reader, Result, open_reader
+from tilelens.store.readonly import (
+    Reader,
+    Result,
+    RowStream,
+    known_revisions,
+    open_reader,
+    row_limit,
+    storable_id,
+)
 from tilelens.store.results import (
     AccessStats,
     ArgumentInfo,
@@ -85,7 +94,8 @@ def _time(value: Any) -> dt.datetime | None:
 _LAUNCH_SELECT = """
 SELECT l.id, l.run_id, l.seq, l.started_at, l.duration_s, k.module, k.qualname,
        l.grid_x, l.grid_y, l.grid_z, l.config, l.tuning_key, l.role, l.status, l.error, l.backend, l.device,
-       l.lanes, l.load_lanes + l.store_lanes + l.atomic_lanes, l.oob_lanes, l.bytes_loaded, l.bytes_stored
+       l.lanes, l.load_lanes + l.store_lanes + l.atomic_lanes, l.oob_lanes, l.bytes_loaded, l.bytes_stored,
+       {test_nodeid}
 FROM launches l JOIN kernels k ON k.id = l.kernel_id
 """
 
@@ -128,7 +138,16 @@ def _launch_summary(row: Sequence[Any]) -> LaunchSummary:
         oob_lanes=int(row[19]),
         bytes_loaded=int(row[20]),
         bytes_stored=int(row[21]),
+        test_nodeid=row[22],
     )
+
+
+def _like(pattern: str) -> str:
+    """A node-id pattern as SQL LIKE: ``*``/``?`` wildcards, else a substring; ``%``, ``_`` match themselves."""
+    escaped = pattern.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    if "*" not in pattern and "?" not in pattern:
+        return f"%{escaped}%"
+    return escaped.replace("*", "%").replace("?", "_")
 
 
 @dataclass
@@ -165,6 +184,19 @@ class HistoryQuery:
     def _rows(self, sql: str, params: dict[str, Any] | None = None) -> list[tuple[Any, ...]]:
         return self.reader.execute(sql, params).rows
 
+    @functools.cached_property
+    def _has_procs_columns(self) -> bool:
+        """Whether the history has revision 0007's columns; an older history is read with NULLs instead."""
+        try:
+            self._rows("SELECT test_nodeid FROM launches WHERE 1 = 0")
+        except Exception:  # noqa: BLE001 - the column is missing: an older, still readable history
+            return False
+        return True
+
+    @property
+    def _launch_select(self) -> str:
+        return _LAUNCH_SELECT.format(test_nodeid="l.test_nodeid" if self._has_procs_columns else "NULL")
+
     # -- listings -----------------------------------------------------------------------------------------
 
     def kernel_ids(self, name: str) -> list[int]:
@@ -187,15 +219,21 @@ class HistoryQuery:
         status: str | None = None,
         oob: bool = False,
         tag: str | None = None,
+        test: str | None = None,
         limit: int | None = 50,
     ) -> list[LaunchSummary]:
-        """Launches, newest first; every filter given must hold."""
+        """Launches, newest first; every filter given must hold.
+
+        ``test`` matches the pytest node id: ``*``/``?`` wildcards over the whole id, else any id containing it.
+        """
         if status is not None and status not in LAUNCH_STATUSES:
             raise UsageError(f"launch status must be one of {', '.join(LAUNCH_STATUSES)}, not {status!r}")
         f = _Filter()
         if kernel is not None and not self._kernel_clause(f, kernel, "l.kernel_id"):
             return []
         if run is not None:
+            if not storable_id(run):
+                return []
             f.add("l.run_id = :run", run=run)
         if status is not None:
             f.add("l.status = :status", status=status)
@@ -203,10 +241,12 @@ class HistoryQuery:
             f.add("l.oob_lanes > 0")
         if tag is not None:
             f.add("l.run_id IN (SELECT id FROM runs WHERE tag = :tag)", tag=tag)
-        sql = f"{_LAUNCH_SELECT} {f.sql()} ORDER BY l.id DESC"
+        if test is not None:
+            f.add("l.test_nodeid LIKE :test ESCAPE '\\'", test=_like(test))
+        sql = f"{self._launch_select} {f.sql()} ORDER BY l.id DESC"
         if limit is not None:
             sql += " LIMIT :limit"
-            f.params["limit"] = int(limit)
+            f.params["limit"] = row_limit(limit)
         return [_launch_summary(r) for r in self._rows(sql, f.params)]
 
     def runs(
@@ -219,7 +259,11 @@ class HistoryQuery:
         tag: str | None = None,
         limit: int | None = 50,
     ) -> list[RunSummary]:
-        """Runs, newest first, with launch counts; ``kernel`` and ``oob`` keep runs with such launches."""
+        """Runs, newest first, with launch counts; ``kernel`` and ``oob`` keep runs with such launches.
+
+        A run stored as ``running`` whose process is gone is reported ``lost`` (and filtered as such) at
+        once, before any writer has stored that (see :mod:`tilelens.store.liveness`).
+        """
         if status is not None and status not in RUN_STATUSES:
             raise UsageError(f"run status must be one of {', '.join(RUN_STATUSES)}, not {status!r}")
         f = _Filter()
@@ -232,21 +276,29 @@ class HistoryQuery:
                 **inner.params,
             )
         if run is not None:
+            if not storable_id(run):
+                return []
             f.add("r.id = :run", run=run)
+        # "running" and "lost" depend on processes, not only on rows: filtered after the liveness check.
+        live_filter = status in ("running", "lost")
         if status is not None:
-            f.add("r.status = :status", status=status)
+            f.add("r.status IN ('running', 'lost')" if live_filter else "r.status = :status", status=status)
         if oob:
             f.add("EXISTS (SELECT 1 FROM launches l WHERE l.run_id = r.id AND l.oob_lanes > 0)")
         if tag is not None:
             f.add("r.tag = :tag", tag=tag)
         sql = (
-            "SELECT r.id, r.started_at, r.finished_at, r.status, r.exit_code, r.tag, r.argv, r.cwd, r.host "
-            f"FROM runs r {f.sql()} ORDER BY r.id DESC"
+            "SELECT r.id, r.started_at, r.finished_at, r.status, r.exit_code, r.tag, r.argv, r.cwd, r.host, "
+            + ("r.parent_run_id, r.pid " if self._has_procs_columns else "NULL, NULL ")
+            + f"FROM runs r {f.sql()} ORDER BY r.id DESC"
         )
-        if limit is not None:
+        if limit is not None and not live_filter:
             sql += " LIMIT :limit"
-            f.params["limit"] = int(limit)
+            f.params["limit"] = row_limit(limit)
         runs = self._rows(sql, f.params)
+        statuses = self._run_statuses(runs)
+        if live_filter:
+            runs = [r for r in runs if statuses[r[0]] == status][:limit]
         counts: dict[int, tuple[Any, ...]] = {}
         if runs:
             ids = {f"r{i}": r[0] for i, r in enumerate(runs)}
@@ -265,7 +317,7 @@ class HistoryQuery:
                     id=int(r[0]),
                     started_at=_time(r[1]),  # type: ignore[arg-type]
                     finished_at=_time(r[2]),
-                    status=r[3],
+                    status=statuses[r[0]],
                     exit_code=r[4],
                     tag=r[5],
                     argv=list(_json(r[6]) or []),
@@ -275,15 +327,43 @@ class HistoryQuery:
                     kernels=int(kernels or 0),
                     errors=int(errors or 0),
                     oob_lanes=int(oob_lanes or 0),
+                    parent_run_id=r[9],
+                    pid=r[10],
                 )
             )
         return out
+
+    def _run_statuses(self, runs: Sequence[tuple[Any, ...]]) -> dict[int, str]:
+        """Each run's status (column 3 of ``runs``), with ``lost`` for running runs whose process is gone."""
+        statuses = {r[0]: r[3] for r in runs}
+        running = {f"r{i}": r[0] for i, r in enumerate(runs) if r[3] == "running"}
+        if not running:
+            return statuses
+        from tilelens.store import liveness
+
+        # SELECT *: a history from before schema 0004 has no pid_start, boot_id, pid_ns (read as None).
+        result = self.reader.execute(
+            f"SELECT * FROM runs WHERE id IN ({', '.join(':' + n for n in running)})", running
+        )
+        names = ("id", "status", "host", "pid", "pid_start", "boot_id", "pid_ns")
+        index = {name: i for i, name in enumerate(result.columns)}
+        rows = [tuple(r[index[n]] if n in index else None for n in names) for r in result.rows]
+        here = liveness.current_process()
+        for run_id, status, host, pid, pid_start, boot_id, pid_ns in rows:
+            statuses[run_id] = liveness.effective_status(
+                str(status), str(host), pid, pid_start, boot_id, pid_ns, here
+            )
+        return statuses
 
     # -- one launch ---------------------------------------------------------------------------------------
 
     def launch(self, launch_id: int, *, oob_events: int = 10, source: bool = False) -> LaunchDetail:
         """Everything about one launch; ``source=True`` adds per-line lane counts beside the kernel source."""
-        rows = self._rows(f"{_LAUNCH_SELECT} WHERE l.id = :id", {"id": launch_id})
+        rows = (
+            self._rows(f"{self._launch_select} WHERE l.id = :id", {"id": launch_id})
+            if storable_id(launch_id)
+            else []
+        )
         if not rows:
             raise LaunchNotFoundError(f"no launch {launch_id} in history {self.reader.label}")
         launch = _launch_summary(rows[0])
@@ -306,6 +386,8 @@ class HistoryQuery:
             source=extra[4],
         )
         run = {"id": int(extra[6]), "tag": extra[7], "status": extra[8], "argv": list(_json(extra[9]) or [])}
+        if run["status"] == "running":
+            run["status"] = self._run_statuses([(run["id"], None, None, "running")])[run["id"]]
         summary = {name: int(value) for name, value in zip(SUMMARY_FIELDS, extra[14:])}
         unattributed_summary = _json(extra[10])
         trace_info = (
@@ -445,12 +527,20 @@ class HistoryQuery:
 
     def trace(self, launch_id: int) -> pa.Table:
         """The launch's access trace as recorded: one row per memory event (``TRACE_SCHEMA``)."""
-        rows = self._rows("SELECT trace_blob FROM launches WHERE id = :id", {"id": launch_id})
+        rows = (
+            self._rows("SELECT trace_blob FROM launches WHERE id = :id", {"id": launch_id})
+            if storable_id(launch_id)
+            else []
+        )
         if not rows:
             raise LaunchNotFoundError(f"no launch {launch_id} in history {self.reader.label}")
         if rows[0][0] is None:
             raise NoTraceError(f"launch {launch_id} has no access trace")
-        return self._trace_table(rows[0][0])
+        try:
+            return self._trace_table(rows[0][0])
+        except BlobError as exc:  # the blob's own message names the file; say whose trace it is
+            exc.args = (f"launch {launch_id}'s access trace: {exc}",)
+            raise
 
     def lane_batches(self, launch_id: int) -> Iterator[pa.RecordBatch]:
         """The trace as one flat row per lane (``tilelens.store.lanes.LANE_SCHEMA``), in record batches."""
@@ -469,50 +559,73 @@ class HistoryQuery:
         return pa.Table.from_batches(list(self.lane_batches(launch_id)), schema=lanes.LANE_SCHEMA)
 
     def export(self, launch_id: int, path: str | Path, format: ExportFormat = "parquet") -> ExportResult:
-        """Write :meth:`lane_batches` to ``path``; the file appears whole or not at all."""
+        """Write :meth:`lane_batches` to ``path`` (``"-"``: standard output) by the rules of
+        :func:`tilelens.store.outfile.open_output`: a regular file appears whole or not at all, a FIFO, a
+        device or a file descriptor is written through and never replaced."""
         if format not in EXPORT_FORMATS:
             raise UsageError(f"export format must be one of {', '.join(EXPORT_FORMATS)}, not {format!r}")
         from tilelens.store import lanes
+        from tilelens.store.outfile import open_output
 
         batches = self.lane_batches(launch_id)
-        path = Path(path)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         rows = 0
         try:
-            if format == "parquet":
-                import pyarrow.parquet as pq
+            with open_output(path) as sink:
+                if format == "parquet":
+                    import pyarrow.parquet as pq
 
-                with pq.ParquetWriter(tmp, lanes.LANE_SCHEMA, compression="zstd") as writer:
-                    for batch in batches:
-                        writer.write_batch(batch)
-                        rows += batch.num_rows
-            else:
-                import pyarrow.csv as pcsv
+                    with pq.ParquetWriter(sink, lanes.LANE_SCHEMA, compression="zstd") as writer:
+                        for batch in batches:
+                            writer.write_batch(batch)
+                            rows += batch.num_rows
+                else:
+                    import pyarrow.csv as pcsv
 
-                with pcsv.CSVWriter(tmp, lanes.LANE_SCHEMA) as writer:
-                    for batch in batches:
-                        writer.write_batch(batch)
-                        rows += batch.num_rows
-            os.replace(tmp, path)
-        except OSError as exc:  # no permission, no space, a name too long: the file cannot be written
-            _discard(tmp)
-            raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from exc
-        except BaseException:
-            _discard(tmp)
+                    with pcsv.CSVWriter(sink, lanes.LANE_SCHEMA) as writer:
+                        for batch in batches:
+                            writer.write_batch(batch)
+                            rows += batch.num_rows
+        except BrokenPipeError:  # the reader left (`-o - | head`): not a failure to write, the caller's call
             raise
-        return ExportResult(path=path, format=format, rows=rows)
+        except OSError as exc:  # no permission, no space (/dev/full), a name too long
+            raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from exc
+        return ExportResult(path=Path(path), format=format, rows=rows)
 
     # -- SQL ----------------------------------------------------------------------------------------------
 
-    def sql(self, query: str) -> Result:
+    def sql(self, query: str, *, timeout: float | None = None) -> Result:
         """One read-only statement (the views of migration 0002 included); writes raise ReadOnlyError."""
+        with self.sql_stream(query, timeout=timeout) as rows:
+            return Result(rows.columns, list(rows))
+
+    def sql_stream(
+        self, query: str, *, timeout: float | None = None, cancel: threading.Event | None = None
+    ) -> RowStream:
+        """:meth:`sql` with the rows handed out as they come, in constant memory; close the stream.
+
+        ``timeout`` (seconds) and ``cancel`` stop a runaway query (``QueryTimeoutError``,
+        ``QueryInterruptedError``): see :meth:`tilelens.store.readonly.Reader.stream`.
+        """
+        if timeout is not None and not timeout > 0:
+            raise UsageError(f"a query timeout is a positive number of seconds, not {timeout!r}")
         try:
-            return self.reader.execute(query)
+            return self.reader.stream(query, timeout=timeout, cancel=cancel)
         except QueryError as exc:
-            missing = [v for v in VIEW_NAMES if v in str(exc)]
-            if missing and ("no such table" in str(exc) or "does not exist" in str(exc)):
-                raise ViewsMissingError(f"{exc} (this history predates the views)") from exc
-            raise
+            views = self._views_missing(exc)
+            if views is None:
+                raise
+            raise views from exc
+
+    def _views_missing(self, exc: QueryError) -> ViewsMissingError | None:
+        """The error names one of the views and the history's schema predates them: say how to get them."""
+        match = re.search(r'no such table: (\w+)|relation "(\w+)" does not exist', str(exc))
+        name = match and (match.group(1) or match.group(2))
+        # Every view exists at this code's head revision, so ``db upgrade`` adds a missing one exactly when
+        # the history is behind it. At the head, a missing view was dropped by hand, and upgrading does nothing.
+        _, heads = known_revisions()
+        if name not in VIEW_NAMES or set(self.reader.revisions) == set(heads):
+            return None
+        return ViewsMissingError(f"{exc} (this history predates the views)")
 
 
 _ARGS_SELECT = (
@@ -522,25 +635,18 @@ _ARGS_SELECT = (
 _ARG_NAMES = "SELECT position, name FROM launch_args WHERE launch_id = :id"
 
 
-def _discard(tmp: Path) -> None:
-    with contextlib.suppress(OSError):  # the failure being reported may be that this name cannot exist
-        tmp.unlink(missing_ok=True)
-
-
 def open_query(
     db: str | None = None,
     blobs: str | Path | None = None,
     *,
     location: Location | None = None,
-    timeout_s: float = READ_TIMEOUT_S,
 ) -> HistoryQuery:
     """Open the history at ``db``/``blobs`` (resolved like every TileLens command) for reading only.
 
-    Raises :class:`tilelens.errors.NoHistoryError` when nothing is there: reading never creates one. A
-    statement that runs longer than ``timeout_s`` is stopped with a :class:`QueryError`.
+    Raises :class:`tilelens.errors.NoHistoryError` when nothing is there: reading never creates one.
     """
     location = location or resolve_location(db, blobs)
-    return HistoryQuery(location, open_reader(location, timeout_s))
+    return HistoryQuery(location, open_reader(location))
 
 
 __all__ = [
@@ -558,6 +664,7 @@ __all__ = [
     "OobEvent",
     "ReplayInfo",
     "Result",
+    "RowStream",
     "RunSummary",
     "SourceLine",
     "open_query",
