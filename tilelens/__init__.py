@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from tilelens.api import (
         GluonTrace,
         History,
+        OutOfBoundsError,
         Recording,
         TritonTrace,
         open_history,
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
 __all__ = [
     "GluonTrace",
     "History",
+    "OutOfBoundsError",
     "Recording",
     "TritonTrace",
     "__version__",

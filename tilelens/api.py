@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from tilelens.core.bounds import OutOfBoundsError
 from tilelens.core.recorder import Recording, record
 from tilelens.core.trace import GluonTrace, TritonTrace, trace
 from tilelens.replay import replay_launch
@@ -26,6 +27,7 @@ def open_query(db: str | None = None, blobs: str | Path | None = None) -> Any:
 __all__ = [
     "GluonTrace",
     "History",
+    "OutOfBoundsError",
     "Recording",
     "TritonTrace",
     "open_history",

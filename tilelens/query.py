@@ -96,6 +96,11 @@ class LaunchSummary:
     oob_lanes: int
     bytes_loaded: int
     bytes_stored: int
+    # oob_lanes split into loads and stores (atomics count as stores), and the store lanes the recorder kept
+    # from being written (outside every argument's memory); None for launches recorded before they were kept.
+    oob_load_lanes: int | None = None
+    oob_store_lanes: int | None = None
+    dropped_lanes: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -235,6 +240,9 @@ class OobEvent:
     active: int
     oob_lanes: int
     offsets: tuple[int, int] | None  # smallest and largest element offset of the out-of-bounds lanes
+    # Of oob_lanes, those outside every argument's memory: a store or atomic never wrote them, a load read
+    # them without touching memory (see tilelens.core.bounds); the rest lay in some argument's storage.
+    stray_lanes: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -293,7 +301,7 @@ class LaunchDetail:
     launch: LaunchSummary
     run: dict[str, Any]
     kernel: KernelInfo
-    summary: dict[str, int]
+    summary: dict[str, int | None]  # the launch's access totals; the oob split is None in older records
     args: list[ArgumentInfo]
     unattributed: AccessStats | None  # lanes that fell in no argument's memory
     trace: dict[str, Any] | None  # blob, rows, bytes
@@ -335,7 +343,8 @@ class ExportResult:
 _LAUNCH_SELECT = """
 SELECT l.id, l.run_id, l.seq, l.started_at, l.duration_s, k.module, k.qualname,
        l.grid_x, l.grid_y, l.grid_z, l.config, l.tuning_key, l.role, l.status, l.error, l.backend, l.device,
-       l.lanes, l.load_lanes + l.store_lanes + l.atomic_lanes, l.oob_lanes, l.bytes_loaded, l.bytes_stored
+       l.lanes, l.load_lanes + l.store_lanes + l.atomic_lanes, l.oob_lanes, l.bytes_loaded, l.bytes_stored,
+       l.oob_load_lanes, l.oob_store_lanes, l.dropped_lanes
 FROM launches l JOIN kernels k ON k.id = l.kernel_id
 """
 
@@ -351,6 +360,9 @@ SUMMARY_FIELDS = (
     "oob_lanes",
     "events",
     "lanes",
+    "oob_load_lanes",
+    "oob_store_lanes",
+    "dropped_lanes",
 )
 
 
@@ -378,7 +390,14 @@ def _launch_summary(row: Sequence[Any]) -> LaunchSummary:
         oob_lanes=int(row[19]),
         bytes_loaded=int(row[20]),
         bytes_stored=int(row[21]),
+        oob_load_lanes=_int_or_none(row[22]),
+        oob_store_lanes=_int_or_none(row[23]),
+        dropped_lanes=_int_or_none(row[24]),
     )
+
+
+def _int_or_none(value: Any) -> int | None:
+    return None if value is None else int(value)
 
 
 def _like_pattern(name: str) -> str:
@@ -568,7 +587,7 @@ class HistoryQuery:
             source=extra[4],
         )
         run = {"id": int(extra[6]), "tag": extra[7], "status": extra[8], "argv": list(_json(extra[9]) or [])}
-        summary = {name: int(value) for name, value in zip(SUMMARY_FIELDS, extra[14:])}
+        summary = {name: _int_or_none(value) for name, value in zip(SUMMARY_FIELDS, extra[14:])}
         unattributed_summary = _json(extra[10])
         trace_info = (
             {"blob": extra[11], "rows": extra[12], "bytes": extra[13]} if extra[11] is not None else None
@@ -803,6 +822,7 @@ def _oob_event(row: dict[str, Any], names: dict[int, str], kernel: KernelInfo) -
         active=int(row["active"]),
         oob_lanes=int(row["oob"]),
         offsets=(int(offsets[0]), int(offsets[1])) if offsets is not None else None,
+        stray_lanes=int(row.get("stray") or 0),
     )
 
 

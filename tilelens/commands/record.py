@@ -27,8 +27,12 @@ HELP = (
     "Examples:\n\n"
     "  tilelens record examples/vector_add.py\n\n"
     "  tilelens record --tag nightly -m pytest tests/kernels -x\n\n"
-    "  tilelens --db runs/h.db record --autotune all train.py --epochs 1\n"
+    "  tilelens --db runs/h.db record --autotune all train.py --epochs 1\n\n"
+    "  tilelens record --fail-on-oob -m pytest tests/kernels   # exit 3 if any lane went out of bounds\n"
 )
+
+# Exit status of `tilelens record --fail-on-oob` when any lane of any launch was out of bounds.
+EXIT_OOB = 3
 
 
 def register(app: typer.Typer) -> None:
@@ -54,11 +58,26 @@ def record(
     blobs: str | None = typer.Option(
         None, "--blobs", metavar="DIR", help="Blob folder (as tilelens --blobs)."
     ),
+    on_oob: str | None = typer.Option(
+        None,
+        "--on-oob",
+        metavar="record|raise",
+        help="record (default): record launches with out-of-bounds lanes and go on; raise: record the launch, "
+        "then raise tilelens.OutOfBoundsError in the program.",
+    ),
+    fail_on_oob: bool = typer.Option(
+        False,
+        "--fail-on-oob",
+        help=f"Run the program to its end, then exit with status {EXIT_OOB} if any lane was out of bounds.",
+    ),
 ) -> None:
     from tilelens import runner
 
     if autotune not in ("first", "all"):
         raise typer.BadParameter("must be first or all", param_hint="--autotune")
+    # The [tool.tilelens] settings (on_oob, fail_on_oob) would fill in here, under the command line's flags.
+    if on_oob is not None and on_oob not in ("record", "raise"):
+        raise typer.BadParameter("must be record or raise", param_hint="--on-oob")
     program = runner.Target(target, is_module=module)
     args = list(ctx.args)
     try:
@@ -71,7 +90,7 @@ def record(
     st = state(ctx)
     db, blobs = db or st.db, blobs or st.blobs
     argv = (["-m", target] if module else [target]) + args
-    rec = Recording(db, blobs, tag=tag, autotune=autotune, argv=argv)  # type: ignore[arg-type]
+    rec = Recording(db, blobs, tag=tag, autotune=autotune, argv=argv, on_oob=on_oob)  # type: ignore[arg-type]
     started = time.monotonic()
     outcome = runner.Outcome(0)
     try:
@@ -84,6 +103,14 @@ def record(
     except KeyboardInterrupt:
         outcome = runner.Outcome(130, interrupted=True)
     _print_summary(rec, outcome, time.monotonic() - started, db, blobs)
+    if fail_on_oob and rec.oob_lanes and not outcome.interrupted:
+        render.err().print(
+            f"  --fail-on-oob: {rec.oob_lanes:,} lanes were out of bounds; exiting with status {EXIT_OOB}",
+            style="bold red",
+            markup=False,
+            highlight=False,
+        )
+        raise typer.Exit(EXIT_OOB)
     raise typer.Exit(outcome.exit_code)
 
 
@@ -149,7 +176,7 @@ def _print_summary(rec: Recording, outcome: Any, elapsed: float, db: str | None,
             f"{rec.errors} {_plural(rec.errors, 'error', 'errors')}", style="red" if rec.errors else ""
         )
         head.append(", ")
-        head.append(f"{rec.oob_lanes:,} out-of-bounds lanes", style="bold red" if rec.oob_lanes else "")
+        head.append(_oob_summary(rec), style="bold red" if rec.oob_lanes else "")
     else:
         head.append("no Triton launches recorded")
     head.append(f" ({elapsed:.1f} s)")
@@ -174,6 +201,17 @@ def _print_summary(rec: Recording, outcome: Any, elapsed: float, db: str | None,
     if rec.launch_ids:
         hint += f"  |  {prefix} show {rec.launch_ids[-1]}"
     console.print(Text(hint, style="dim"))
+
+
+def _oob_summary(rec: Recording) -> str:
+    """Out-of-bounds lanes, loads apart from stores (atomics count as stores), and how many were dropped."""
+    text = f"{rec.oob_lanes:,} out-of-bounds lanes"
+    if rec.oob_lanes:
+        text += f" ({rec.oob_load_lanes:,} loaded, {rec.oob_store_lanes:,} stored"
+        if rec.dropped_lanes:
+            text += f", {rec.dropped_lanes:,} of them dropped: outside every argument's memory"
+        text += ")"
+    return text
 
 
 def _plural(n: int, one: str, many: str) -> str:

@@ -71,6 +71,15 @@ def set_interpret(value: bool) -> None:
     knobs.runtime.interpret = value
 
 
+def with_data(handle: Any, data: Any) -> Any:
+    """A copy of an interpreter ``TensorHandle`` holding ``data`` (its fields differ between releases)."""
+    import copy
+
+    out = copy.copy(handle)
+    out.data = data
+    return out
+
+
 def element_bytes(tl_dtype: Any) -> int:
     bits = getattr(tl_dtype, "primitive_bitwidth", None)
     if bits is None:  # pointer element types

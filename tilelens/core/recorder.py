@@ -21,6 +21,7 @@ from typing import Any
 
 from tilelens.core import compat, session
 from tilelens.core.access import TRACE_WRITE_OPTIONS
+from tilelens.core.bounds import OobPolicy, resolve_policy
 from tilelens.core.interpreter import interception_patches
 from tilelens.core.session import AutotunePolicy
 from tilelens.core.trace import TritonTrace
@@ -59,10 +60,12 @@ class Recording:
         autotune: AutotunePolicy = "first",
         argv: list[str] | None = None,
         history: Any = None,
+        on_oob: OobPolicy | None = None,
     ) -> None:
         if autotune not in ("first", "all"):
             raise ValueError(f"autotune must be 'first' or 'all', not {autotune!r}")
         self.autotune_policy: AutotunePolicy = autotune
+        self.on_oob: OobPolicy = resolve_policy(on_oob)
         self._db, self._blobs, self._tag = db, blobs, tag
         self._argv = list(sys.argv if argv is None else argv)
         self._history = history
@@ -72,6 +75,9 @@ class Recording:
         self.launches_per_kernel: Counter[str] = Counter()
         self.errors = 0
         self.oob_lanes = 0
+        self.oob_load_lanes = 0
+        self.oob_store_lanes = 0  # stores and atomics
+        self.dropped_lanes = 0  # store/atomic lanes outside every argument's memory, never written
         self.autotune_events = 0
         self._traced: dict[int, tuple[Any, TritonTrace]] = {}
         self._mirrored: dict[tuple[int, str], tuple[Any, bool, Any]] = {}
@@ -200,6 +206,9 @@ class Recording:
             self.launches_per_kernel[rec.kernel.name] += 1
             self.errors += rec.status == "error"
             self.oob_lanes += rec.summary.oob_lanes
+            self.oob_load_lanes += rec.summary.oob_load_lanes
+            self.oob_store_lanes += rec.summary.oob_store_lanes
+            self.dropped_lanes += rec.summary.dropped_lanes
         if self.on_launch is not None:
             self.on_launch(rec, launch_id)
         return launch_id
@@ -217,6 +226,7 @@ def record(
     *,
     tag: str | None = None,
     autotune: AutotunePolicy = "first",
+    on_oob: OobPolicy | None = None,
 ) -> Recording:
     """Record every Triton launch made inside the block.
 
@@ -224,5 +234,10 @@ def record(
     any order, decorated before or inside the block, in compiled mode or with ``TRITON_INTERPRET=1``) runs
     through Triton's CPU interpreter and is written to the history at ``db``/``blobs`` (default
     ``./.tilelens``). ``autotune="all"`` also records every pruned config's trial launch.
+
+    Out-of-bounds lanes never crash the program: stores and atomics outside every argument's memory are
+    dropped, the rest is recorded (see ``tilelens.core.bounds``). ``on_oob="raise"`` makes a launch with
+    out-of-bounds lanes raise :class:`tilelens.OutOfBoundsError` once it is recorded; the default,
+    ``"record"``, records it and goes on.
     """
-    return Recording(db, blobs, tag=tag, autotune=autotune)
+    return Recording(db, blobs, tag=tag, autotune=autotune, on_oob=on_oob)

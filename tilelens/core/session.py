@@ -17,6 +17,7 @@ AutotunePolicy = Literal["first", "all"]
 
 class Sink(Protocol):
     autotune_policy: AutotunePolicy
+    on_oob: str  # "record" or "raise" (tilelens.core.bounds.OOB_POLICIES)
 
     def write_launch(self, rec: LaunchRecord) -> Any:
         """Persist (or queue) a launch; the returned handle identifies it to ``write_autotune_event``."""
