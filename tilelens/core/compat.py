@@ -72,9 +72,16 @@ def set_interpret(value: bool) -> None:
 
 
 def with_data(handle: Any, data: Any) -> Any:
-    """A copy of an interpreter ``TensorHandle`` holding ``data`` (its fields differ between releases)."""
+    """A copy of an interpreter ``TensorHandle`` holding ``data`` (its fields differ between releases).
+
+    Descriptor stores hand the builder a bare numpy mask (whose ``.data`` is its buffer): that stays bare.
+    """
     import copy
 
+    import numpy as np
+
+    if isinstance(handle, np.ndarray):
+        return np.ascontiguousarray(data)
     out = copy.copy(handle)
     out.data = data
     return out
