@@ -57,11 +57,11 @@ class ArgumentRecord:
     strides: tuple[int, ...] | None = None
     storage_offset: int | None = None
     storage_group: int | None = None
-    storage_bytes: int | None = None  # size of the whole storage behind the view (its allocation)
     device: str | None = None
     value: Any = None  # JSON-able value for scalars / constexprs / other
     before: torch.Tensor | None = None
     after: torch.Tensor | None = None
+    storage_bytes: int | None = None  # size of the whole storage behind the view (its allocation)
 
 
 @dataclass
@@ -77,11 +77,11 @@ class AccessSummary:
     bytes_loaded: int = 0
     bytes_stored: int = 0
     oob_lanes: int = 0  # active lanes outside every argument's view, all ops
-    oob_load_lanes: int = 0  # ... of loads
-    oob_store_lanes: int = 0  # ... of stores and atomics
-    dropped_lanes: int = 0  # store/atomic lanes outside every argument's storage: never written
     events: int = 0
     lanes: int = 0  # total lanes of all events, active or masked off
+    oob_load_lanes: int = 0  # oob_lanes of loads
+    oob_store_lanes: int = 0  # oob_lanes of stores and atomics
+    dropped_lanes: int = 0  # store/atomic lanes outside every argument's storage: never written
 
     @property
     def active_lanes(self) -> int:

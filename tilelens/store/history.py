@@ -233,7 +233,7 @@ class History:
                     if a.storage_offset is not None or tensor is None
                     else tensor.storage_offset(),
                     "storage_group": a.storage_group,
-                    "storage_bytes": getattr(a, "storage_bytes", None),
+                    "storage_bytes": a.storage_bytes,
                     "device": a.device,
                     "value": to_json(a.value),
                     "access": _summary(per_arg.get(a.position)),
