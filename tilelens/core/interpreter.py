@@ -3,10 +3,11 @@
 Two patch sets, each installed and removed as a unit, in reverse order, even when the code inside raises:
 
 * ``launch_patches`` — for the length of one interpreted launch: routes the interpreter builder's memory
-  methods into the active ``AccessCollector``, lets nested ``@triton.jit`` helpers (decorated in compiled mode,
-  like ``tl.sum`` in a process that imported Triton without ``TRITON_INTERPRET``) run interpreted, turns
-  ``knobs.runtime.interpret`` on, and restores every ``tl`` namespace afterwards (the stock interpreter can leak
-  patches of helpers' modules).
+  methods into the active ``AccessCollector`` and keeps stray lanes (outside every argument's storage) from
+  touching memory (``tilelens.core.bounds``), feeding a replay's recorded out-of-bounds reads back; lets
+  nested ``@triton.jit`` helpers (decorated in compiled mode, like ``tl.sum`` in a process that imported
+  Triton without ``TRITON_INTERPRET``) run interpreted, turns ``knobs.runtime.interpret`` on, and restores
+  every ``tl`` namespace afterwards (the stock interpreter can leak patches of helpers' modules).
   It also installs the compiled-Triton semantics of ``tilelens.core.semantics`` (typed scalar parameters,
   bfloat16 arithmetic, libdevice), so recorded and replayed launches compute what compiled Triton computes.
 * ``interception_patches`` — for the length of a ``tilelens.record()`` block: makes every launch of a
