@@ -4,6 +4,8 @@ Usage: python scripts/bench_store.py [--n 50] [--dir DIR]
 
 "fresh" writes new tensor content every launch (hash, Parquet encode, temp file, fsync, rename, rows);
 "repeated" writes the same tensor every time, so the blob is found by name and only the rows are written.
+"on disk" writes tensors whose blobs another process stored before: found by name, compared with the file once
+(the check that a blob referenced is intact), rows written.
 Each sample is one ``History.write_launch`` call; the median and the 90th percentile are printed.
 """
 
@@ -21,7 +23,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests import store_helpers  # noqa: E402
-from tilelens.store import History  # noqa: E402
+from tilelens.store import BlobStore, History  # noqa: E402
 
 ELEMENTS = 256 * 1024  # float32: 1 MiB
 
@@ -40,6 +42,21 @@ def measure(history: History, run: int, n: int, fresh: bool) -> list[float]:
     return times
 
 
+def measure_on_disk(history: History, run: int, n: int) -> list[float]:
+    """Each tensor's blob is stored first through another BlobStore (another process, in effect)."""
+    gen = torch.Generator().manual_seed(3)
+    other = BlobStore(history.blobs.root)
+    times = []
+    for i in range(n):
+        x = torch.randn(ELEMENTS, generator=gen)
+        other.put_tensor(x)
+        rec = store_helpers.launch(x, torch.zeros(16), None, seq=i)
+        t0 = time.perf_counter()
+        history.write_launch(run, rec)
+        times.append(time.perf_counter() - t0)
+    return times
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=50)
@@ -50,8 +67,13 @@ def main() -> None:
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp, History.open(str(Path(tmp) / "bench.db")) as h:
         run = h.begin_run(store_helpers.run_info(tag="bench"))
         measure(h, run, 3, fresh=True)  # warm up: imports, connection, first blob folders
-        for label, fresh in (("fresh", True), ("repeated", False)):
-            ts = sorted(measure(h, run, args.n, fresh))
+        cases = (
+            ("fresh", lambda: measure(h, run, args.n, True)),
+            ("repeated", lambda: measure(h, run, args.n, False)),
+            ("on disk", lambda: measure_on_disk(h, run, args.n)),
+        )
+        for label, case in cases:
+            ts = sorted(case())
             p90 = ts[min(len(ts) - 1, int(0.9 * len(ts)))]
             print(
                 f"{label:9s} 1 MiB tensor + rows: median {statistics.median(ts) * 1e3:7.2f} ms"

@@ -114,7 +114,8 @@ def build(path: Path, launches: int, runs: int, kernels: int) -> None:
         for i in range(launches):
             seed = seed_launches[i % len(seed_launches)]
             launch_id = next_id + i
-            run_id = run_ids[min(i // per_run, len(run_ids) - 1)]
+            run_index = min(i // per_run, len(run_ids) - 1)
+            run_id = run_ids[run_index]
             sha = kernel_of_seed[seed["kernel_id"]]["source_sha256"]
             choices = versions[sha]
             when = t0 + dt.timedelta(minutes=(i // per_run) * 10, milliseconds=(i % per_run) * 3)
@@ -122,7 +123,7 @@ def build(path: Path, launches: int, runs: int, kernels: int) -> None:
             launch.update(
                 id=launch_id,
                 run_id=run_id,
-                seq=i % per_run,
+                seq=i - run_index * per_run,  # unique in its run (schema 0004), the last run taking the rest
                 kernel_id=choices[(i // len(seed_launches)) % len(choices)],
                 started_at=when,
                 created_at=when,

@@ -81,6 +81,12 @@ with knobs.runtime.scope():
         dst.store([pid * BM, 0], src.load([pid * BM, 0]))
 
     @triton.jit
+    def host_descriptor_copy(src_desc, dst_desc, BM: tl.constexpr):
+        """Host-side TensorDescriptor arguments (triton.tools.tensor_descriptor)."""
+        pid = tl.program_id(0)
+        dst_desc.store([pid * BM, 0], src_desc.load([pid * BM, 0]))
+
+    @triton.jit
     def failing_kernel(x_ptr, n, BLOCK: tl.constexpr):
         offs = tl.arange(0, BLOCK)
         x = tl.load(x_ptr + offs, mask=offs < n)

@@ -1,15 +1,15 @@
 """TileLens: a record/replay trace database for Triton kernels.
 
-The public names load on first use (PEP 562): ``tilelens.record`` needs torch and Triton, which take seconds
-to import, while the read commands (``tilelens ls``, ``show``, ``sql``) must answer in a fraction of that
-and import ``tilelens`` only as the package their modules live in.
+The public names are those of :mod:`tilelens.api` and load on first use (PEP 562): ``tilelens.record`` needs
+torch and Triton, which take seconds to import, while the read commands (``tilelens ls``, ``show``, ``sql``)
+must answer in a fraction of that and import ``tilelens`` only as the package their modules live in.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from tilelens.version import __version__
 
 if TYPE_CHECKING:
     from tilelens.api import (
@@ -18,11 +18,15 @@ if TYPE_CHECKING:
         OutOfBoundsError,
         Recording,
         TritonTrace,
+        inspect_history,
         open_history,
         open_query,
         record,
         replay_launch,
+        replay_launches,
+        select_launches,
         trace,
+        versions,
     )
 
 __all__ = [
@@ -32,24 +36,24 @@ __all__ = [
     "Recording",
     "TritonTrace",
     "__version__",
+    "inspect_history",
     "open_history",
     "open_query",
     "record",
     "replay_launch",
+    "replay_launches",
+    "select_launches",
     "trace",
+    "versions",
 ]
 _LAZY = set(__all__) - {"__version__"}
-
-
-# Names whose home needs neither torch nor Triton are loaded from there, not through tilelens.api.
-_LIGHT_HOMES = {"open_query": "tilelens.query"}
 
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
         import importlib
 
-        value = getattr(importlib.import_module(_LIGHT_HOMES.get(name, "tilelens.api")), name)
+        value = getattr(importlib.import_module("tilelens.api"), name)
         globals()[name] = value  # later look-ups skip this function
         return value
     raise AttributeError(f"module 'tilelens' has no attribute {name!r}")

@@ -15,8 +15,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import quote, unquote
 
+from tilelens.errors import LocationError as LocationError  # what a bad URL raises (through store.urls)
+
 if TYPE_CHECKING:
-    from sqlalchemy.engine import URL
+    from tilelens.store.urls import URL
 
 ENV_DB = "TILELENS_DB"
 ENV_BLOBS = "TILELENS_BLOBS"
@@ -28,10 +30,6 @@ DEFAULT_BLOBS_DIR = "blobs"
 _URL_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://")
 
 
-class LocationError(ValueError):
-    """The given location cannot name a history (bad URL syntax)."""
-
-
 @dataclass(frozen=True)
 class Location:
     """A resolved history: the database holding rows and the folder holding the blobs they reference."""
@@ -41,9 +39,9 @@ class Location:
 
     @property
     def url(self) -> URL:
-        from sqlalchemy.engine import make_url
+        from tilelens.store.urls import parse_url  # URLs are the store's: SQLAlchemy parses them
 
-        return make_url(self.db_url)
+        return parse_url(self.db_url)
 
     @property
     def sqlite_path(self) -> Path | None:
@@ -57,6 +55,25 @@ class Location:
         """The URL safe to print: passwords are masked."""
         return self.url.render_as_string(hide_password=True)
 
+    @property
+    def in_memory(self) -> bool:
+        """An in-memory SQLite database (``sqlite://``, ``:memory:``, ``mode=memory``): gone at exit."""
+        match = _PLAIN_SQLITE_URL.match(self.db_url)
+        if match is not None:  # as in sqlite_path: no SQLAlchemy import for the common case
+            return _memory_database(unquote(match.group(1)), "")
+        url = self.url
+        if url.get_backend_name() != "sqlite":
+            return False
+        return _memory_database(url.database or "", " ".join(f"{k}={v}" for k, v in url.query.items()))
+
+    def refuse_in_memory(self, shown: str | None = None) -> None:
+        """Raise LocationError for an in-memory database: a history there would vanish when TileLens exits."""
+        if self.in_memory:
+            raise LocationError(
+                f"{shown or self.display_url()} is an in-memory SQLite database: a history there vanishes when "
+                "tilelens exits; give a file path or a sqlite:////absolute/path.db URL"
+            )
+
 
 # "sqlite:///<database>" with no driver and no query: render_as_string quotes the database with safe=" +/".
 _PLAIN_SQLITE_URL = re.compile(r"^sqlite:///([^?#]*)$")
@@ -66,6 +83,14 @@ def _sqlite_file(url: URL) -> Path | None:
     if url.get_backend_name() != "sqlite":
         return None
     return _sqlite_database(url.database)
+
+
+def _memory_database(database: str, query: str) -> bool:
+    if database in ("", ":memory:"):
+        return True
+    return database.startswith("file:") and (
+        database.startswith("file::memory:") or "mode=memory" in database or "mode=memory" in query
+    )
 
 
 def _sqlite_database(database: str | None) -> Path | None:
@@ -86,13 +111,9 @@ def _normalise_db(db: str, cwd: Path) -> str:
     if not _URL_RE.match(db):
         # Exactly URL.create("sqlite", database=...).render_as_string(), without importing SQLAlchemy.
         return "sqlite:///" + quote(str(_absolute(db, cwd)), safe=" +/")
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import ArgumentError
+    from tilelens.store.urls import parse_url
 
-    try:
-        url = make_url(db)
-    except (ArgumentError, ValueError) as exc:  # ValueError: e.g. a non-numeric port
-        raise LocationError(f"not a database URL: {db!r} ({exc})") from None
+    url = parse_url(db)  # LocationError when it is not a URL
     path = _sqlite_file(url)
     if path is not None and not path.is_absolute():
         # A relative sqlite URL would mean a different file in every working directory; pin it now.
@@ -109,7 +130,8 @@ def resolve_location(
 ) -> Location:
     """Resolve explicit arguments, then ``TILELENS_DB``/``TILELENS_BLOBS``, then ``./.tilelens``.
 
-    ``db`` is a SQLAlchemy URL or a plain filesystem path (taken as a SQLite file). When the blobs folder is
+    ``db`` is a SQLAlchemy URL or a plain filesystem path (taken as a SQLite file); an in-memory SQLite URL
+    is refused with :class:`LocationError` (nothing recorded there would outlive the process). When the blobs folder is
     not given and the database is a SQLite file, blobs live in ``blobs/`` beside that file, so that moving
     or copying the folder moves the whole history. ``env`` and ``cwd`` exist for tests.
     """
@@ -122,6 +144,7 @@ def resolve_location(
         db_url = _normalise_db(str(base / DEFAULT_DIR / DEFAULT_DB_FILE), base)
     else:
         db_url = _normalise_db(str(db), base)
+    Location(db_url, base).refuse_in_memory(shown=None if db is None else str(db))
 
     if blobs is not None:
         blobs_dir = _absolute(blobs, base)

@@ -8,15 +8,40 @@ from __future__ import annotations
 
 import datetime as _dt
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 if TYPE_CHECKING:
     import pyarrow as pa
     import torch
 
+# -- the vocabulary: every status and outcome TileLens stores, defined here only ---------------------------
+# The store checks values against these tuples, the CLI offers them as filter choices, and the migrations'
+# views compare against the same words.
+
 ArgKind = Literal["tensor", "scalar", "constexpr", "none", "other"]
+#: A launch: it returned, or it raised (``error`` keeps the message).
 LaunchStatus = Literal["ok", "error"]
+#: What a launch was: the program's own, or one config the autotuner tried (``autotune="all"``).
 LaunchRole = Literal["launch", "autotune-trial"]
+#: Where a launch ran: Triton's CPU interpreter (every recording) or compiled (a replay on a GPU).
+Backend = Literal["interpreter", "compiled"]
+#: A run: ``running`` until it ends; then ``ok``, ``failed`` (the program failed or exited non-zero),
+#: ``interrupted`` (Ctrl-C) or ``terminated`` (SIGTERM/SIGHUP); ``lost`` when its process died without saying
+#: how it ended (SIGKILL, ``os._exit``, a crash: see tilelens.store.liveness).
+RunStatus = Literal["running", "ok", "failed", "interrupted", "terminated", "lost"]
+#: A replay: outputs (and trace) as recorded, not as recorded, or the launch could not be replayed as asked.
+ReplayOutcome = Literal["match", "mismatch", "error"]
+
+ARG_KINDS: tuple[ArgKind, ...] = get_args(ArgKind)
+LAUNCH_STATUSES: tuple[LaunchStatus, ...] = get_args(LaunchStatus)
+LAUNCH_ROLES: tuple[LaunchRole, ...] = get_args(LaunchRole)
+BACKENDS: tuple[Backend, ...] = get_args(Backend)
+RUN_STATUSES: tuple[RunStatus, ...] = get_args(RunStatus)
+#: How a run's own process can finish it: every run status but ``running`` and ``lost``.
+FINISHED_RUN_STATUSES: tuple[RunStatus, ...] = tuple(s for s in RUN_STATUSES if s not in ("running", "lost"))
+REPLAY_OUTCOMES: tuple[ReplayOutcome, ...] = get_args(ReplayOutcome)
+#: The statuses and outcomes that report a problem (front ends show them as such).
+PROBLEMS: frozenset[str] = frozenset({"error", "failed", "interrupted", "terminated", "lost", "mismatch"})
 
 
 def utcnow() -> _dt.datetime:
@@ -34,6 +59,9 @@ class KernelIdentity:
     source: str
     source_sha256: str
     cache_key: str | None
+    # sha256 of the whole file at record time: replay runs that file only while it is byte-identical (or when
+    # told to run changed code). None when the file could not be read (``<string>``, a deleted file).
+    file_sha256: str | None = None
 
     @property
     def name(self) -> str:
@@ -97,14 +125,14 @@ class LaunchRecord:
     args: list[ArgumentRecord]
     status: LaunchStatus = "ok"
     error: str | None = None
-    backend: str = "interpreter"
+    backend: Backend = "interpreter"
     device: str = "cpu"
     role: LaunchRole = "launch"
     config: dict[str, Any] = field(default_factory=dict)
     tuning_key: str | None = None
     summary: AccessSummary = field(default_factory=AccessSummary)
     per_arg: dict[int, AccessSummary] = field(default_factory=dict)  # by parameter position; -1: no argument
-    trace: pa.Table | None = None  # access trace, see tilelens.core.access.TRACE_SCHEMA
+    trace: pa.Table | None = None  # access trace, see tilelens.store.traces.TRACE_SCHEMA
     started_at: _dt.datetime = field(default_factory=utcnow)
     duration_s: float = 0.0
     seq: int = 0  # order within its run, assigned by the recorder

@@ -4,6 +4,12 @@
 yet the program must not be able to tell: ``sys.argv``, ``__main__``, ``sys.path[0]`` (the script's folder,
 or the working directory for ``-m``), its exit status, and an uncaught exception's traceback all match
 what ``python`` itself does. The caller gets an :class:`Outcome` instead of the process exiting.
+
+SIGTERM and SIGHUP would end the process without a word, leaving the caller's bookkeeping (a recording's run)
+unfinished. For the program's duration they raise :class:`Terminated` in the main thread instead (only where
+their disposition was the default: a SIGHUP ignored under ``nohup`` stays ignored); the outcome says which
+signal, and :func:`redeliver` ends the process by that signal once the caller is done, so the parent sees
+the exit status it would have seen without TileLens. A second signal kills at once.
 """
 
 from __future__ import annotations
@@ -15,7 +21,9 @@ import importlib.util
 import io
 import os
 import runpy
+import signal
 import sys
+import threading
 import traceback
 import types
 import zipfile
@@ -23,9 +31,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from types import TracebackType
 
-
-class ProgramNotFoundError(Exception):
-    """The script does not exist or the module cannot be found: nothing was run."""
+from tilelens.errors import ProgramNotFoundError
 
 
 @dataclass(frozen=True)
@@ -44,6 +50,45 @@ class Target:
 class Outcome:
     exit_code: int
     interrupted: bool = False  # KeyboardInterrupt: the caller re-raises it once its bookkeeping is done
+    signal: int | None = None  # SIGTERM/SIGHUP ended the program; exit_code is 128 + signal
+
+
+class Terminated(BaseException):
+    """Raised in the program's main thread by SIGTERM or SIGHUP (see the module's docstring)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"terminated by {signal.Signals(signum).name}")
+        self.signum = signum
+
+
+FINISHING_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))
+
+
+def _raise_terminated(signum: int, _frame: object) -> None:
+    signal.signal(signum, signal.SIG_DFL)  # a second one ends the process at once
+    raise Terminated(signum)
+
+
+@contextlib.contextmanager
+def finishing_signals() -> Iterator[None]:
+    """SIGTERM/SIGHUP raise :class:`Terminated` inside the block; the previous handlers come back after it."""
+    saved: dict[int, object] = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in FINISHING_SIGNALS:
+            if signal.getsignal(sig) is signal.SIG_DFL:
+                saved[sig] = signal.signal(sig, _raise_terminated)
+    try:
+        yield
+    finally:
+        for sig, previous in saved.items():
+            signal.signal(sig, previous)  # type: ignore[arg-type]
+
+
+def redeliver(signum: int) -> None:
+    """End this process by ``signum`` with its default action, as if TileLens had not caught it."""
+    _flush()
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
 
 
 def check(target: Target) -> None:
@@ -103,7 +148,7 @@ def run(target: Target, args: list[str]) -> Outcome:
     saved_argv = sys.argv
     sys.argv = [target.name, *args]
     try:
-        with _program_path(target):
+        with _program_path(target), finishing_signals():
             try:
                 if target.is_module:
                     runpy.run_module(target.name, run_name="__main__", alter_sys=True)
@@ -116,6 +161,8 @@ def run(target: Target, args: list[str]) -> Outcome:
             except KeyboardInterrupt as exc:
                 _print_uncaught(exc)
                 return Outcome(130, interrupted=True)
+            except Terminated as exc:  # python prints nothing when a signal ends it
+                return Outcome(128 + exc.signum, signal=exc.signum)
             except BaseException as exc:  # noqa: BLE001 - the program's own failure, reported as python does
                 _print_uncaught(exc)
                 return Outcome(1)

@@ -113,14 +113,14 @@ def test_writes_are_refused_and_change_nothing(victim: Path, statement: str, ver
     before = fingerprint(victim)
     proc = tilelens("--db", victim, "sql", statement, cwd=victim.parent)
     line = one_line_error(proc)
-    assert line == f"tilelens: error: refused {verb}: tilelens sql is read-only, nothing was changed"
+    assert line == f"tilelens: error: refused {verb}: the history is open read-only, nothing was changed"
     assert fingerprint(victim) == before
     assert sorted(p.name for p in victim.parent.iterdir() if not p.name.startswith("h.db")) == []
 
 
 def test_several_statements_and_bad_sql(examples_history: Recorded) -> None:
     line = one_line_error(examples_history.cli("sql", "SELECT 1; DELETE FROM runs"))
-    assert line == "tilelens: error: SQL error: tilelens sql runs exactly one statement"
+    assert line == "tilelens: error: SQL error: one statement at a time"
     line = one_line_error(examples_history.main("sql", "SELEC 1"))
     assert line == 'tilelens: error: SQL error: near "SELEC": syntax error'
     line = one_line_error(examples_history.main("sql", "SELECT nope FROM launches"))

@@ -23,11 +23,12 @@ from tests import oob_kernels as k
 from tests.end_to_end.conftest import ROOT, tilelens_in_process
 from tests.end_to_end.conftest import tilelens as tilelens_cli
 from tilelens.core import compat
-from tilelens.query import LaunchDetail, open_query
 from tilelens.replay import oobreads
 from tilelens.replay.rebuild import rebuild_arguments
-from tilelens.replay.spec import load_launch
 from tilelens.store import History
+from tilelens.store.launches import load_launch
+from tilelens.store.query import open_query
+from tilelens.store.results import LaunchDetail
 
 
 def kernel_line(text: str) -> int:

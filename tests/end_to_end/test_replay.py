@@ -3,6 +3,7 @@ tolerances; changed kernels, broken blobs, failing launches and missing GPUs eac
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import runpy
@@ -22,8 +23,8 @@ from tests import kernels
 from tilelens.cli import main
 from tilelens.replay import replay_launch, select_launches
 from tilelens.replay.rebuild import rebuild_arguments
-from tilelens.replay.spec import load_launch
 from tilelens.store import History
+from tilelens.store.launches import load_launch
 from tilelens.store.models import Launch, LaunchArg, Replay, Run
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -218,6 +219,10 @@ def test_changed_kernel_is_refused(
     assert "source changed" in err and "--allow-changed" in err and len(err.strip().splitlines()) == 1
     (row,) = _replays(where)
     assert row.outcome == "error" and "source changed" in (row.message or "")
+    assert "--" not in (row.message or "")  # the CLI adds the flags; the history keeps the neutral message
+    with History.open(**where) as h:
+        r = replay_launch(h, launch, store=False)
+    assert r.refusal == "source-changed" and r.message == row.message
 
 
 def test_changed_kernel_with_allow_changed_is_a_mismatch_at_the_edited_store(
@@ -314,6 +319,34 @@ def test_corrupted_blob_names_the_blob_and_the_launch(
     assert after.pop("replays") == before.pop("replays") + 1 and after == before  # only the replay row
     (row,) = _replays(where)
     assert row.outcome == "error" and sha in (row.message or "")
+
+
+def test_recording_a_tensor_again_repairs_its_corrupt_blob_and_replays_match(
+    bump: tuple[dict[str, str], Path, int],
+) -> None:
+    where, script, first = bump
+    with History.open(**where) as h:
+        sha = _arg_blob(h, first, "x_ptr")
+    path = Path(where["blobs"]) / sha[:2] / sha
+    path.chmod(0o644)
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x01  # same name, same size
+    path.write_bytes(bytes(data))
+    with tilelens.record(**where) as rec:  # a new History and blob store, as in a new process
+        runpy.run_path(str(script), run_name="__main__")
+    (second,) = rec.launch_ids
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == sha
+    with History.open(**where) as h:
+        results = [replay_launch(h, launch) for launch in (first, second)]
+        assert _arg_blob(h, second, "x_ptr") == sha
+    assert [r.outcome for r in results] == ["match", "match"], [r.message for r in results]
+
+
+def _arg_blob(h: History, launch: int, name: str) -> str:
+    with h.session() as s:
+        return s.scalars(
+            select(LaunchArg.before_blob).where(LaunchArg.launch_id == launch, LaunchArg.name == name)
+        ).one()
 
 
 def test_missing_blob_names_the_blob_and_the_launch(bump: tuple[dict[str, str], Path, int]) -> None:

@@ -9,8 +9,8 @@ import triton
 
 from tests import kernels
 from tilelens.core import compat
-from tilelens.core.access import lane_mask, lane_offsets, lane_oob
 from tilelens.core.trace import TritonTrace
+from tilelens.store.traces import lane_mask, lane_offsets, lane_oob
 
 
 def rows(record):

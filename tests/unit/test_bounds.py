@@ -6,8 +6,8 @@ import numpy as np
 import pyarrow as pa
 
 from tilelens.core import bounds
-from tilelens.core.access import TRACE_SCHEMA
 from tilelens.core.bounds import RecordedReads, StorageTable
+from tilelens.store.traces import TRACE_SCHEMA
 
 
 def addrs(*values: int) -> np.ndarray:

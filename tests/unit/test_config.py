@@ -76,10 +76,37 @@ def test_server_url_kept_and_blobs_default_to_dot_tilelens(tmp_path: Path) -> No
     assert "secret" not in loc.display_url()
 
 
-def test_in_memory_sqlite_has_no_file(tmp_path: Path) -> None:
-    loc = resolve_location("sqlite://", env={}, cwd=tmp_path)
-    assert loc.sqlite_path is None
-    assert loc.blobs_dir == tmp_path / ".tilelens" / "blobs"
+def test_in_memory_sqlite_has_no_file() -> None:
+    assert Location("sqlite://", Path("/b")).sqlite_path is None
+    assert Location("sqlite://", Path("/b")).in_memory
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "sqlite://",
+        "sqlite:///",
+        "sqlite:///:memory:",
+        "sqlite+pysqlite://",
+        "sqlite+pysqlite:///:memory:",
+        "sqlite:///file::memory:?cache=shared",
+        "sqlite:///file:shared1?mode=memory&cache=shared&uri=true",
+    ],
+)
+def test_in_memory_sqlite_is_refused(tmp_path: Path, url: str) -> None:
+    """A history in memory vanishes at exit: `record` would "succeed" and keep nothing."""
+    with pytest.raises(LocationError, match="in-memory SQLite database") as info:
+        resolve_location(url, env={}, cwd=tmp_path)
+    assert str(info.value).startswith(f"{url} is an in-memory")
+    with pytest.raises(LocationError, match="in-memory"):
+        resolve_location(None, env={"TILELENS_DB": url}, cwd=tmp_path)
+
+
+@pytest.mark.parametrize(
+    "db", ["sqlite:///file:x.db?uri=true", ":memory:", "sqlite:////tmp/m.db", "postgresql://h/x"]
+)
+def test_files_and_servers_are_not_in_memory(tmp_path: Path, db: str) -> None:
+    assert not resolve_location(db, env={}, cwd=tmp_path).in_memory
 
 
 def test_bad_url_is_a_location_error(tmp_path: Path) -> None:

@@ -8,8 +8,9 @@ import pyarrow.parquet as pq
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tilelens import lanes
-from tilelens.core.access import AccessCollector, ArgSpan, SpanTable, lane_mask, lane_offsets, lane_oob
+from tilelens.core.access import AccessCollector, ArgSpan, SpanTable
+from tilelens.store import lanes
+from tilelens.store.traces import lane_mask, lane_offsets, lane_oob
 
 ELEM = 4
 # Two 100-element float arguments with a gap between them; addresses past either are out of bounds.

@@ -11,9 +11,9 @@ from alembic.config import Config
 
 from tests import store_helpers
 from tilelens.config import resolve_location
-from tilelens.query import open_query
 from tilelens.records import AccessSummary
 from tilelens.store import History
+from tilelens.store.query import open_query
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -8,14 +8,14 @@ from pathlib import Path
 import pytest
 
 from tilelens.config import Location
-from tilelens.readonly import (
+from tilelens.store import History, NotAHistoryError, SchemaTooNewError, database
+from tilelens.store.readonly import (
     NoHistoryError,
     ReadOnlyError,
     known_revisions,
     open_reader,
     statement_verb,
 )
-from tilelens.store import History, NotAHistoryError, SchemaTooNewError, database
 
 
 def test_known_revisions_match_alembic() -> None:

@@ -16,8 +16,8 @@ from tilelens.records import KernelIdentity
 from tilelens.replay.compare import Tolerance, compare_span, default_tolerance, uses_tf32_dot, view_index
 from tilelens.replay.rebuild import decode_value
 from tilelens.replay.result import ReplayFailure
-from tilelens.replay.spec import LaunchSpec
 from tilelens.replay.traces import first_difference, last_writer
+from tilelens.store.launches import LaunchSpec
 
 
 def _cmp(recorded, replayed, tolerance=None, shape=None, strides=None):

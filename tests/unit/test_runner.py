@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -98,3 +101,46 @@ def test_symlinked_script_puts_its_real_folder_first(tmp_path: Path) -> None:
     link.parent.mkdir()
     link.symlink_to(real)
     assert runner.path_entry(runner.Target(str(link))) == str(real.parent)
+
+
+@pytest.fixture
+def default_signals() -> Iterator[None]:
+    """SIGTERM and SIGHUP at their default disposition, whatever the test runner had set, and back after."""
+    saved = {s: signal.signal(s, signal.SIG_DFL) for s in runner.FINISHING_SIGNALS}
+    try:
+        yield
+    finally:
+        for s, handler in saved.items():
+            signal.signal(s, handler)
+
+
+@pytest.mark.usefixtures("default_signals")
+def test_sigterm_and_sighup_end_the_program_with_an_outcome(tmp_path: Path) -> None:
+    """Inside run() the signals raise Terminated (finally blocks run); the default handlers come back after."""
+    script = write(
+        tmp_path / "sig.py",
+        """
+        import os, signal, sys
+        try:
+            os.kill(os.getpid(), getattr(signal, sys.argv[1]))
+            print("not reached")
+        finally:
+            print("finally")
+        """,
+    )
+    for name, signum in (("SIGTERM", signal.SIGTERM), ("SIGHUP", signal.SIGHUP)):
+        outcome = runner.run(runner.Target(str(script)), [name])
+        assert outcome == runner.Outcome(128 + signum, signal=signum)
+        assert [signal.getsignal(s) for s in runner.FINISHING_SIGNALS] == [signal.SIG_DFL] * 2
+
+
+@pytest.mark.usefixtures("default_signals")
+def test_a_signal_ignored_before_stays_ignored() -> None:
+    """Under nohup SIGHUP is ignored: the program must go on as it would without TileLens."""
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    with runner.finishing_signals():
+        assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+        assert signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
+        os.kill(os.getpid(), signal.SIGHUP)  # ignored: nothing happens
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN

@@ -1,7 +1,8 @@
 """What every command shares: the global options, the history they name, and output helpers.
 
-Commands stay thin: they take a :class:`CliState` from the Typer context, call the Python API, and render.
-Errors are not handled here; ``tilelens.cli.main`` turns any HistoryError into one line and exit code 2.
+Commands stay thin: they take a :class:`CliState` from the Typer context, call the Python API
+(:mod:`tilelens.api`, never the layers below it), and render. Errors are not handled here: a command fails by
+raising a ``TileLensError``, which ``tilelens.cli.main`` prints as one line and exits with its code.
 """
 
 from __future__ import annotations
@@ -14,10 +15,11 @@ from typing import TYPE_CHECKING, Any
 import typer
 from rich.console import Console
 
+from tilelens import api
 from tilelens.config import Location, resolve_location
 
 if TYPE_CHECKING:
-    from tilelens.store import History
+    from tilelens.api import History
 
 
 @dataclass
@@ -30,9 +32,7 @@ class CliState:
         return resolve_location(self.db, self.blobs)
 
     def open_history(self) -> History:
-        from tilelens.store import History
-
-        return History.open(location=self.location())
+        return api.open_history(location=self.location())
 
 
 def state(ctx: typer.Context) -> CliState:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import typer
 from rich.table import Table
 
+from tilelens import api
 from tilelens.commands.common import JSON_OPTION, console, print_json, state
+from tilelens.commands.escape import escape
 
 db_app = typer.Typer(help="Inspect or upgrade the history database.", no_args_is_help=True)
 
@@ -27,25 +29,25 @@ def upgrade(ctx: typer.Context, as_json: bool = JSON_OPTION) -> None:
             {"db": location.display_url(), "blobs": str(location.blobs_dir), "from": before, "to": after}
         )
         return
-    where = location.display_url()
+    where = escape(location.display_url())
     if before == after:
-        console().print(f"{where}: already at revision {after}")
+        console().print(f"{where}: already at revision {after}", markup=False)
     else:
-        console().print(f"{where}: upgraded from {before or 'an empty database'} to revision {after}")
+        console().print(
+            f"{where}: upgraded from {before or 'an empty database'} to revision {after}", markup=False
+        )
 
 
 @db_app.command("current")
 def current(ctx: typer.Context, as_json: bool = JSON_OPTION) -> None:
     """Show the history's location, schema revision and row counts, without changing anything."""
-    from tilelens.store import inspect_history
-
-    status = inspect_history(state(ctx).location())
+    status = api.inspect_history(location=state(ctx).location())
     if as_json:
         print_json(status.as_dict())
         return
     out = console()
-    out.print(f"history   {status.location.display_url()}")
-    out.print(f"blobs     {status.location.blobs_dir}")
+    out.print(f"history   {escape(status.location.display_url())}", markup=False)
+    out.print(f"blobs     {escape(str(status.location.blobs_dir))}", markup=False)
     head = ", ".join(status.heads)
     if not status.exists:
         out.print(f"revision  none: no history here yet (newest is {head}; `tilelens db upgrade` creates it)")

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import typer
 
+from tilelens import api
 from tilelens.commands import render
 from tilelens.commands.common import JSON_OPTION, print_json, state
+from tilelens.records import LAUNCH_STATUSES, RUN_STATUSES
 
 HELP = (
     "List recorded launches, newest first (with --runs: recording runs).\n\n"
@@ -31,21 +33,19 @@ def ls(
         None,
         "--status",
         metavar="STATUS",
-        help="Launches: ok or error. Runs: ok, failed, interrupted or running.",
+        help=f"Launches: {', '.join(LAUNCH_STATUSES)}. Runs: {', '.join(RUN_STATUSES)}.",
     ),
     oob: bool = typer.Option(False, "--oob", help="Only launches (runs) with out-of-bounds lanes."),
     tag: str | None = typer.Option(None, "--tag", metavar="TAG", help="Only runs recorded with this tag."),
     limit: int = typer.Option(50, "--limit", "-n", min=1, metavar="N", help="At most N rows."),
     as_json: bool = JSON_OPTION,
 ) -> None:
-    from tilelens.query import LAUNCH_STATUSES, RUN_STATUSES, open_query
-
     allowed = RUN_STATUSES if runs else LAUNCH_STATUSES
     if status is not None and status not in allowed:
         raise typer.BadParameter(f"must be one of {', '.join(allowed)}", param_hint="--status")
     st = state(ctx)
     filters = {"kernel": kernel, "run": run, "status": status, "oob": oob, "tag": tag, "limit": limit}
-    with open_query(st.db, st.blobs) as q:
+    with api.open_query(st.db, st.blobs) as q:
         if runs:
             run_rows = q.runs(**filters)
             if as_json:

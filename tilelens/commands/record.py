@@ -7,23 +7,27 @@ terminal, the summary at the end) go to stderr, so a program's stdout stays exac
 
 from __future__ import annotations
 
+import signal
 import sys
 import time
 from typing import TYPE_CHECKING, Any
 
 import typer
 
+from tilelens import api
 from tilelens.commands import render
 from tilelens.commands.common import state
+from tilelens.commands.escape import escape
 
 if TYPE_CHECKING:
-    from tilelens.core.recorder import Recording
+    from tilelens.api import Recording
 
 HELP = (
     "Run a Python program as `python` would and record every Triton kernel launch it makes.\n\n"
     "Everything after SCRIPT (or after -m MODULE) goes to the program untouched. The program's "
     "output passes through, and its exit status is this command's. At the end a summary (run id, "
-    "launches per kernel, errors, out-of-bounds lanes, where the history is) is printed on stderr.\n\n"
+    "launches per kernel, errors, out-of-bounds lanes, where the history is) is printed on stderr. "
+    "SIGTERM or SIGHUP end the program as they would, once the run is marked terminated.\n\n"
     "Examples:\n\n"
     "  tilelens record examples/vector_add.py\n\n"
     "  tilelens record --tag nightly -m pytest tests/kernels -x\n\n"
@@ -54,10 +58,6 @@ def record(
         metavar="first|all",
         help="first: record the launch the autotuner picks; all: also every config it tries.",
     ),
-    db: str | None = typer.Option(None, "--db", metavar="URL", help="History database (as tilelens --db)."),
-    blobs: str | None = typer.Option(
-        None, "--blobs", metavar="DIR", help="Blob folder (as tilelens --blobs)."
-    ),
     on_oob: str | None = typer.Option(
         None,
         "--on-oob",
@@ -75,34 +75,34 @@ def record(
 
     if autotune not in ("first", "all"):
         raise typer.BadParameter("must be first or all", param_hint="--autotune")
-    # The [tool.tilelens] settings (on_oob, fail_on_oob) would fill in here, under the command line's flags.
     if on_oob is not None and on_oob not in ("record", "raise"):
         raise typer.BadParameter("must be record or raise", param_hint="--on-oob")
     program = runner.Target(target, is_module=module)
     args = list(ctx.args)
-    try:
-        runner.check(program)
-    except runner.ProgramNotFoundError as exc:
-        render.fail(str(exc))
-
-    from tilelens.core.recorder import Recording
+    runner.check(program)  # a missing script or module: one line, before any recording starts
 
     st = state(ctx)
-    db, blobs = db or st.db, blobs or st.blobs
+    db, blobs = st.db, st.blobs
     argv = (["-m", target] if module else [target]) + args
-    rec = Recording(db, blobs, tag=tag, autotune=autotune, argv=argv, on_oob=on_oob)  # type: ignore[arg-type]
+    rec = api.Recording(db, blobs, tag=tag, autotune=autotune, argv=argv, on_oob=on_oob)  # type: ignore[arg-type]
     started = time.monotonic()
     outcome = runner.Outcome(0)
     try:
         with rec:
             with _LiveStatus(rec, " ".join(argv)) if sys.stderr.isatty() else _NoStatus():
-                outcome = runner.run(program, args)
+                try:
+                    outcome = runner.run(program, args)
+                except runner.Terminated as exc:  # the signal came as the program was ending
+                    outcome = runner.Outcome(128 + exc.signum, signal=exc.signum)
             rec.exit_code = outcome.exit_code
+            rec.ended_by_signal = outcome.signal
             if outcome.interrupted:
                 raise KeyboardInterrupt  # the run is marked interrupted, not failed
     except KeyboardInterrupt:
         outcome = runner.Outcome(130, interrupted=True)
     _print_summary(rec, outcome, time.monotonic() - started, db, blobs)
+    if outcome.signal is not None:
+        runner.redeliver(outcome.signal)
     if fail_on_oob and rec.oob_lanes and not outcome.interrupted:
         render.err().print(
             f"  --fail-on-oob: {rec.oob_lanes:,} lanes were out of bounds; exiting with status {EXIT_OOB}",
@@ -151,7 +151,9 @@ class _LiveStatus:
 
         n = len(self.rec.launch_ids)
         noun = "launch" if n == 1 else "launches"
-        self.spinner.update(text=Text(f"recording run {self.rec.run_id}: {record.kernel.name}, {n} {noun}"))
+        self.spinner.update(
+            text=Text(escape(f"recording run {self.rec.run_id}: {record.kernel.name}, {n} {noun}"))
+        )
 
     def __enter__(self) -> None:
         self.live.start()
@@ -182,11 +184,14 @@ def _print_summary(rec: Recording, outcome: Any, elapsed: float, db: str | None,
     head.append(f" ({elapsed:.1f} s)")
     console.print(head)
     for name, n in sorted(rec.launches_per_kernel.items(), key=lambda kv: (-kv[1], kv[0])):
-        console.print(Text(f"  {n:>6}  {name}"))
+        console.print(Text(f"  {n:>6}  {escape(name)}"))
     if rec.autotune_events:
         console.print(Text(f"  autotune decisions: {rec.autotune_events}"))
     if outcome.interrupted:
         console.print(Text("  interrupted; the run is marked interrupted", style="yellow"))
+    elif outcome.signal is not None:
+        name = signal.Signals(outcome.signal).name
+        console.print(Text(f"  {name} ended the program; the run is marked terminated", style="yellow"))
     elif outcome.exit_code:
         console.print(
             Text(f"  program exited with status {outcome.exit_code}; the run is marked failed", style="red")
@@ -195,12 +200,12 @@ def _print_summary(rec: Recording, outcome: Any, elapsed: float, db: str | None,
     if history is not None:
         location = history.location
         where = location.sqlite_path or location.display_url()
-        console.print(Text(f"  history: {where} (blobs in {location.blobs_dir})"))
+        console.print(Text(escape(f"  history: {where} (blobs in {location.blobs_dir})")))
     prefix = "tilelens" + (f" --db {db}" if db else "") + (f" --blobs {blobs}" if blobs else "")
     hint = f"  next: {prefix} ls --run {rec.run_id}"
     if rec.launch_ids:
         hint += f"  |  {prefix} show {rec.launch_ids[-1]}"
-    console.print(Text(hint, style="dim"))
+    console.print(Text(escape(hint), style="dim"))
 
 
 def _oob_summary(rec: Recording) -> str:

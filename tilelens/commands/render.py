@@ -1,20 +1,22 @@
 """Text shared by the read commands: how times, grids, configs and counts look in a terminal.
 
 Everything printed here comes from user programs (kernel names, source lines, error messages), so it is
-wrapped in ``rich.text.Text`` and never parsed as rich markup: a ``[red]`` in a kernel's source stays text.
+wrapped in ``rich.text.Text`` and never parsed as rich markup: a ``[red]`` in a kernel's source stays text,
+and its control characters are escaped (:mod:`tilelens.commands.escape`): ``text`` and ``cell`` are how
+every command turns stored values into output.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import sys
-from typing import Any, NoReturn
+from typing import Any
 
-import typer
 from rich.console import Console
 from rich.text import Text
 
-EXIT_USAGE = 2
+from tilelens.commands.escape import escape
+from tilelens.records import PROBLEMS
 
 
 def out() -> Console:
@@ -27,14 +29,12 @@ def err() -> Console:
     return Console(file=sys.stderr, highlight=False, emoji=False, soft_wrap=True)
 
 
-def fail(message: str) -> NoReturn:
-    """One line on stderr and exit status 2: how every input error ends, as in ``tilelens.cli.main``."""
-    print(f"tilelens: error: {' '.join(message.split())}", file=sys.stderr)
-    raise typer.Exit(EXIT_USAGE)
-
-
 def cell(value: Any, style: str = "") -> Text:
-    return Text("" if value is None else str(value), style=style)
+    """One value as a single line of text, control characters escaped (None is empty)."""
+    return Text("" if value is None else escape(str(value)), style=style)
+
+
+text = cell
 
 
 def local_time(value: dt.datetime | None) -> str:
@@ -74,7 +74,7 @@ def count(value: int | None) -> str:
 
 
 def status(value: str, role: str = "launch") -> Text:
-    text = Text(value, style="red" if value in ("error", "failed", "interrupted") else "")
+    shown = Text(escape(value), style="red" if value in PROBLEMS else "")
     if role != "launch":
-        text.append(f" ({role})", style="dim")
-    return text
+        shown.append(f" ({escape(role)})", style="dim")
+    return shown

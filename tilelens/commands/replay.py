@@ -14,13 +14,22 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
+from tilelens import api
 from tilelens.commands import render
 from tilelens.commands.common import JSON_OPTION, console, print_json, state
+from tilelens.commands.escape import escape
+from tilelens.errors import LaunchNotFoundError, RunNotFoundError
+from tilelens.records import REPLAY_OUTCOMES
 
 if TYPE_CHECKING:
-    from tilelens.replay import ReplayResult
+    from tilelens.api import ReplayResult
 
 _STYLE = {"match": "green", "mismatch": "red", "error": "yellow"}
+# What to type when a replay was refused (the result's own message names no flags).
+_REFUSAL_HINTS = {
+    "source-changed": "--allow-changed replays it anyway, --from-history --trust-source runs the recorded source",
+    "file-changed": "--allow-changed runs the file as it is now",
+}
 
 
 def register(app: typer.Typer) -> None:
@@ -36,7 +45,7 @@ def replay(
         None,
         "--kernel",
         metavar="NAME",
-        help="Replay every launch of this kernel (qualname or module.qualname).",
+        help="Replay every launch of the kernels so named (as ls --kernel: qualname or module.qualname, * wildcards).",
     ),
     trials: bool = typer.Option(
         False, "--trials", help="With --run/--kernel, include autotune trial launches."
@@ -45,13 +54,19 @@ def replay(
         "cpu", "--device", help="cpu (the interpreter, bit for bit) or cuda[:N] (compiled)."
     ),
     allow_changed: bool = typer.Option(
-        False, "--allow-changed", help="Replay even if the kernel's source changed since it was recorded."
+        False,
+        "--allow-changed",
+        help="Replay even if the kernel's source or its file changed since it was recorded (runs the code "
+        "as it is now).",
     ),
     from_history: bool = typer.Option(
         False, "--from-history", help="Run the source stored in the history (needs --trust-source)."
     ),
     trust_source: bool = typer.Option(
-        False, "--trust-source", help="Allow --from-history to execute code read from the history database."
+        False,
+        "--trust-source",
+        help="Allow --from-history to execute kernel source read from the history database (it must still "
+        "hash to the recorded sha256 and be one plain def, checked before it runs).",
     ),
     atol: float | None = typer.Option(
         None, "--atol", help="Absolute tolerance for outputs (default per dtype)."
@@ -91,43 +106,27 @@ def replay(
         "atol": atol,
         "rtol": rtol,
     }
-    from tilelens.replay import replay_launch, select_launches
-
     with state(ctx).open_history() as history:
         if not batch:
             assert launch_id is not None
-            result = replay_launch(history, launch_id, **options)
+            result = api.replay_launch(history, launch_id, **options)
             _show_one(result, as_json)
             raise typer.Exit(result.exit_code)
         if last:
-            run = _newest_run(history)
-        ids = select_launches(history, run_id=run, kernel=kernel, trials=trials)
+            run = api.newest_run(history)
+            if run is None:
+                raise RunNotFoundError("the history has no runs to replay")
+        ids = api.select_launches(history, run_id=run, kernel=kernel, trials=trials)
         if not ids:
             what = " and ".join(p for p in (f"run {run}" if run is not None else "", kernel or "") if p)
-            print(f"tilelens: error: no launches of {what} to replay", file=sys.stderr)
-            raise typer.Exit(2)
+            raise LaunchNotFoundError(f"no launches of {what} to replay")
         results = _replay_with_progress(history, ids, options)
     _show_many(results, as_json)
     raise typer.Exit(max(r.exit_code for r in results))
 
 
-def _newest_run(history: object) -> int:
-    from sqlalchemy import func, select
-
-    from tilelens.store.models import Run
-
-    with history.session() as s:  # type: ignore[attr-defined]
-        newest = s.scalar(select(func.max(Run.id)))
-    if newest is None:
-        print("tilelens: error: the history has no runs to replay", file=sys.stderr)
-        raise typer.Exit(2)
-    return int(newest)
-
-
 def _replay_with_progress(history: object, ids: list[int], options: dict[str, object]) -> list[ReplayResult]:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    from tilelens.replay import replay_launches
 
     columns = (
         TextColumn("replaying"),
@@ -140,9 +139,9 @@ def _replay_with_progress(history: object, ids: list[int], options: dict[str, ob
         task = progress.add_task("replay", total=len(ids), last="")
 
         def advance(result: ReplayResult) -> None:
-            progress.update(task, advance=1, last=f"launch {result.launch_id}: {result.outcome}")
+            progress.update(task, advance=1, last=escape(f"launch {result.launch_id}: {result.outcome}"))
 
-        return replay_launches(history, ids, on_result=advance, **options)  # type: ignore[arg-type]
+        return api.replay_launches(history, ids, on_result=advance, **options)  # type: ignore[arg-type]
 
 
 def _show_one(result: ReplayResult, as_json: bool) -> None:
@@ -150,21 +149,21 @@ def _show_one(result: ReplayResult, as_json: bool) -> None:
         print_json(result.to_dict())
         return
     if result.outcome == "error":
-        print(f"tilelens: error: {result.message}", file=sys.stderr)
+        print(f"tilelens: error: {escape(' '.join(_with_hint(result).split()))}", file=sys.stderr)
         return
     out = console()
     style = _STYLE[result.outcome]
     if not result.details:
-        out.print(Text.assemble((result.outcome, style), f": {result.message}"))
+        out.print(Text.assemble((result.outcome, style), escape(f": {result.message}")))
         return
     # A mismatch can name several tensors and a trace event: one line each reads better than one long line.
-    out.print(Text.assemble((result.outcome, style), f": {result.headline}:"))
+    out.print(Text.assemble((result.outcome, style), escape(f": {result.headline}:")))
     for detail in result.details:
-        out.print(Text(f"  {detail}"))
+        out.print(Text(f"  {escape(str(detail))}"))
 
 
 def _show_many(results: list[ReplayResult], as_json: bool) -> None:
-    counts = {k: sum(r.outcome == k for r in results) for k in ("match", "mismatch", "error")}
+    counts = {k: sum(r.outcome == k for r in results) for k in REPLAY_OUTCOMES}
     if as_json:
         print_json({"results": [r.to_dict() for r in results], "summary": counts})
         return
@@ -176,9 +175,9 @@ def _show_many(results: list[ReplayResult], as_json: bool) -> None:
         err = "-" if r.max_abs_err is None else f"{r.max_abs_err:.3g}"
         table.add_row(
             str(r.launch_id),
-            Text(r.kernel),
-            r.device,
-            Text(r.outcome, style=_STYLE[r.outcome]),
+            render.cell(r.kernel),
+            render.cell(r.device),
+            render.cell(r.outcome, _STYLE[r.outcome]),
             trace,
             err,
             f"{r.duration_s:.3f}",
@@ -187,7 +186,12 @@ def _show_many(results: list[ReplayResult], as_json: bool) -> None:
     out.print(table)
     for r in results:
         if r.outcome != "match":
-            out.print(Text.assemble((r.outcome, _STYLE[r.outcome]), f": {r.message}"))
+            out.print(Text.assemble((r.outcome, _STYLE[r.outcome]), escape(f": {_with_hint(r)}")))
     out.print(
         f"{len(results)} replayed: {counts['match']} match, {counts['mismatch']} mismatch, {counts['error']} error"
     )
+
+
+def _with_hint(result: ReplayResult) -> str:
+    hint = _REFUSAL_HINTS.get(result.refusal or "")
+    return f"{result.message}; {hint}" if hint else result.message

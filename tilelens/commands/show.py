@@ -6,13 +6,15 @@ from typing import TYPE_CHECKING
 
 import typer
 
+from tilelens import api
 from tilelens.commands import render
 from tilelens.commands.common import JSON_OPTION, print_json, state
+from tilelens.commands.escape import escape, escape_lines
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from tilelens.query import AccessStats, LaunchDetail
+    from tilelens.api import AccessStats, LaunchDetail
 
 HELP = (
     "Show one launch: kernel, grid, config, arguments, what each argument's lanes did (loads, "
@@ -39,10 +41,8 @@ def show(
     ),
     as_json: bool = JSON_OPTION,
 ) -> None:
-    from tilelens.query import open_query
-
     st = state(ctx)
-    with open_query(st.db, st.blobs) as q:
+    with api.open_query(st.db, st.blobs) as q:
         detail = q.launch(launch_id, oob_events=oob_events, source=source)
     if as_json:
         print_json(detail.as_dict())
@@ -60,7 +60,7 @@ def _field(console: Console, name: str, value: str, style: str = "") -> None:
     from rich.text import Text
 
     line = Text(f"  {name:<11}", style="bold")
-    line.append(value, style=style)
+    line.append(escape(value), style=style)
     console.print(line)
 
 
@@ -69,9 +69,9 @@ def _print_header(console: Console, d: LaunchDetail) -> None:
 
     launch, kernel = d.launch, d.kernel
     title = Text(f"launch {launch.id}", style="bold")
-    title.append(f"  {kernel.name}", style="bold cyan")
+    title.append(f"  {escape(kernel.name)}", style="bold cyan")
     run = f"  run {d.run['id']}" + (f" (tag {d.run['tag']})" if d.run["tag"] else "") + f", seq {launch.seq}"
-    title.append(run)
+    title.append(escape(run))
     console.print(title)
     _field(console, "kernel", f"{kernel.file}:{kernel.def_line}")
     _field(console, "cache key", kernel.cache_key or "-")
@@ -89,7 +89,11 @@ def _print_header(console: Console, d: LaunchDetail) -> None:
         _field(console, "role", launch.role)
     _field(console, "status", launch.status, "red" if launch.status != "ok" else "green")
     if launch.error:
-        _field(console, "error", launch.error, "red")
+        # A multi-line message keeps its lines, each escaped and indented under the first.
+        first, *rest = escape_lines(launch.error.rstrip("\n"))
+        _field(console, "error", first, "red")
+        for line in rest:
+            console.print(Text(f"  {'':<11}{line}", style="red"))
     s = d.summary
     if d.trace is not None:
         trace = (
@@ -193,19 +197,19 @@ def _print_oob(console: Console, d: LaunchDetail) -> None:
     sizes = {a.position: a.numel for a in d.args}
     for e in d.oob_events:
         where = e.arg_name if e.arg_name is not None else "no argument"
-        line = Text(f"  pid {render.grid(e.pid)}  {e.op} {where}  line {e.line}: ", style="")
+        line = Text(escape(f"  pid {render.grid(e.pid)}  {e.op} {where}  line {e.line}: "), style="")
         line.append(f"{e.oob_lanes} of {e.active} active lanes outside", style="red")
         if e.offsets is not None and e.arg_name is not None:
             low, high = e.offsets
             line.append(f", element offsets {low}..{high}")
             if sizes.get(e.arg) is not None:
-                line.append(f" ({e.arg_name} has {sizes[e.arg]} elements)")
+                line.append(escape(f" ({e.arg_name} has {sizes[e.arg]} elements)"))
         fate = _fate(e.op, e.oob_lanes, e.stray_lanes)
         if fate:
             line.append(f"; {fate}", style="red")
         console.print(line)
         if e.source_text is not None:
-            console.print(Text(f"      {e.source_text.strip()}", style="dim"))
+            console.print(Text(f"      {escape(e.source_text.strip())}", style="dim"))
 
 
 def _fate(op: str, oob: int, stray: int) -> str:
@@ -226,15 +230,15 @@ def _print_autotune_and_replays(console: Console, d: LaunchDetail) -> None:
         console.print()
         chosen = render.config({"constexprs": a.chosen.get("kwargs", {}), "options": _options(a.chosen)})
         text = Text("autotune  ", style="bold")
-        text.append(f"chose {chosen} among {len(a.configs)} configs")
+        text.append(escape(f"chose {chosen} among {len(a.configs)} configs"))
         text.append(" (cached)" if a.cache_hit else "")
         console.print(text)
     if d.replays:
         console.print()
         for r in d.replays:
             text = Text("replay    ", style="bold")
-            text.append(f"#{r.id} {render.local_time(r.created_at)} {r.backend} on {r.device}: ")
-            text.append(r.outcome, style="green" if r.outcome == "match" else "red")
+            text.append(escape(f"#{r.id} {render.local_time(r.created_at)} {r.backend} on {r.device}: "))
+            text.append(escape(r.outcome), style="green" if r.outcome == "match" else "red")
             if r.max_abs_err is not None:
                 text.append(f" (max abs err {r.max_abs_err:.3g})")
             console.print(text)
@@ -249,7 +253,7 @@ def _print_source(console: Console, d: LaunchDetail) -> None:
 
     lines = d.source_lines or []
     console.print()
-    console.print(Text(f"source  {d.kernel.file}", style="bold"))
+    console.print(Text(f"source  {escape(d.kernel.file)}", style="bold"))
     console.print(Text(f"{'line':>6} {'loaded':>9} {'stored':>9} {'atomic':>9} |", style="dim"))
     outside = False
     for s in lines:
@@ -259,7 +263,8 @@ def _print_source(console: Console, d: LaunchDetail) -> None:
         margin = f"{s.line:>6} {_lanes(s.load_lanes)} {_lanes(s.store_lanes)} {_lanes(s.atomic_lanes)} | "
         hot = s.load_lanes or s.store_lanes or s.atomic_lanes
         text = Text(margin, style="cyan" if hot else "dim")
-        text.append(s.text if s.text is not None else "")
+        # Tabs are layout in source code: expanded, not escaped; every other control character is escaped.
+        text.append(escape(s.text.expandtabs(4)) if s.text is not None else "")
         console.print(text)
 
 

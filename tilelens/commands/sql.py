@@ -8,8 +8,10 @@ from typing import Any
 
 import typer
 
+from tilelens import api
 from tilelens.commands import render
 from tilelens.commands.common import print_json, state
+from tilelens.commands.escape import escape
 
 HELP = (
     "Run one read-only SQL query over the history.\n\n"
@@ -32,19 +34,20 @@ def sql(
     query: str = typer.Argument(..., metavar="QUERY", help="One SQL statement (SELECT, WITH ...)."),
     fmt: str = typer.Option("table", "--format", "-f", metavar="FORMAT", help="table, csv or json."),
 ) -> None:
-    from tilelens.query import open_query
-
     if fmt not in ("table", "csv", "json"):
         raise typer.BadParameter("must be one of table, csv, json", param_hint="--format")
     st = state(ctx)
-    with open_query(st.db, st.blobs) as q:
+    with api.open_query(st.db, st.blobs) as q:
         result = q.sql(query)
     if fmt == "json":
         print_json([dict(zip(result.columns, (_plain(v) for v in row))) for row in result.rows])
     elif fmt == "csv":
+        # Data, written exactly as stored, for files and pipes; on a terminal someone reads it, so control
+        # characters are escaped there (as in the table).
+        shown = _escaped if sys.stdout.isatty() else _plain
         writer = csv.writer(sys.stdout, lineterminator="\n")
-        writer.writerow(result.columns)
-        writer.writerows([[_plain(v) for v in row] for row in result.rows])
+        writer.writerow([shown(c) for c in result.columns])
+        writer.writerows([[shown(v) for v in row] for row in result.rows])
     else:
         _print_table(result.columns, result.rows)
 
@@ -54,6 +57,11 @@ def _plain(value: Any) -> Any:
     if isinstance(value, (bytes, bytearray, memoryview)):
         return bytes(value).hex()
     return value
+
+
+def _escaped(value: Any) -> Any:
+    value = _plain(value)
+    return escape(value) if isinstance(value, str) else value
 
 
 def _print_table(columns: list[str], rows: list[tuple[Any, ...]]) -> None:

@@ -4,7 +4,8 @@ Every interpreted ``tl.load``/``tl.store``/atomic hands us a block of byte addre
 block to the kernel argument it falls in (a sorted table of argument byte spans), count active lanes that fall
 outside every argument, and encode offsets compactly: a block whose offsets are affine in its indices (the
 common case: ``base + i * s0 + j * s1``) is stored as base and strides, only irregular blocks (gathers) keep
-every lane. That is what keeps traces well under a byte per lane on disk.
+every lane. That is what keeps traces well under a byte per lane on disk. The trace format itself (schema,
+encoding, row decoders) belongs to the store: :mod:`tilelens.store.traces`.
 """
 
 from __future__ import annotations
@@ -19,51 +20,13 @@ import pyarrow as pa
 
 from tilelens.core.bounds import StorageTable
 from tilelens.records import AccessSummary
-
-TRACE_SCHEMA = pa.schema(
-    [
-        pa.field("pid_x", pa.int32()),
-        pa.field("pid_y", pa.int32()),
-        pa.field("pid_z", pa.int32()),
-        pa.field("event", pa.int32()),  # index of the event within its program
-        pa.field("op", pa.dictionary(pa.int8(), pa.string())),  # load, store, atomic_cas, atomic_<rmw op>
-        pa.field("arg", pa.int16()),  # kernel parameter position, -1 when no argument is near
-        pa.field("line", pa.int32()),  # kernel source line of the access
-        pa.field("elem_bytes", pa.int8()),
-        pa.field("shape", pa.list_(pa.int32())),  # block shape of the access
-        pa.field("base", pa.int64()),  # element offset of lane 0, relative to the argument
-        pa.field("strides", pa.list_(pa.int64())),  # element strides per block axis; null when not affine
-        pa.field("offsets", pa.list_(pa.int64())),  # every lane's element offset; null when affine
-        pa.field(
-            "mask", pa.binary()
-        ),  # packed bits (numpy.packbits order) of active lanes; null = all active
-        pa.field("oob_mask", pa.binary()),  # packed bits of active lanes outside every argument; null = none
-        pa.field("lanes", pa.int32()),
-        pa.field("active", pa.int32()),
-        pa.field("oob", pa.int32()),
-        # Active lanes outside every argument's storage (a subset of oob): stores and atomics never wrote
-        # them, loads never dereferenced them (see tilelens.core.bounds). Packed bits; null = none.
-        pa.field("stray_mask", pa.binary()),
-        pa.field("stray", pa.int32()),
-        # What the out-of-bounds lanes of a load or atomic read: their raw bytes (elem_bytes each) in lane
-        # order (the order of oob_mask's set bits); null for stores and events without such lanes.
-        pa.field("oob_values", pa.binary()),
-    ]
-)
-
-# Parquet options for trace blobs: statistics over every column cost a third of the write and are never
-# read; only ``op`` repeats enough for a dictionary; irregular offsets (gathers) are small deltas of each
-# other far more often than they are small numbers, so they go delta-packed. The Arrow schema copy in the
-# footer (1.5 KB, most of a small launch's trace) is left out: Parquet's own types give the same columns
-# back, with ``op`` as plain strings instead of dictionary-encoded ones.
-TRACE_WRITE_OPTIONS: dict[str, Any] = {
-    "write_statistics": False,
-    "store_schema": False,
-    "use_dictionary": ["op"],
-    "column_encoding": {"offsets.list.element": "DELTA_BINARY_PACKED"},
-}
+from tilelens.store.traces import TRACE_SCHEMA, encode_trace
 
 LOAD, STORE, ATOMIC_CAS = "load", "store", "atomic_cas"
+# Gluon shared-memory traffic (tilelens.core.gluon): its own event kinds, in the shared address space of the
+# program, under this ``arg``; never global bytes, never out of bounds of an argument.
+SHARED_LOAD, SHARED_STORE = "shared_load", "shared_store"
+SHARED_ARG = -2
 
 # Accesses kept for batched analysis before a batch runs (about 8 bytes of addresses per lane held).
 PENDING_LANES = 1 << 21
@@ -219,11 +182,11 @@ class AccessCollector:
         self._program: tuple[int, int, int] | None = None
         self._event = 0
         self._cols: dict[str, list[Any]] = {name: [] for name in TRACE_SCHEMA.names}
-        self._offset_parts: list[np.ndarray] = []
         self._pending: list[tuple[Any, ...]] = []
         self._pending_lanes = 0
         self.summary = AccessSummary()
         self.per_arg: dict[int, AccessSummary] = {}
+        self.shared: dict[str, int] = {}  # Gluon shared-memory events and lanes, when there were any
 
     def set_spans(self, spans: SpanTable) -> None:
         self.spans = spans
@@ -261,6 +224,21 @@ class AccessCollector:
         """The event index the next access of ``program`` will get (what a replay's recorded reads are keyed by)."""
         return self._event if program == self._program else 0
 
+    def record_shared(
+        self, op: str, addrs: np.ndarray, elem_bytes: int, program: tuple[int, int, int]
+    ) -> None:
+        """Note one Gluon shared-memory access (``addrs``: byte addresses in the program's shared memory)."""
+        if program != self._program:
+            self._program = program
+            self._event = 0
+        self._pending.append(
+            (op, addrs, None, elem_bytes, program, self._event, self._frames.line(), None, None, True)
+        )
+        self._event += 1
+        self._pending_lanes += addrs.size
+        if self._pending_lanes >= PENDING_LANES:
+            self._drain()
+
     def _drain(self) -> None:
         pending, self._pending, self._pending_lanes = self._pending, [], 0
         for event in pending:
@@ -277,6 +255,7 @@ class AccessCollector:
         line: int,
         values: np.ndarray | None = None,
         stray: np.ndarray | None = None,
+        shared: bool = False,
     ) -> None:
         if type(addrs) is not np.ndarray or addrs.dtype != np.uint64:
             addrs = np.asarray(addrs).astype(np.uint64, copy=False)
@@ -303,12 +282,12 @@ class AccessCollector:
                     hi += reach
         elif lanes:
             lo, hi = int(addrs.min()), int(addrs.max())
-        spans = self.spans
+        spans = self.spans if not shared else SpanTable([])
         span = spans.find(first) if lanes else None
         oob = 0
         oob_bits = oob_values = stray_bits = None
         n_stray = 0
-        if active:
+        if active and not shared:
             if spans.aliased:
                 if not all_active:
                     live = addrs[mask]
@@ -335,7 +314,7 @@ class AccessCollector:
         if span is not None:
             pos, start, ebytes = span.position, span.start, span.elem_bytes
         else:
-            pos, start, ebytes = -1, 0, elem_bytes
+            pos, start, ebytes = (SHARED_ARG if shared else -1), 0, elem_bytes
         rel0 = first - start
         c = self._cols
         if strides is not None and rel0 % ebytes == 0 and all(st % ebytes == 0 for st in strides):
@@ -343,8 +322,7 @@ class AccessCollector:
             c["offsets"].append(None)
         else:
             c["strides"].append(None)
-            c["offsets"].append(len(self._offset_parts))
-            self._offset_parts.append((addrs.view(np.int64).ravel() - start) // ebytes)
+            c["offsets"].append((addrs.view(np.int64).ravel() - start) // ebytes)
         c["pid_x"].append(program[0])
         c["pid_y"].append(program[1])
         c["pid_z"].append(program[2])
@@ -377,7 +355,8 @@ class AccessCollector:
         stray = np.array(c["stray"], dtype=np.int64)
         is_load = ops == LOAD
         is_store = ops == STORE
-        is_atomic = ~(is_load | is_store)
+        is_shared = (ops == SHARED_LOAD) | (ops == SHARED_STORE)
+        is_atomic = ~(is_load | is_store | is_shared)
 
         def fill(s: AccessSummary, sel: np.ndarray) -> None:
             s.events = int(sel.sum())
@@ -395,71 +374,18 @@ class AccessCollector:
             s.bytes_loaded = int(nbytes[sel & (is_load | is_atomic)].sum())
             s.bytes_stored = int(nbytes[sel & (is_store | is_atomic)].sum())
 
-        fill(self.summary, np.ones(len(args), dtype=bool))
+        global_ = ~is_shared
+        fill(self.summary, global_)
         self.per_arg = {}
-        for pos in np.unique(args).tolist():
-            fill(self.per_arg.setdefault(pos, AccessSummary()), args == pos)
+        for pos in np.unique(args[global_]).tolist():
+            fill(self.per_arg.setdefault(pos, AccessSummary()), global_ & (args == pos))
+        self.shared = {
+            "events": int(is_shared.sum()),
+            "load_lanes": int(lanes[ops == SHARED_LOAD].sum()),
+            "store_lanes": int(lanes[ops == SHARED_STORE].sum()),
+        }
 
     def finish(self) -> pa.Table:
         self._drain()
         self._tally()
-        c = self._cols
-        n = len(c["event"])
-        # Irregular offsets become one list column built from a flat values buffer, without Python lists.
-        parts = self._offset_parts
-        validity = np.array([o is not None for o in c["offsets"]], dtype=bool)
-        lengths = np.zeros(n, dtype=np.int32)
-        for i, o in enumerate(c["offsets"]):
-            if o is not None:
-                lengths[i] = parts[o].size
-        list_offsets = np.zeros(n + 1, dtype=np.int32)
-        np.cumsum(lengths, out=list_offsets[1:])
-        values = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
-        offsets_arr = pa.ListArray.from_arrays(
-            pa.array(list_offsets, type=pa.int32()),
-            pa.array(values, type=pa.int64()),
-            mask=pa.array(~validity) if n else None,
-        )
-        arrays = []
-        for field in TRACE_SCHEMA:
-            if field.name == "offsets":
-                arrays.append(offsets_arr)
-            elif field.name == "op":
-                arrays.append(pa.array(c["op"], type=pa.string()).dictionary_encode().cast(field.type))
-            else:
-                arrays.append(pa.array(c[field.name], type=field.type))
-        return pa.Table.from_arrays(arrays, schema=TRACE_SCHEMA)
-
-
-def lane_offsets(row: dict[str, Any]) -> np.ndarray:
-    """Every lane's element offset of one trace row (a dict as from ``Table.to_pylist()``), in block shape."""
-    shape = tuple(row["shape"])
-    if row["offsets"] is not None:
-        return np.asarray(row["offsets"], dtype=np.int64).reshape(shape)
-    out = np.full(shape, row["base"], dtype=np.int64)
-    for axis, stride in enumerate(row["strides"]):
-        index_shape = [1] * len(shape)
-        index_shape[axis] = shape[axis]
-        out = out + np.arange(shape[axis], dtype=np.int64).reshape(index_shape) * stride
-    return out
-
-
-def _unpack(bits: bytes | None, shape: tuple[int, ...]) -> np.ndarray | None:
-    if bits is None:
-        return None
-    n = int(np.prod(shape)) if shape else 1
-    return np.unpackbits(np.frombuffer(bits, dtype=np.uint8), count=n).astype(bool).reshape(shape)
-
-
-def lane_mask(row: dict[str, Any]) -> np.ndarray:
-    """Which lanes of one trace row were active."""
-    shape = tuple(row["shape"])
-    mask = _unpack(row["mask"], shape)
-    return np.ones(shape, dtype=bool) if mask is None else mask
-
-
-def lane_oob(row: dict[str, Any]) -> np.ndarray:
-    """Which active lanes of one trace row fell outside every argument."""
-    shape = tuple(row["shape"])
-    oob = _unpack(row["oob_mask"], shape)
-    return np.zeros(shape, dtype=bool) if oob is None else oob
+        return encode_trace(self._cols)

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from tilelens.core import compat
+from tilelens.core import compat, descriptors
 from tilelens.core.access import ArgSpan, SpanTable
 from tilelens.core.bounds import StorageTable
 from tilelens.records import ArgumentRecord
@@ -131,7 +131,15 @@ def jsonable(value: Any) -> Any:
         return [jsonable(v) for v in value]
     if isinstance(value, dict):
         return {str(k): jsonable(v) for k, v in value.items()}
+    if _is_gluon_layout(value):  # a Gluon kernel's ``layout: gl.constexpr``: rebuilt for replay
+        from tilelens.core.gluon import layouts
+
+        return layouts.encode(value, jsonable)
     return {"repr": repr(value)}
+
+
+def _is_gluon_layout(value: Any) -> bool:
+    return type(value).__module__.startswith(compat.GLUON_LANGUAGE) and hasattr(value, "__dataclass_fields__")
 
 
 def describe_arguments(
@@ -159,7 +167,9 @@ def describe_arguments(
             rec.storage_bytes = int(t.untyped_storage().nbytes())
             rec.device = str(t.device)
             rec.before = span_copy(t) if snapshots else None
-            if t is not value:
+            if descriptors.kind_of(value) is not None:  # a host TMA descriptor: its tensor, plus the box
+                rec.value = descriptors.describe(value, jsonable)
+            elif t is not value:
                 rec.value = {"reinterpret": str(value.dtype)}
         elif isinstance(value, (bool, int, float, np.integer, np.floating)):
             rec.kind, rec.value = "scalar", jsonable(value)

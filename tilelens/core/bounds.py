@@ -30,6 +30,9 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
+from tilelens.errors import OutOfBoundsError as OutOfBoundsError  # what on_oob="raise" raises
+from tilelens.errors import UsageError
+
 if TYPE_CHECKING:
     import pyarrow as pa
 
@@ -42,8 +45,8 @@ STRAY_READ_BYTES = 64 * 1024
 
 OobPolicy = Literal["record", "raise"]
 OOB_POLICIES: tuple[str, ...] = ("record", "raise")
-# The default of ``tilelens.record(on_oob=...)`` and ``tilelens record --on-oob``. A [tool.tilelens] setting
-# (``on_oob``, ``fail_on_oob``) resolves through :func:`resolve_policy`, the one place that decides.
+# The default of ``tilelens.record(on_oob=...)`` and ``tilelens record --on-oob``, resolved by
+# :func:`resolve_policy`, the one place that decides (a future settings file would feed it too).
 DEFAULT_ON_OOB: OobPolicy = "record"
 
 
@@ -51,16 +54,8 @@ def resolve_policy(on_oob: str | None) -> OobPolicy:
     """The out-of-bounds policy in force: the explicit choice, else the default; refuses unknown names."""
     policy = DEFAULT_ON_OOB if on_oob is None else on_oob
     if policy not in OOB_POLICIES:
-        raise ValueError(f"on_oob must be one of {', '.join(OOB_POLICIES)}, not {on_oob!r}")
+        raise UsageError(f"on_oob must be one of {', '.join(OOB_POLICIES)}, not {on_oob!r}")
     return policy  # type: ignore[return-value]
-
-
-class OutOfBoundsError(RuntimeError):
-    """A launch touched memory outside its arguments under ``on_oob="raise"``; the launch was recorded first.
-
-    The message names the kernel, the source line, the program, the argument and how far out of bounds the
-    first offending event reached.
-    """
 
 
 class StorageTable:
@@ -255,7 +250,7 @@ class RecordedReads:
 
 def describe_first_oob(record: LaunchRecord, launch_ref: Any = None) -> str:
     """One paragraph naming kernel, line, program, argument and how far out of bounds the first event went."""
-    from tilelens.core.access import lane_offsets, lane_oob
+    from tilelens.store.traces import lane_offsets, lane_oob
 
     s = record.summary
     kernel = record.kernel.name

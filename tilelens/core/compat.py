@@ -67,10 +67,6 @@ def runtime_interpret_scope() -> Any:
     return knobs.runtime.scope()
 
 
-def set_interpret(value: bool) -> None:
-    knobs.runtime.interpret = value
-
-
 def with_data(handle: Any, data: Any) -> Any:
     """A copy of an interpreter ``TensorHandle`` holding ``data`` (its fields differ between releases).
 
@@ -131,3 +127,107 @@ def libdevice_backend() -> Any:
     except ImportError:  # a Triton build without the CUDA backend
         return None
     return libdevice
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Gluon (triton.experimental.gluon). Imported lazily: only Gluon launches need it, and it costs read commands
+# 40 ms. The language is the same family in 3.6 through 3.9 (the simulator runs Gluon's own builtins); what
+# differs between releases is named here.
+
+GLUON_LANGUAGE = "triton.experimental.gluon.language"
+
+
+def gluon_language() -> Any:
+    import triton.experimental.gluon.language as gl
+
+    return gl
+
+
+def gluon_core() -> Any:
+    from triton.experimental.gluon.language import _core
+
+    return _core
+
+
+def gluon_semantic_class() -> Any:
+    from triton.experimental.gluon.language._semantic import GluonSemantic
+
+    return GluonSemantic
+
+
+def gluon_host_descriptor_classes() -> tuple[type, ...]:
+    """Gluon's host-side TMA descriptor classes (``TensorDescriptorIm2Col`` exists from 3.8 on)."""
+    try:
+        from triton.experimental.gluon.nvidia import hopper
+    except ImportError:
+        return ()
+    names = ("TensorDescriptor", "TensorDescriptorIm2Col")
+    return tuple(getattr(hopper, name) for name in names if hasattr(hopper, name))
+
+
+def gluon_descriptor_value(handle: Any, shape: Any, strides: Any, block_type: Any, layout: Any) -> Any:
+    """A Gluon ``tensor_descriptor`` value, as kernels receive one (same constructor in 3.6 through 3.9)."""
+    from triton.experimental.gluon.language.nvidia.hopper import tma
+
+    return tma.tensor_descriptor(handle, shape, strides, block_type, layout)
+
+
+# The interpreter builder's memory methods: 3.9 folded the cache modifier and eviction policy into one
+# cache_policy argument.
+_LOAD_TAIL: tuple[Any, ...] = (None, False) if TRITON_VERSION >= (3, 9) else (None, None, False)
+_STORE_TAIL: tuple[Any, ...] = (None,) if TRITON_VERSION >= (3, 9) else (None, None)
+
+
+def interpreter_masked_load(builder: Any, ptrs: Any, mask: Any, other: Any) -> Any:
+    return builder.create_masked_load(ptrs, mask, other, *_LOAD_TAIL)
+
+
+def interpreter_masked_store(builder: Any, ptrs: Any, value: Any, mask: Any) -> Any:
+    return builder.create_masked_store(ptrs, value, mask, *_STORE_TAIL)
+
+
+def interpreter_atomic_rmw(builder: Any, op: Any, ptrs: Any, value: Any, mask: Any) -> Any:
+    from triton._C.libtriton import ir
+
+    return builder.create_atomic_rmw(op, ptrs, value, mask, ir.MEM_SEMANTIC.RELAXED, ir.MEM_SYNC_SCOPE.GPU)
+
+
+def tma_reduce_to_rmw(kind: Any, element: Any) -> Any:
+    """The atomic op a TMA reduction (``DESCRIPTOR_REDUCE_KIND``) applies to each element."""
+    from triton._C.libtriton import ir
+
+    name = str(getattr(kind, "name", kind)).upper()
+    if name == "ADD":
+        return ir.ATOMIC_OP.FADD if element.is_floating() else ir.ATOMIC_OP.ADD
+    if name in ("MIN", "MAX") and element.is_int():
+        return getattr(ir.ATOMIC_OP, ("U" if element.is_int_unsigned() else "") + name)
+    if name in ("AND", "OR", "XOR") and element.is_int():
+        return getattr(ir.ATOMIC_OP, name)
+    raise NotImplementedError(f"TMA reduction {name} of {element}")
+
+
+def gluon_api() -> dict[str, Any]:
+    """Gluon builtins whose names moved between releases, under one name each (kernels, tests, scripts).
+
+    ``cta_barrier``: ``gl.thread_barrier`` (3.6) became ``gl.barrier`` (3.8). ``tma_load``/``tma_store``:
+    ``tma.async_copy_global_to_shared``/``async_copy_shared_to_global`` (3.6, 3.8) became ``tma.async_load``/
+    ``async_store`` (3.8; 3.9 removed the old names). ``reinterpret``: the shared-memory descriptor method
+    ``_reinterpret`` (3.6 to 3.8) became ``reinterpret`` (3.9); its name, for kernels that branch on it.
+    """
+    gl = gluon_language()
+    from triton.experimental.gluon.language.nvidia.hopper import tma
+
+    return {
+        "cta_barrier": getattr(gl, "barrier", None) or gl.thread_barrier,
+        "tma_load": getattr(tma, "async_load", None) or tma.async_copy_global_to_shared,
+        "tma_store": getattr(tma, "async_store", None) or tma.async_copy_shared_to_global,
+        "reinterpret": (
+            "reinterpret" if hasattr(gl.shared_memory_descriptor, "reinterpret") else "_reinterpret"
+        ),
+    }
+
+
+# How the interpreter passes its semantic to the tl builtins it patches: from 3.7 on through the module global
+# ``interpreter_semantic`` (read at each call); 3.6 binds a fresh ``TritonSemantic(builder)`` per builtin when
+# it patches. The Gluon simulator swaps that semantic, so on 3.6 it also replaces ``_patch_attr``.
+INTERPRETER_SEMANTIC_IS_GLOBAL = TRITON_VERSION >= (3, 7)

@@ -13,7 +13,8 @@ import os
 from typing import Any
 
 from tilelens.core import compat
-from tilelens.core.interpreter import current_launch
+from tilelens.core.interpreter import current_launch, shadow_jit
+from tilelens.errors import StateError
 from tilelens.records import KernelIdentity
 
 
@@ -24,10 +25,11 @@ def source_sha256(source: str) -> str:
 def kernel_identity(fn: Any) -> KernelIdentity:
     """Identity of a ``JITFunction`` or of an ``InterpretedFunction`` (a kernel decorated with TRITON_INTERPRET=1)."""
     if current_launch() is not None:
-        raise RuntimeError("TileLens: kernel identity must be computed outside an interpreted launch")
-    jit = fn if isinstance(fn, compat.JITFunction) else _shadow_jit(fn.fn)
+        raise StateError("TileLens: kernel identity must be computed outside an interpreted launch")
+    jit = fn if isinstance(fn, compat.JITFunction) else shadow_jit(fn.fn)
     pyfn = jit.fn
     source = compat.jit_source(jit)
+    file = _file(pyfn)
     try:
         cache_key: str | None = jit.cache_key
     except Exception:  # a kernel whose dependencies Triton cannot hash still gets recorded
@@ -35,28 +37,24 @@ def kernel_identity(fn: Any) -> KernelIdentity:
     return KernelIdentity(
         module=pyfn.__module__,
         qualname=pyfn.__qualname__,
-        file=_file(pyfn),
+        file=file,
         def_line=_def_line(pyfn),
         source=source,
         source_sha256=source_sha256(source),
         cache_key=cache_key,
+        file_sha256=file_sha256(file),
     )
 
 
-def _shadow_jit(pyfn: Any) -> Any:
-    """A compiled-mode JITFunction for a Python function, without disturbing Triton's registry."""
-    registry = compat.jit_registry
-    key = f"{pyfn.__module__}:{pyfn.__qualname__}"
-    missing = object()
-    before = registry.get(key, missing) if registry is not None else missing
+def file_sha256(path: str) -> str | None:
+    """The whole file's sha256, which replay checks before it runs anything of that file."""
+    if path.startswith("<"):
+        return None
     try:
-        return compat.JITFunction(pyfn)
-    finally:
-        if registry is not None:
-            if before is missing:
-                registry.pop(key, None)
-            else:
-                registry[key] = before
+        with open(path, "rb") as f:
+            return hashlib.sha256(f.read()).hexdigest()
+    except OSError:
+        return None
 
 
 def _file(pyfn: Any) -> str:

@@ -1,6 +1,9 @@
-"""The one place where TileLens patches Triton.
+"""The one place where TileLens changes Triton's objects and the user's.
 
-Two patch sets, each installed and removed as a unit, in reverse order, even when the code inside raises:
+Every attribute TileLens sets on a Triton class, a Triton object or a kernel the user decorated is set here,
+through :class:`_Patcher`, and each set of changes is put back as a unit (last-set first, every one of them even
+when one fails, also when the code inside raises). Nowhere else in TileLens assigns to such objects (a structure
+test checks it). The patch sets:
 
 * ``launch_patches`` — for the length of one interpreted launch: routes the interpreter builder's memory
   methods into the active ``AccessCollector`` and keeps stray lanes (outside every argument's storage) from
@@ -10,8 +13,21 @@ Two patch sets, each installed and removed as a unit, in reverse order, even whe
   every ``tl`` namespace afterwards (the stock interpreter can leak patches of helpers' modules).
   It also installs the compiled-Triton semantics of ``tilelens.core.semantics`` (typed scalar parameters,
   bfloat16 arithmetic, libdevice), so recorded and replayed launches compute what compiled Triton computes.
+  For a Gluon kernel it adds ``gluon_simulation``: the Gluon simulator of ``tilelens.core.gluon`` (Gluon's
+  builtins with the simulator's semantic, reductions with Gluon layouts, Gluon's host TMA descriptors).
+* ``pre_run_hooks`` — for the same launch: the interpreted function's pre-run hooks, with TileLens's own first
+  (it reads the argument spans from the interpreter's host copies).
 * ``interception_patches`` — for the length of a ``tilelens.record()`` block: makes every launch of a
   ``JITFunction``, ``Autotuner``, ``Heuristics`` or ``InterpretedFunction`` go through the recorder.
+* ``TuningMirror`` — for the length of a ``tilelens.record()`` block: the user's autotuners show what their
+  traced copies decided (``best_config``, ...).
+* ``rewire_chain`` — tracing a kernel: its autotune/heuristics layers lead to TileLens's interpreted leaf. On
+  copies of the layers inside ``record()``; on the user's own layers for ``@tilelens.trace``, which asks for
+  exactly that, and for good (all or nothing: a failure part way puts everything back).
+* ``jit_registry_kept`` / ``shadow_jit`` / ``make_interpreted`` — constructing a ``JITFunction`` registers it in
+  Triton's "module:qualname" registry (3.8); TileLens's own constructions leave the user's entry as it was.
+* ``compiled_mode`` — ``knobs.runtime.interpret`` off for a block (replays on a GPU, kernels rebuilt from a
+  history's source); every runtime knob restored after.
 
 State that must not outlive a launch (the active collector, the interpreted-helper cache) lives on the
 ``LaunchContext`` object, not in module globals.
@@ -20,14 +36,18 @@ State that must not outlive a launch (the active collector, the interpreted-help
 from __future__ import annotations
 
 import contextlib
+import copy
 import threading
+import types
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from tilelens.core import bounds, compat, semantics
 from tilelens.core.access import ATOMIC_CAS, LOAD, STORE, AccessCollector
+from tilelens.errors import StateError
 
 # Interpreted launches share one global interpreter builder in Triton: they must never overlap.
 LAUNCH_LOCK = threading.RLock()
@@ -35,33 +55,55 @@ _local = threading.local()
 
 
 class _Patcher:
-    """Sets attributes and puts every one of them back, last-set first."""
+    """Sets attributes (and dict items) and puts every one of them back, last-set first.
+
+    Each (owner, name) is saved once, at its first change: later sets of it only change it, so ``restore``
+    brings back the value from before the first, and a patcher that lives long (a recording's tuning mirror,
+    set after every launch) holds one entry per attribute, not one per set. ``restore`` puts back every entry
+    even if one of them fails, then raises the first failure.
+    """
 
     def __init__(self) -> None:
         self._saved: list[tuple[Any, str, bool, Any]] = []
+        self._seen: set[tuple[int, str]] = set()  # ids stay valid: _saved holds every owner
+
+    def _save(self, owner: Any, name: str, had: bool, old: Any) -> None:
+        if (id(owner), name) not in self._seen:
+            self._seen.add((id(owner), name))
+            self._saved.append((owner, name, had, old))
 
     def set(self, owner: Any, name: str, value: Any) -> None:
-        had = name in vars(owner)
-        self._saved.append((owner, name, had, vars(owner).get(name)))
+        self._save(owner, name, name in vars(owner), vars(owner).get(name))
         setattr(owner, name, value)
 
     def set_item(self, mapping: dict[str, Any], key: str, value: Any) -> None:
         """Like ``set`` for a dict that is no object's ``vars`` (a function's globals)."""
-        self._saved.append((mapping, key, key in mapping, mapping.get(key)))
+        self._save(mapping, key, key in mapping, mapping.get(key))
         mapping[key] = value
 
+    def keep_item(self, mapping: dict[str, Any], key: str) -> None:
+        """Put ``mapping[key]`` back as it is now on ``restore``, whoever changes it meanwhile."""
+        self._save(mapping, key, key in mapping, mapping.get(key))
+
     def restore(self) -> None:
+        failure: BaseException | None = None
         while self._saved:
             owner, name, had, old = self._saved.pop()
-            if isinstance(owner, dict):
-                if had:
-                    owner[name] = old
-                else:
-                    owner.pop(name, None)
-            elif had:
-                setattr(owner, name, old)
-            else:
-                delattr(owner, name)
+            try:
+                if isinstance(owner, dict):
+                    if had:
+                        owner[name] = old
+                    else:
+                        owner.pop(name, None)
+                elif had:
+                    setattr(owner, name, old)
+                elif name in vars(owner):
+                    delattr(owner, name)
+            except Exception as exc:  # noqa: BLE001 - the others still go back; the first failure is raised
+                failure = failure or exc
+        self._seen.clear()
+        if failure is not None:
+            raise failure
 
 
 class LaunchContext:
@@ -75,6 +117,7 @@ class LaunchContext:
         self.helpers: dict[int, Any] = {}
         self.patcher = patcher  # for patches only known once the kernel runs (libdevice in its globals)
         self.redirected: set[int] = set()  # ids of the code objects whose libdevice names are redirected
+        self.gluon: GluonLaunch | None = None  # set for a simulated Gluon launch
 
     def interpreted_helper(self, fn: Any) -> Any:
         # Keyed by id(): hashing a JITFunction computes its cache_key, which must not happen inside a launch.
@@ -106,21 +149,53 @@ def make_interpreted(pyfn: Callable[..., Any]) -> Any:
     "module:qualname" registry; we put the user's entry back.
     """
     interp = compat.InterpretedFunction(pyfn)
-    registry = compat.jit_registry
-    if registry is None:
+    with jit_registry_kept(pyfn):
         interp.rewrite()
-        return interp
-    key = f"{pyfn.__module__}:{pyfn.__qualname__}"
-    missing = object()
-    before = registry.get(key, missing)
-    try:
-        interp.rewrite()
-    finally:
-        if before is missing:
-            registry.pop(key, None)
-        else:
-            registry[key] = before
     return interp
+
+
+@contextlib.contextmanager
+def jit_registry_kept(pyfn: Callable[..., Any]) -> Iterator[None]:
+    """Triton's registry entry for ``pyfn`` ("module:qualname", Triton 3.8+) as it was, after the block.
+
+    Every ``JITFunction`` constructed registers itself there, replacing the user's kernel of that name; the
+    registry only serves to preload specialization data, but it is Triton's, and the user's entry stays.
+    """
+    registry = compat.jit_registry
+    if registry is None:  # Triton 3.6 keeps no registry
+        yield
+        return
+    patcher = _Patcher()
+    patcher.keep_item(registry, f"{pyfn.__module__}:{pyfn.__qualname__}")
+    try:
+        yield
+    finally:
+        patcher.restore()
+
+
+def shadow_jit(pyfn: Callable[..., Any]) -> Any:
+    """A ``JITFunction`` of ``pyfn`` that Triton's registry does not learn about (identity, compiled replays)."""
+    with jit_registry_kept(pyfn):
+        return compat.JITFunction(pyfn)
+
+
+@contextlib.contextmanager
+def compiled_mode() -> Iterator[None]:
+    """Triton in compiled mode for the block: ``knobs.runtime.interpret`` (and ``TRITON_INTERPRET``) off.
+
+    Every runtime knob and its environment variable is restored after. For replays on a GPU and for kernels
+    decorated from a history's source, which must come out as ``JITFunction`` whatever the process runs in.
+    """
+    with _interpret_knob(False):
+        yield
+
+
+@contextlib.contextmanager
+def _interpret_knob(value: bool) -> Iterator[None]:
+    """``knobs.runtime.interpret`` (and ``TRITON_INTERPRET``) is ``value`` for the block, then what it was."""
+    with compat.runtime_interpret_scope():
+        compat.knobs.runtime.interpret = value
+        yield
 
 
 def _access_hooks(originals: dict[str, Callable[..., Any]]) -> dict[str, Callable[..., Any]]:
@@ -252,8 +327,13 @@ def _patch_lang_with_libdevice(original: Callable[..., Any]) -> Callable[..., An
     """
 
     def _patch_lang(fn):
-        scope = original(fn)
         launch = current_launch()
+        if launch is not None and launch.gluon is not None:
+            # Gluon code may not name triton.language at all (the stock function asserts it does); the tl
+            # patches are needed all the same, since Gluon tensors are tl tensors.
+            scope = original(types.SimpleNamespace(__globals__={"tl": compat.tl, "core": compat.tl.core}))
+        else:
+            scope = original(fn)
         if launch is not None:
             fn_globals = getattr(fn, "__globals__", None)
             code = getattr(fn, "__code__", None)
@@ -263,6 +343,11 @@ def _patch_lang_with_libdevice(original: Callable[..., Any]) -> Callable[..., An
                 names = semantics.global_names(code)
                 for name, value in semantics.libdevice_redirects(fn_globals, names):
                     launch.patcher.set_item(fn_globals, name, value)
+                if launch.gluon is not None:
+                    from tilelens.core.gluon import language
+
+                    for name, value in language.global_replacements(fn_globals, names):
+                        launch.patcher.set_item(fn_globals, name, value)
         return scope
 
     return _patch_lang
@@ -278,33 +363,103 @@ def _jit_call(original: Callable[..., Any]) -> Callable[..., Any]:
     return __call__
 
 
+@dataclass(frozen=True)
+class GluonLaunch:
+    """Options of a simulated Gluon launch (what compiled Gluon reads from the launch's options)."""
+
+    num_warps: int = 4
+
+
 @contextlib.contextmanager
-def launch_patches(collector: AccessCollector) -> Iterator[LaunchContext]:
-    """Interpret one launch with access capture; everything touched is restored on exit."""
+def gluon_simulation(ctx: LaunchContext, options: GluonLaunch) -> Iterator[None]:
+    """Run the block's launch in the Gluon simulator (``tilelens.core.gluon``); all of it is undone on exit.
+
+    * the interpreter's semantic (which its ``tl`` patches pass to every builtin) becomes the simulator's, and
+      so does the one Gluon's builtins get (``language.ACTIVE``);
+    * every builtin of Gluon's language modules and classes is replaced by a call with that semantic;
+    * the interpreter's reductions and scans give their results Gluon layouts;
+    * the grid executor recognises ``gl.constexpr`` parameters;
+    * Gluon's host TMA descriptors are copied to the host and back like tensors, and converted to descriptor
+      values like Triton's own.
+    """
+    from tilelens.core import gluon
+    from tilelens.core.gluon import descriptors, executor, language, reductions
+
+    module = compat.interpreter_module
+
+    def thread_init() -> None:  # warp_specialize runs partitions in threads of their own
+        _local.launch = ctx
+
+    patcher = _Patcher()
+    try:
+        semantic = gluon.new_semantic(
+            module.interpreter_builder,
+            num_warps=options.num_warps,
+            record_shared=ctx.collector.record_shared,
+            thread_init=thread_init,
+        )
+        patcher.set(language.ACTIVE, "semantic", semantic)
+        patcher.set(module, "interpreter_semantic", semantic)
+        if not compat.INTERPRETER_SEMANTIC_IS_GLOBAL:
+            patcher.set(module, "_patch_attr", language.patch_attr(module))
+        for owner, name, value in language.replacements():
+            patcher.set(owner, name, value)
+        patcher.set(compat.ReduceOps, "apply", reductions.reduce_apply(compat.ReduceOps.apply))
+        patcher.set(compat.ScanOps, "apply", reductions.scan_apply(compat.ScanOps.apply))
+        patcher.set(module, "_implicit_cvt", descriptors.implicit_cvt(module._implicit_cvt))
+        grid = module.GridExecutor
+        patcher.set(grid, "__init__", executor.grid_executor_init(grid.__init__))
+        patcher.set(grid, "_init_args_hst", descriptors.init_args_hst(grid._init_args_hst))
+        patcher.set(grid, "_restore_args_dev", descriptors.restore_args_dev(grid._restore_args_dev))
+        patcher.set(ctx, "gluon", options)
+        yield
+    finally:
+        patcher.restore()
+
+
+@contextlib.contextmanager
+def launch_patches(collector: AccessCollector, gluon: GluonLaunch | None = None) -> Iterator[LaunchContext]:
+    """Interpret one launch with access capture; everything touched is restored on exit.
+
+    With ``gluon`` the launch is a Gluon kernel's, simulated (``gluon_simulation``).
+    """
     with LAUNCH_LOCK:
         if current_launch() is not None:
-            raise RuntimeError("TileLens: a Triton launch started inside another interpreted launch")
+            raise StateError("TileLens: a Triton launch started inside another interpreted launch")
         patcher = _Patcher()
         lang_snapshot = [(ns, dict(vars(ns))) for ns in compat.LANG_NAMESPACES]
         builder_cls = compat.InterpreterBuilder
         ctx = LaunchContext(collector, patcher, getattr(_local, "reads", None))
         try:
-            with compat.runtime_interpret_scope():
-                compat.set_interpret(True)
+            with _interpret_knob(True):
                 _semantic_patches(patcher)
                 # Taken after the semantic patches, so accesses are captured around their versions too.
                 originals = {name: getattr(builder_cls, name) for name in compat.ACCESS_METHODS}
                 for name, hook in _access_hooks(originals).items():
                     patcher.set(builder_cls, name, hook)
                 patcher.set(compat.JITFunction, "__call__", _jit_call(compat.JITFunction.__call__))
-                _local.launch = ctx
-                try:
-                    yield ctx
-                finally:
-                    _local.launch = None
+                simulation = gluon_simulation(ctx, gluon) if gluon is not None else contextlib.nullcontext()
+                with simulation:
+                    _local.launch = ctx
+                    try:
+                        yield ctx
+                    finally:
+                        _local.launch = None
         finally:
             patcher.restore()
             _restore_namespaces(lang_snapshot)
+
+
+@contextlib.contextmanager
+def pre_run_hooks(interpreted: Any, hooks: list[Callable[..., Any]]) -> Iterator[None]:
+    """``interpreted.pre_run_hooks`` is ``hooks`` for the block (the interpreter calls them with its host copies
+    of the arguments, just before the programs run), then what it was."""
+    patcher = _Patcher()
+    try:
+        patcher.set(interpreted, "pre_run_hooks", list(hooks))
+        yield
+    finally:
+        patcher.restore()
 
 
 class _NoCapture(AccessCollector):
@@ -378,3 +533,73 @@ def original_run(cls: type) -> Callable[..., Any]:
             run = vars(klass)["run"]
             return getattr(run, "__wrapped__", run)
     raise AttributeError(f"{cls.__name__} has no run method")
+
+
+# -- tracing a kernel chain --------------------------------------------------------------------------------
+
+
+def rewire_chain(
+    layers: list[Any],
+    leaf: Any,
+    *,
+    in_place: bool,
+    bench: Callable[[], Any],
+    tuner_run: Callable[[Any], Callable[..., Any]],
+) -> list[Any]:
+    """Make a kernel's ``Autotuner``/``Heuristics`` layers lead to ``leaf``; return the layers so rewired.
+
+    Each layer's ``.fn`` becomes the next layer (the last one's, ``leaf``), and is marked with
+    ``_tilelens_trace = leaf`` (interception lets such layers run as Triton runs them). Autotuners also get
+    ``cache_results = False`` (dummy timings must never reach Triton's disk cache), a benchmarker made by
+    ``bench`` (it shadows Triton's ``do_bench`` on the instance), and ``run = tuner_run(autotuner)``.
+
+    With ``in_place`` these are the user's own layers, changed for good: that is what ``@tilelens.trace``
+    asks for. Otherwise they are shallow copies, each autotuner with its own copy of the cache, so the user's
+    objects are not touched and dummy choices never flow back. Either way all or nothing: if a change fails,
+    the ones made before it are undone.
+    """
+    if not in_place:
+        layers = [copy.copy(layer) for layer in layers]
+    patcher = _Patcher()
+    try:
+        for outer, inner in zip(layers, [*layers[1:], leaf]):
+            if not in_place and isinstance(outer, compat.Autotuner):
+                patcher.set(outer, "cache", dict(outer.cache))
+            patcher.set(outer, "fn", inner)
+            patcher.set(outer, "_tilelens_trace", leaf)
+            if isinstance(outer, compat.Autotuner):
+                patcher.set(outer, "cache_results", False)
+                patcher.set(outer, "do_bench", bench())
+                patcher.set(outer, "run", tuner_run(outer))
+    except BaseException:
+        patcher.restore()
+        raise
+    return layers
+
+
+# What Autotuner.run leaves on the autotuner for the program to read.
+TUNING_STATE = ("best_config", "configs_timings", "bench_time")
+
+
+class TuningMirror:
+    """The user's autotuners show what their traced copies decided, until :meth:`restore`.
+
+    Inside ``tilelens.record()`` launches run on copies of the user's kernel layers (the copies keep their own
+    cache, so dummy choices never outlive the recording), yet programs read ``kernel.best_config`` after a
+    launch. After each launch :meth:`show` copies :data:`TUNING_STATE` from each copied autotuner onto the
+    user's; :meth:`restore` (when the recording ends) puts every attribute back as it was before the first.
+    """
+
+    def __init__(self) -> None:
+        self._patcher = _Patcher()
+
+    def show(self, user_layers: list[Any], copied_layers: list[Any]) -> None:
+        for user, copied in zip(user_layers, copied_layers):
+            if user is copied or not isinstance(user, compat.Autotuner):
+                continue
+            for name in TUNING_STATE:
+                if name in vars(copied):
+                    self._patcher.set(user, name, vars(copied)[name])
+
+    def restore(self) -> None:
+        self._patcher.restore()

@@ -21,7 +21,7 @@ from tilelens.core.arguments import (
     jsonable,
     resolve_grid,
 )
-from tilelens.core.interpreter import LAUNCH_LOCK, launch_patches
+from tilelens.core.interpreter import LAUNCH_LOCK, GluonLaunch, launch_patches, pre_run_hooks
 from tilelens.core.semantics import describe_failure
 from tilelens.records import KernelIdentity, LaunchRecord, utcnow
 
@@ -56,11 +56,13 @@ def run_interpreted(
     kwargs: dict[str, Any],
     meta: LaunchMeta,
     snapshots: bool = True,
+    gluon: bool = False,
 ) -> tuple[Any, LaunchRecord, BaseException | None]:
     """Interpret one launch; return (kernel result, record, the exception it raised or None).
 
     ``snapshots=False`` leaves the tensor copies out of the record, for callers that keep the tensors
-    themselves (replay compares the rebuilt arguments directly).
+    themselves (replay compares the rebuilt arguments directly). ``gluon`` runs a Gluon kernel in the
+    simulator (``tilelens.core.gluon``) with the launch's ``num_warps``.
     """
     with LAUNCH_LOCK:
         bound, options = bind(params, args, kwargs)
@@ -75,16 +77,14 @@ def run_interpreted(
         def capture_spans(*host_args: Any, **host_kwargs: Any) -> None:
             collector.set_spans(host_spans(params, host_args, host_kwargs))
 
-        saved_hooks = interpreted.pre_run_hooks
-        interpreted.pre_run_hooks = [capture_spans, *user_hooks]
         try:
-            resolved = resolve_grid(grid, bound)
-            with launch_patches(collector):
-                result = interpreted.run(*args, grid=resolved, warmup=False, **kwargs)
+            with pre_run_hooks(interpreted, [capture_spans, *user_hooks]):
+                resolved = resolve_grid(grid, bound)
+                simulated = GluonLaunch(num_warps=int(options.get("num_warps") or 4)) if gluon else None
+                with launch_patches(collector, simulated):
+                    result = interpreted.run(*args, grid=resolved, warmup=False, **kwargs)
         except BaseException as exc:  # recorded, then re-raised unchanged by the caller
             error = exc
-        finally:
-            interpreted.pre_run_hooks = saved_hooks
         duration = time.perf_counter() - t0
         if snapshots:
             capture_after(params, bound, arg_records)
@@ -97,6 +97,8 @@ def run_interpreted(
             config["autotune"] = meta.autotune
         if meta.heuristics:
             config["heuristics"] = jsonable(meta.heuristics)
+        if collector.shared.get("events"):
+            config["shared_memory"] = dict(collector.shared)
         if collector.spans.aliased:
             config["aliased_args"] = [list(p) for p in collector.spans.aliased]
         device = next((a.device for a in arg_records if a.kind == "tensor" and a.device), "cpu")

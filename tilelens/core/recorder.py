@@ -2,14 +2,14 @@
 
 ``Recording`` is both the context manager behind ``tilelens.record()`` and the sink traced leaves write to.
 It owns the interception patches for its lifetime and a per-recording cache of traced copies of the user's
-kernels; when it ends, both are gone and the user's kernel objects are exactly as they were.
+kernels; when it ends, both are gone and the user's kernel objects are exactly as they were (the tuning state
+shown on them meanwhile, ``interpreter.TuningMirror``, included).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import platform
 import socket
 import sys
 import threading
@@ -20,32 +20,13 @@ from types import TracebackType
 from typing import Any
 
 from tilelens.core import compat, session
-from tilelens.core.access import TRACE_WRITE_OPTIONS
 from tilelens.core.bounds import OobPolicy, resolve_policy
-from tilelens.core.interpreter import interception_patches
+from tilelens.core.interpreter import TuningMirror, interception_patches
 from tilelens.core.session import AutotunePolicy
-from tilelens.core.trace import TritonTrace
+from tilelens.core.trace import TritonTrace, trace_class
+from tilelens.errors import UnsupportedError, UsageError
 from tilelens.records import AutotuneEvent, LaunchRecord, RunInfo
-
-
-def versions() -> dict[str, str]:
-    import numpy
-    import torch
-    import triton
-
-    from tilelens import __version__
-
-    return {
-        "tilelens": __version__,
-        "triton": triton.__version__,
-        "torch": torch.__version__,
-        "numpy": numpy.__version__,
-        "python": platform.python_version(),
-    }
-
-
-# What Autotuner.run leaves on the autotuner for the program to read.
-TUNING_STATE = ("best_config", "configs_timings", "bench_time")
+from tilelens.version import versions
 
 
 class Recording:
@@ -63,7 +44,7 @@ class Recording:
         on_oob: OobPolicy | None = None,
     ) -> None:
         if autotune not in ("first", "all"):
-            raise ValueError(f"autotune must be 'first' or 'all', not {autotune!r}")
+            raise UsageError(f"autotune must be 'first' or 'all', not {autotune!r}")
         self.autotune_policy: AutotunePolicy = autotune
         self.on_oob: OobPolicy = resolve_policy(on_oob)
         self._db, self._blobs, self._tag = db, blobs, tag
@@ -80,12 +61,13 @@ class Recording:
         self.dropped_lanes = 0  # store/atomic lanes outside every argument's memory, never written
         self.autotune_events = 0
         self._traced: dict[int, tuple[Any, TritonTrace]] = {}
-        self._mirrored: dict[tuple[int, str], tuple[Any, bool, Any]] = {}
+        self._mirror = TuningMirror()
         self._lock = threading.Lock()
         self._patches: Any = None
         self._next_seq = 0
         self.on_launch: Any = None  # optional callback(record, launch_id), e.g. a live status line
         self.exit_code: int | None = None  # set by `tilelens record` to the program's exit status
+        self.ended_by_signal: int | None = None  # set by `tilelens record`: SIGTERM/SIGHUP ended the program
 
     @property
     def history(self) -> Any:
@@ -93,7 +75,7 @@ class Recording:
 
     def __enter__(self) -> Recording:
         if not compat.SUPPORTED:
-            raise RuntimeError(f"TileLens supports Triton 3.6 to 3.9, found {compat.TRITON_VERSION}")
+            raise UnsupportedError(f"TileLens supports Triton 3.6 to 3.9, found {compat.TRITON_VERSION}")
         if self._history is None:
             from tilelens.store import History
 
@@ -101,7 +83,6 @@ class Recording:
         info = RunInfo(
             argv=self._argv, cwd=os.getcwd(), host=socket.gethostname(), versions=versions(), tag=self._tag
         )
-        self._history.trace_write_options = dict(TRACE_WRITE_OPTIONS)
         self.run_id = self._history.begin_run(info)
         session.activate(self)
         self._patches = interception_patches(self._route)
@@ -120,9 +101,11 @@ class Recording:
         finally:
             session.deactivate(self)
             self._traced.clear()
-            self._restore_mirrored()
+            self._mirror.restore()
             if exc_type is None:
                 status = "ok" if not self.exit_code else "failed"
+                if self.ended_by_signal is not None:
+                    status = "terminated"
             else:
                 status = "interrupted" if issubclass(exc_type, KeyboardInterrupt) else "failed"
             try:
@@ -151,7 +134,7 @@ class Recording:
         with self._lock:
             entry = self._traced.get(id(kernel))
             if entry is None or entry[0] is not kernel:
-                entry = (kernel, TritonTrace(kernel, in_place=False))
+                entry = (kernel, trace_class(kernel)(kernel, in_place=False))
                 self._traced[id(kernel)] = entry
             return entry[1]
 
@@ -163,30 +146,8 @@ class Recording:
         try:
             return traced.runner.run(*args, grid=grid, warmup=False, **kwargs)
         finally:
-            self._mirror_tuning_state(traced)
-
-    def _mirror_tuning_state(self, traced: TritonTrace) -> None:
-        """Show the user's autotuner what its traced copy decided, for as long as the recording lasts.
-
-        Programs read ``kernel.best_config`` after a launch; the copy keeps its own cache so dummy
-        choices never outlive the recording, and ``__exit__`` puts these attributes back.
-        """
-        for user, copy in zip(traced.source_layers, traced.layers):
-            if user is copy or not isinstance(user, compat.Autotuner):
-                continue
-            for name in TUNING_STATE:
-                if name in vars(copy):
-                    if (id(user), name) not in self._mirrored:
-                        self._mirrored[(id(user), name)] = (user, name in vars(user), vars(user).get(name))
-                    setattr(user, name, vars(copy)[name])
-
-    def _restore_mirrored(self) -> None:
-        for (_, name), (user, had, old) in self._mirrored.items():
-            if had:
-                setattr(user, name, old)
-            else:
-                vars(user).pop(name, None)
-        self._mirrored.clear()
+            # Programs read kernel.best_config after a launch: the user's autotuner shows its copy's choice.
+            self._mirror.show(traced.source_layers, traced.layers)
 
     # -- sink -------------------------------------------------------------------------------------------
 
@@ -200,8 +161,8 @@ class Recording:
         assert self.run_id is not None
         with self._lock:
             rec.seq = self._next_seq
-            self._next_seq += 1
             launch_id = self._history.write_launch(self.run_id, rec)
+            self._next_seq = rec.seq + 1  # the store may have given the next free seq instead
             self.launch_ids.append(launch_id)
             self.launches_per_kernel[rec.kernel.name] += 1
             self.errors += rec.status == "error"

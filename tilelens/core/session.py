@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 from typing import Any, Literal, Protocol
 
+from tilelens.errors import StateError
 from tilelens.records import AutotuneEvent, LaunchRecord
 
 AutotunePolicy = Literal["first", "all"]
@@ -39,7 +40,7 @@ def active() -> Sink | None:
 def activate(sink: Sink) -> None:
     with _lock:
         if _active:
-            raise RuntimeError("TileLens: a recording is already active in this process; nest nothing")
+            raise StateError("TileLens: a recording is already active in this process; nest nothing")
         _active.append(sink)
 
 

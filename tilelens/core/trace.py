@@ -6,6 +6,9 @@ Tracing keeps every layer and replaces only the end of the chain with an ``_Inte
 interprets and records, and its ``.fn`` is still the user's ``JITFunction``. So Triton's own walks down the
 chain (the autotune listener, the disk cache) find the object an untraced launch would report.
 
+Gluon kernels (``@gluon.jit``) are traced the same way: the leaf's ``.fn`` is the user's ``GluonJITFunction``
+and its launches run in TileLens's Gluon simulator (``tilelens.core.gluon``) instead of compiling.
+
 Traced autotuners get a dummy benchmarker (interpreter timings mean nothing, and a machine without a GPU
 driver has no benchmarker at all) and ``cache_results = False``: Triton decides disk caching at decoration,
 before TileLens switches to the interpreter, and would otherwise persist dummy timings.
@@ -23,7 +26,7 @@ from typing import Any
 from tilelens.core import bounds, compat, session
 from tilelens.core.arguments import Param, kernel_params
 from tilelens.core.identity import kernel_identity
-from tilelens.core.interpreter import make_interpreted, original_run
+from tilelens.core.interpreter import make_interpreted, original_run, rewire_chain
 from tilelens.core.launch import LaunchMeta, config_dict, run_interpreted
 from tilelens.records import AutotuneEvent, KernelIdentity, LaunchRecord
 
@@ -88,6 +91,7 @@ class _InterpretedLeaf(compat.KernelInterface):
         self.interpreted = (
             source if isinstance(source, compat.InterpretedFunction) else make_interpreted(pyfn)
         )
+        self.gluon = compat.is_gluon(source)  # simulated: Gluon has no interpreter path of its own
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__") or name in (
@@ -98,6 +102,7 @@ class _InterpretedLeaf(compat.KernelInterface):
             "params",
             "identity",
             "snapshots",
+            "gluon",
         ):
             raise AttributeError(name)
         return getattr(self.interpreted, name)
@@ -109,7 +114,16 @@ class _InterpretedLeaf(compat.KernelInterface):
         meta = self._meta(kwargs)
         user_hooks = list(getattr(self.fn, "pre_run_hooks", ())) if self.fn is not self.interpreted else []
         result, record, error = run_interpreted(
-            self.interpreted, self.identity, self.params, user_hooks, args, grid, kwargs, meta, self.snapshots
+            self.interpreted,
+            self.identity,
+            self.params,
+            user_hooks,
+            args,
+            grid,
+            kwargs,
+            meta,
+            self.snapshots,
+            gluon=self.gluon,
         )
         handle = sink.write_launch(record)
         stack = _stack()
@@ -209,36 +223,27 @@ def unpack_kernel(kernel: Any, *, in_place: bool = True) -> tuple[Any, list[Any]
     With ``in_place`` the user's own layers are rewired (the ``tilelens.trace`` decorator); otherwise they
     are shallow-copied first, so a ``tilelens.record()`` block leaves the user's objects untouched (autotune
     caches included: the copy starts from the user's choices but dummy choices never flow back).
-    A leaf left by an earlier trace of the same chain is reused, so re-tracing keeps ``jit_fn``.
+    A leaf left by an earlier trace of the same chain is reused, so re-tracing keeps ``jit_fn``. Triton and
+    Gluon kernels are unpacked alike (a ``GluonJITFunction`` is a ``JITFunction``).
     """
-    if compat.is_gluon(kernel):
-        raise NotImplementedError("TileLens cannot trace Gluon kernels yet: Gluon has no interpreter path")
     layers = _layers_of(kernel)
     node = layers[-1].fn if layers else kernel
     if isinstance(node, _InterpretedLeaf):
         leaf = node
     elif isinstance(node, (compat.JITFunction, compat.InterpretedFunction)):
-        if compat.is_gluon(node):
-            raise NotImplementedError(
-                "TileLens cannot trace Gluon kernels yet: Gluon has no interpreter path"
-            )
         leaf = _InterpretedLeaf(node)
     else:
         raise TypeError(
-            f"TileLens can trace Triton kernels (@triton.jit, autotune, heuristics), not {type(kernel).__name__}"
+            "TileLens can trace Triton and Gluon kernels (@triton.jit, @gluon.jit, autotune, heuristics), "
+            f"not {type(kernel).__name__}"
         )
-    if not in_place:
-        layers = [copy.copy(layer) for layer in layers]
-        for layer in layers:
-            if isinstance(layer, compat.Autotuner):
-                layer.cache = dict(layer.cache)
-    for outer, inner in zip(layers, [*layers[1:], leaf]):
-        outer.fn = inner
-        outer._tilelens_trace = leaf
-        if isinstance(outer, compat.Autotuner):
-            outer.cache_results = False
-            outer.do_bench = _DummyBench()  # shadows Triton's cached_property on this instance
-            outer.run = _traced_tuner_run(outer, leaf)
+    layers = rewire_chain(
+        layers,
+        leaf,
+        in_place=in_place,
+        bench=_DummyBench,
+        tuner_run=lambda tuner: _traced_tuner_run(tuner, leaf),
+    )
     leaf.layers = layers
     return (layers[0] if layers else leaf), layers, leaf
 
@@ -294,16 +299,34 @@ class TritonTrace(compat.KernelInterface):
 
 
 class GluonTrace(TritonTrace):
-    """Gluon kernels always compile (no interpreter path in Triton 3.8); tracing them is not supported yet."""
+    """A traced Gluon kernel (``@gluon.jit``, possibly under autotune/heuristics layers).
 
-    def __init__(self, kernel: Any, *, in_place: bool = True, snapshots: bool = True) -> None:
-        raise NotImplementedError(
-            "TileLens cannot trace Gluon kernels yet: triton.experimental.gluon has no interpreter path"
-        )
+    The chain is unpacked like a Triton kernel's, onto the same ``_InterpretedLeaf`` (so the autotune listener
+    receives the user's ``GluonJITFunction``); launches run in the Gluon simulator (``tilelens.core.gluon``).
+    """
+
+    def __repr__(self) -> str:
+        return f"GluonTrace({self.leaf.identity.name})"
+
+
+def is_gluon_kernel(kernel: Any) -> bool:
+    """Whether a kernel chain (autotune/heuristics layers included) ends in a Gluon kernel."""
+    node = kernel
+    for _ in range(64):
+        if compat.is_gluon(node):
+            return True
+        if isinstance(node, _InterpretedLeaf):
+            return node.gluon
+        if not _is_layer(node):
+            return False
+        node = node.fn
+    return False
+
+
+def trace_class(kernel: Any) -> type[TritonTrace]:
+    return GluonTrace if is_gluon_kernel(kernel) else TritonTrace
 
 
 def trace(kernel: Any) -> TritonTrace:
-    """Decorator: ``@tilelens.trace`` above ``@triton.jit`` / ``@triton.autotune`` / ``@triton.heuristics``."""
-    if compat.is_gluon(kernel):
-        return GluonTrace(kernel)
-    return TritonTrace(kernel)
+    """Decorator: ``@tilelens.trace`` above ``@triton.jit``/``@gluon.jit``/``@triton.autotune``/heuristics."""
+    return trace_class(kernel)(kernel)

@@ -57,7 +57,8 @@ for _name, _tol in (
         _TOLERANCES[getattr(torch, _name)] = _tol
 
 TF32 = (1e-2, 1e-2)
-_DOT_CALL = re.compile(r"\bdot(_scaled)?\s*\(")
+# tl.dot / tl.dot_scaled, and Gluon's dots: dot_fma, mma_v2, warpgroup_mma (Hopper), tcgen05_mma (Blackwell).
+_DOT_CALL = re.compile(r"\b(dot(_scaled|_fma)?|mma_v2|warpgroup_mma|tcgen05_mma(_scaled)?)\s*\(")
 _IEEE = re.compile(r"""ieee|allow_tf32\s*=\s*False""")
 
 

@@ -13,24 +13,24 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import torch
-from sqlalchemy import or_, select
 
-from tilelens.core import compat, session
+from tilelens.core import session
 from tilelens.core.arguments import span_copy
-from tilelens.core.interpreter import recorded_reads
+from tilelens.core.interpreter import compiled_mode, recorded_reads
+from tilelens.errors import StateError, UsageError
 from tilelens.replay import oobreads
 from tilelens.replay.compare import Tolerance, compare_span, default_tolerance
 from tilelens.replay.rebuild import RebuiltArgs, decode_options, rebuild_arguments
 from tilelens.replay.resolve import KernelResolver, ResolvedKernel
 from tilelens.replay.result import ReplayFailure, ReplayResult, TensorDiff
-from tilelens.replay.spec import LaunchSpec, load_launch
 from tilelens.replay.traces import first_difference, last_writer
 from tilelens.store import BlobError, History
-from tilelens.store.models import Kernel, Launch
+from tilelens.store.launches import LaunchSpec, load_launch
 
 
 def replay_launch(
@@ -51,17 +51,18 @@ def replay_launch(
     On the CPU the kernel runs in Triton's interpreter, recorded again, and must reproduce every output bit
     and every access event (``atol``/``rtol`` relax the outputs to tolerances). On CUDA it runs compiled and
     outputs must agree within dtype-aware tolerances (see ``tilelens.replay.compare``). A kernel whose source
-    changed since the record is refused unless ``allow_changed``; ``from_history`` runs the recorded source
+    changed since the record is refused (``refusal="source-changed"``, or ``"file-changed"`` for the rest of its
+    file) unless ``allow_changed``; ``from_history`` runs the recorded source
     instead of today's and, since that executes code read from the database, needs ``trust_source``.
 
     Raises :class:`LaunchNotFoundError` for an unknown id; every other problem is an ``error`` result.
     """
     if from_history and not trust_source:
-        raise ValueError(
+        raise UsageError(
             "from_history runs kernel source read from the history database; pass trust_source=True to allow it"
         )
     if session.active() is not None:
-        raise RuntimeError("TileLens cannot replay inside a tilelens.record() block; replay after it ends")
+        raise StateError("TileLens cannot replay inside a tilelens.record() block; replay after it ends")
     started = time.perf_counter()
     spec = load_launch(history, launch_id)
     result = ReplayResult(
@@ -81,14 +82,16 @@ def replay_launch(
         dev = parse_device(device)
         result.device = str(dev)
         result.backend = "interpreter" if dev.type == "cpu" else "compiled"
-        resolved = (resolver or KernelResolver()).resolve(spec.kernel, from_history=from_history)
+        resolver = resolver or KernelResolver(_data_folders(history), allow_changed=allow_changed)
+        resolved = resolver.resolve(spec.kernel, from_history=from_history)
         result.source_changed = resolved.source_changed
+        result.file_changed = resolved.file_changed
+        result.skipped = resolved.skipped
         if resolved.source_changed and not allow_changed:
             raise ReplayFailure(
                 f"source changed: {spec.kernel.name} ({resolved.origin} {spec.kernel.file}) hashes to "
-                f"{resolved.source_sha256[:12]}, the recorded source to {spec.kernel.source_sha256[:12]}; "
-                "pass --allow-changed to replay it anyway, or --from-history --trust-source to run the "
-                "recorded source"
+                f"{resolved.source_sha256[:12]}, the recorded source to {spec.kernel.source_sha256[:12]}",
+                reason="source-changed",
             )
         options = decode_options(spec)
         recorded_trace = _trace(history, spec)
@@ -108,6 +111,7 @@ def replay_launch(
     except ReplayFailure as failure:
         result.outcome = "error"
         result.message = str(failure)
+        result.refusal = failure.reason
     except Exception as exc:  # a bug or an environment problem: still one answer, and one row, per launch
         result.outcome = "error"
         result.message = f"launch {spec.id}: replay failed unexpectedly: {_message(exc)}"
@@ -136,7 +140,9 @@ def replay_launches(
     **options: Any,
 ) -> list[ReplayResult]:
     """Replay several launches, loading and tracing each kernel version once; options as ``replay_launch``."""
-    resolver = options.pop("resolver", None) or KernelResolver()
+    resolver = options.pop("resolver", None) or KernelResolver(
+        _data_folders(history), allow_changed=bool(options.get("allow_changed", False))
+    )
     results = []
     for launch_id in launch_ids:
         result = replay_launch(history, launch_id, resolver=resolver, **options)
@@ -146,19 +152,9 @@ def replay_launches(
     return results
 
 
-def select_launches(
-    history: History, *, run_id: int | None = None, kernel: str | None = None, trials: bool = False
-) -> list[int]:
-    """Ids of the launches of a run and/or a kernel (``qualname`` or ``module.qualname``), oldest first."""
-    query = select(Launch.id).join(Kernel, Launch.kernel_id == Kernel.id).order_by(Launch.id)
-    if run_id is not None:
-        query = query.where(Launch.run_id == run_id)
-    if kernel is not None:
-        query = query.where(or_(Kernel.qualname == kernel, (Kernel.module + "." + Kernel.qualname) == kernel))
-    if not trials:
-        query = query.where(Launch.role == "launch")
-    with history.session() as s:
-        return list(s.scalars(query))
+def _data_folders(history: History) -> tuple[Path, ...]:
+    """Folders that hold the history's data, never code: replay refuses to load a kernel from them."""
+    return (history.location.blobs_dir,)
 
 
 def parse_device(text: str) -> torch.device:
@@ -238,8 +234,7 @@ def _replay_cuda(
     error: BaseException | None = None
     t0 = time.perf_counter()
     try:
-        with torch.cuda.device(dev), compat.runtime_interpret_scope():
-            compat.set_interpret(False)
+        with torch.cuda.device(dev), compiled_mode():
             jit[spec.grid](**args.kwargs, **options)
             torch.cuda.synchronize(dev)
     except Exception as exc:  # compile or launch failure: judged against the recorded status below
@@ -305,6 +300,10 @@ def _conclude(spec: LaunchSpec, resolved: ResolvedKernel, result: ReplayResult) 
         )
     elif resolved.origin == "history":
         prefix = "recorded source; "
+    elif resolved.file_changed:
+        prefix = f"kernel file changed since the record ({spec.kernel.file}); "
+    # What loading the kernel's file left out (a script's top-level statements), said after every outcome.
+    suffix = f"; {resolved.skipped}" if resolved.skipped else ""
     where = f"launch {spec.id} ({spec.kernel.name}) on {result.device}"
     if spec.status == "error":
         result.outcome = "error"
@@ -315,7 +314,7 @@ def _conclude(spec: LaunchSpec, resolved: ResolvedKernel, result: ReplayResult) 
             how = "the replay failed with the same error"
         else:
             how = f"the replay failed with a different error: {result.replay_error}"
-        result.message = f"{prefix}{where} was recorded failing ({spec.error}); {how}"
+        result.message = f"{prefix}{where} was recorded failing ({spec.error}); {how}{suffix}"
         return
     problems = []
     if result.replay_error is not None:
@@ -326,8 +325,8 @@ def _conclude(spec: LaunchSpec, resolved: ResolvedKernel, result: ReplayResult) 
     if problems:
         result.outcome = "mismatch"
         result.headline = f"{prefix}{where}"
-        result.details = problems
-        result.message = f"{result.headline}: " + "; ".join(problems)
+        result.details = problems + ([resolved.skipped] if resolved.skipped else [])
+        result.message = f"{result.headline}: " + "; ".join(problems) + suffix
         return
     result.outcome = "match"
     n = len(result.tensors)
@@ -338,7 +337,7 @@ def _conclude(spec: LaunchSpec, resolved: ResolvedKernel, result: ReplayResult) 
         if result.max_abs_err is not None:
             outputs += f" (max abs err {result.max_abs_err:.3g})"
     trace = {True: ", access trace identical", False: "", None: ""}[result.trace_equal]
-    result.message = f"{prefix}{where}: {outputs}{trace}"
+    result.message = f"{prefix}{where}: {outputs}{trace}{suffix}"
 
 
 def _message(exc: BaseException | None) -> str | None:
@@ -349,6 +348,6 @@ def _message(exc: BaseException | None) -> str | None:
 
 @functools.lru_cache(maxsize=1)
 def _versions() -> dict[str, str]:
-    from tilelens.core.recorder import versions
+    from tilelens.version import versions
 
     return versions()

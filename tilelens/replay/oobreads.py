@@ -16,10 +16,10 @@ from typing import Any
 
 import numpy as np
 
-from tilelens.core.access import lane_offsets
 from tilelens.core.bounds import STRAY_READ_BYTES, RecordedReads
-from tilelens.replay.spec import ArgSpec, LaunchSpec
+from tilelens.store.launches import ArgSpec, LaunchSpec
 from tilelens.store.tensors import DTYPES
+from tilelens.store.traces import lane_offsets
 
 # Room around every storage group on a GPU replay; a multiple of every element size.
 GPU_MARGIN_BYTES = STRAY_READ_BYTES

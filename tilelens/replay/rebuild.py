@@ -26,8 +26,8 @@ import numpy as np
 import torch
 
 from tilelens.replay.result import ReplayFailure
-from tilelens.replay.spec import ArgSpec, LaunchSpec
 from tilelens.store import BlobError, BlobStore
+from tilelens.store.launches import ArgSpec, LaunchSpec
 from tilelens.store.tensors import DTYPES
 
 GUARD_BYTES = 16 * 1024
@@ -213,6 +213,8 @@ def _fill_snapshots(
 
 
 def _maybe_reinterpret(launch: LaunchSpec, a: ArgSpec, view: torch.Tensor) -> Any:
+    if isinstance(a.value, dict) and "descriptor" in a.value:
+        return _descriptor(launch, a, view)
     if not (isinstance(a.value, dict) and "reinterpret" in a.value):
         return view
     import triton
@@ -229,6 +231,18 @@ def _maybe_reinterpret(launch: LaunchSpec, a: ArgSpec, view: torch.Tensor) -> An
     return triton.reinterpret(view, dtype)
 
 
+def _descriptor(launch: LaunchSpec, a: ArgSpec, view: torch.Tensor) -> Any:
+    """A TMA descriptor argument, rebuilt around its rebuilt tensor (``tilelens.core.descriptors``)."""
+    from tilelens.core import descriptors
+
+    try:
+        return descriptors.rebuild(view, dict(a.value["descriptor"]))
+    except (ValueError, KeyError, TypeError, AssertionError) as exc:
+        raise ReplayFailure(
+            f"launch {launch.id}: argument {a.name} (a TMA descriptor) cannot be rebuilt: {exc}"
+        ) from None
+
+
 _TL_PREFIX = "triton.language."
 
 
@@ -241,6 +255,8 @@ def decode_value(launch: LaunchSpec, name: str, value: Any) -> Any:
     for tag in ("float", "$float"):
         if set(value) == {tag}:
             return float(value[tag])
+    if "gluon_layout" in value:
+        return _gluon_layout(launch, name, value)
     for tag in ("repr", "$repr"):
         if tag in value:
             text = str(value[tag])
@@ -261,6 +277,17 @@ def _triton_dtype(text: str) -> Any:
 
     attr = getattr(tl, text.removeprefix(_TL_PREFIX), None)
     return attr if isinstance(attr, tl.dtype) else None
+
+
+def _gluon_layout(launch: LaunchSpec, name: str, value: dict[str, Any]) -> Any:
+    from tilelens.core.gluon.layouts import LayoutDecodeError, decode
+
+    try:
+        return decode(value)
+    except (LayoutDecodeError, TypeError, AssertionError) as exc:
+        raise ReplayFailure(
+            f"launch {launch.id}: argument {name} (a Gluon layout) cannot be rebuilt: {exc}"
+        ) from None
 
 
 def decode_options(launch: LaunchSpec) -> dict[str, Any]:

@@ -2,25 +2,22 @@
 
 Replay compares today's kernel against yesterday's record, so what it runs must be named explicitly: by default
 the kernel as the code base has it now (imported by module and qualname, or, for a kernel defined in a script or
-in a module that is no longer importable, the recorded file loaded under a private module name so its
-``if __name__ == "__main__"`` block does not run). Its source hash is compared with the recorded one, and a
-changed kernel is refused unless the caller accepts it.
+in a module that is no longer importable, the recorded file's definitions loaded under a private module name,
+without its top-level statements). Nothing runs before :mod:`tilelens.replay.trust` has located the code
+without executing it, found the kernel's definition in it and compared the kernel's and the whole file's
+sha256 with the record; changed code runs only when the caller allows it.
 
 ``from_history`` runs the source stored in the history instead. That is code taken from a database, so it
-needs an explicit ``trust_source``. It is compiled into a copy of the kernel module's namespace (its helpers and
+needs an explicit ``trust_source``, and the stored text must hash to the recorded sha256 and be one plain
+``def`` (checked before it runs). It is compiled into a copy of the kernel module's namespace (its helpers and
 imports resolve as they did) under a file name that points back at the recorded file, with the recorded line
 numbers, so access-trace lines and Triton's error messages stay comparable with the record.
 """
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
 import importlib
-import importlib.util
 import linecache
-import sys
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -28,7 +25,9 @@ from typing import Any
 
 from tilelens.core import compat
 from tilelens.core.identity import kernel_identity, source_sha256
+from tilelens.core.interpreter import compiled_mode, jit_registry_kept, shadow_jit
 from tilelens.records import KernelIdentity
+from tilelens.replay import scriptload, trust
 from tilelens.replay.result import ReplayFailure
 
 MAX_CHAIN = 64
@@ -39,9 +38,11 @@ class ResolvedKernel:
     """The innermost kernel to run (no autotuning, no heuristics) and how it compares with the record."""
 
     fn: Any  # JITFunction, or InterpretedFunction for a kernel decorated under TRITON_INTERPRET=1
-    origin: str  # "import", "file" or "history"
+    origin: str  # "module", "file" or "history"
     source_sha256: str
     recorded_sha256: str
+    file_changed: bool = False  # the kernel's file differs from the one recorded (allowed by the caller)
+    skipped: str | None = None  # "skipped N top-level statements of F (lines ...)" for a reduced load
     _traced: Any = field(default=None, repr=False)
     _compiled: Any = field(default=None, repr=False)
 
@@ -52,10 +53,11 @@ class ResolvedKernel:
     def traced(self) -> Any:
         """A TritonTrace of the kernel, made once: it computes identity and rewrites the AST only once."""
         if self._traced is None:
-            from tilelens.core.trace import TritonTrace
+            from tilelens.core.trace import trace_class
 
-            # No tensor copies in its records: replay compares the rebuilt arguments themselves.
-            self._traced = TritonTrace(self.fn, in_place=False, snapshots=False)
+            # No tensor copies in its records: replay compares the rebuilt arguments themselves. A Gluon
+            # kernel gets a GluonTrace: it runs in the Gluon simulator.
+            self._traced = trace_class(self.fn)(self.fn, in_place=False, snapshots=False)
         return self._traced
 
     def compiled(self) -> Any:
@@ -64,96 +66,136 @@ class ResolvedKernel:
             if isinstance(self.fn, compat.JITFunction):
                 self._compiled = self.fn
             else:
-                with compat.runtime_interpret_scope():
-                    compat.set_interpret(False)
-                    self._compiled = compat.JITFunction(self.fn.fn)
+                with compiled_mode():
+                    self._compiled = shadow_jit(self.fn.fn)
         return self._compiled
 
 
 class KernelResolver:
-    """Resolves kernels for a batch of replays; each kernel version is loaded and traced once per batch."""
+    """Resolves kernels for a batch of replays; each kernel version is loaded and traced once per batch.
 
-    def __init__(self) -> None:
+    ``data_folders`` (the blob folder) are never searched for code; ``allow_changed`` lets a kernel or file
+    that differs from the record run.
+    """
+
+    def __init__(self, data_folders: tuple[Path, ...] = (), allow_changed: bool = False) -> None:
         self._cache: dict[tuple[Any, ...], ResolvedKernel] = {}
+        self.data_folders = data_folders
+        self.allow_changed = allow_changed
 
     def resolve(self, kernel: KernelIdentity, *, from_history: bool = False) -> ResolvedKernel:
-        key = (kernel.module, kernel.qualname, kernel.file, kernel.source_sha256, from_history)
+        key = (
+            kernel.module,
+            kernel.qualname,
+            kernel.file,
+            kernel.source_sha256,
+            kernel.file_sha256,
+            from_history,
+        )
         found = self._cache.get(key)
         if found is None:
-            found = self._cache[key] = _from_history(kernel) if from_history else _from_code(kernel)
+            if from_history:
+                found = _from_history(kernel, self.data_folders)
+            else:
+                found = _from_code(kernel, self.data_folders, self.allow_changed)
+            self._cache[key] = found
         return found
 
 
-def _from_code(kernel: KernelIdentity) -> ResolvedKernel:
+def _from_code(kernel: KernelIdentity, data_folders: tuple[Path, ...], allow_changed: bool) -> ResolvedKernel:
     reasons: list[str] = []
-    for origin, module in _candidate_modules(kernel, reasons):
+    for origin, kfile in _candidates(kernel, data_folders, reasons):
+        _check_unchanged(kernel, origin, kfile, allow_changed)
+        try:
+            module, skipped = _load(origin, kernel, kfile)
+        except (Exception, SystemExit) as exc:
+            reasons.append(f"{_what(origin, kernel, kfile)} cannot be loaded ({type(exc).__name__}: {exc})")
+            continue
         try:
             obj = _walk(module, kernel.qualname)
         except AttributeError:
-            reasons.append(f"{origin} {module.__name__} has no {kernel.qualname}")
+            reasons.append(f"{_what(origin, kernel, kfile)} has no {kernel.qualname} once loaded")
             continue
         fn = innermost(obj, kernel.name)
-        return ResolvedKernel(fn, origin, current_sha256(fn), kernel.source_sha256)
+        file_changed = kernel.file_sha256 is not None and kfile.sha256 != kernel.file_sha256
+        sha = current_sha256(fn)
+        return ResolvedKernel(fn, origin, sha, kernel.source_sha256, file_changed, skipped)
     raise ReplayFailure(f"cannot find kernel {kernel.name}: " + "; ".join(reasons))
 
 
-def _candidate_modules(kernel: KernelIdentity, reasons: list[str]) -> Iterator[tuple[str, ModuleType]]:
-    """The importable module, then the recorded file; lazily, so the file loads only when needed."""
-    if kernel.module != "__main__":
-        imported = None
+def _what(origin: str, kernel: KernelIdentity, kfile: trust.KernelFile) -> str:
+    return f"module {kernel.module} ({kfile.path})" if origin == "module" else f"recorded file {kfile.path}"
+
+
+def _candidates(
+    kernel: KernelIdentity, data_folders: tuple[Path, ...], reasons: list[str], *, need_kernel: bool = True
+) -> list[tuple[str, trust.KernelFile]]:
+    """The files that may run for this kernel, checked and parsed but not executed: the module ``import``
+    would load (only when it defines the kernel), then the recorded file. With ``need_kernel`` a file must
+    define the kernel at its qualname, decorated as a Triton kernel."""
+    found: list[tuple[str, trust.KernelFile]] = []
+    paths: list[tuple[str, Path]] = []
+    located = trust.locate_module(kernel.module)
+    if located is not None:
+        paths.append(("module", located))
+    elif kernel.module != "__main__":
+        reasons.append(f"module {kernel.module} cannot be located as a Python source file")
+    try:
+        recorded = trust.recorded_path(kernel.file, data_folders)
+    except trust.UntrustedCode as exc:
+        reasons.append(str(exc))
+    else:
+        if located is None or not located.samefile(recorded):
+            paths.append(("file", recorded))
+    for origin, path in paths:
+        label = f"module {kernel.module} ({path})" if origin == "module" else f"recorded file {path}"
         try:
-            imported = importlib.import_module(kernel.module)
-        except (Exception, SystemExit) as exc:
-            reasons.append(f"module {kernel.module} cannot be imported ({type(exc).__name__}: {exc})")
-        if imported is not None:
-            yield "module", imported
-    path = Path(kernel.file)
-    if kernel.file.startswith("<") or not path.is_file():
-        reasons.append(f"recorded file {kernel.file} does not exist")
+            trust.checked_location(path, data_folders)
+            kfile = trust.read_kernel_file(path, kernel.qualname)
+        except trust.UntrustedCode as exc:
+            reasons.append(f"{label}: {exc}")
+            continue
+        if origin == "module" or need_kernel:
+            if not kfile.defs:
+                reasons.append(f"{label} does not define {kernel.qualname}")
+                continue
+            if not kfile.kernel_defs():
+                reasons.append(
+                    f"{label} defines {kernel.qualname} without a Triton kernel decorator (@triton.jit, "
+                    "@triton.autotune, @triton.heuristics)"
+                )
+                continue
+        found.append((origin, kfile))
+    return found
+
+
+def _check_unchanged(
+    kernel: KernelIdentity, origin: str, kfile: trust.KernelFile, allow_changed: bool
+) -> None:
+    """Refuse, before anything of it runs, a file whose kernel or whole content differs from the record."""
+    if allow_changed:
         return
-    loaded = None
-    try:
-        loaded = load_file(path)
-    except (Exception, SystemExit) as exc:
-        reasons.append(f"recorded file {kernel.file} cannot be loaded ({type(exc).__name__}: {exc})")
-    if loaded is not None:
-        yield "file", loaded
+    now = kfile.kernel_sha256(kernel.source_sha256)
+    if now != kernel.source_sha256:
+        raise ReplayFailure(
+            f"source changed: {kernel.name} ({origin} {kfile.path}) hashes to {str(now)[:12]}, the recorded "
+            f"source to {kernel.source_sha256[:12]}",
+            reason="source-changed",
+        )
+    if kernel.file_sha256 is not None and kfile.sha256 != kernel.file_sha256:
+        raise ReplayFailure(
+            f"file changed: {kfile.path} hashes to {kfile.sha256[:12]}, the file recorded with {kernel.name} "
+            f"to {kernel.file_sha256[:12]} (the kernel's own source is unchanged)",
+            reason="file-changed",
+        )
 
 
-def load_file(path: Path) -> ModuleType:
-    """Load a kernel's file as a private module, named by its content so that an edited file loads afresh."""
-    data = path.read_bytes()
-    digest = hashlib.sha256(str(path).encode() + b"\0" + data).hexdigest()[:16]
-    name = f"tilelens_replay_{digest}"
-    module = sys.modules.get(name)
-    if module is not None:
-        return module
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"{path} is not a Python file")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    try:
-        with _on_sys_path(str(path.parent)):
-            spec.loader.exec_module(module)
-    except BaseException:
-        sys.modules.pop(name, None)
-        raise
-    return module
-
-
-@contextlib.contextmanager
-def _on_sys_path(folder: str) -> Iterator[None]:
-    """The file's folder on sys.path while it loads, so its sibling imports work as they did when recorded."""
-    added = folder not in sys.path
-    if added:
-        sys.path.insert(0, folder)
-    try:
-        yield
-    finally:
-        if added:
-            with contextlib.suppress(ValueError):
-                sys.path.remove(folder)
+def _load(origin: str, kernel: KernelIdentity, kfile: trust.KernelFile) -> tuple[ModuleType, str | None]:
+    """Import the module, or load the file's definitions; what the load skipped, said in words."""
+    if origin == "module":
+        return importlib.import_module(kernel.module), None
+    loaded = scriptload.load_definitions(kfile)
+    return loaded.module, loaded.reduced.describe(kfile.path)
 
 
 def _walk(module: ModuleType, qualname: str) -> Any:
@@ -166,10 +208,8 @@ def _walk(module: ModuleType, qualname: str) -> Any:
 
 
 def innermost(obj: Any, name: str) -> Any:
-    """The JITFunction under any Autotuner / Heuristics / TileLens trace layers."""
+    """The JITFunction (or GluonJITFunction) under any Autotuner / Heuristics / TileLens trace layers."""
     for _ in range(MAX_CHAIN):
-        if compat.is_gluon(obj):
-            raise ReplayFailure(f"kernel {name} is a Gluon kernel; TileLens cannot replay Gluon kernels yet")
         if isinstance(obj, (compat.JITFunction, compat.InterpretedFunction)):
             return obj
         nxt = getattr(obj, "jit_fn", None) or getattr(obj, "fn", None)
@@ -185,11 +225,13 @@ def current_sha256(fn: Any) -> str:
     return kernel_identity(fn).source_sha256
 
 
-def _from_history(kernel: KernelIdentity) -> ResolvedKernel:
+def _from_history(kernel: KernelIdentity, data_folders: tuple[Path, ...]) -> ResolvedKernel:
     import triton
     import triton.language as tl
 
-    module = _namespace_module(kernel)
+    # Before anything runs: the stored text is exactly the recorded kernel definition and nothing else.
+    trust.check_stored_source(kernel.source, kernel.source_sha256, kernel.qualname, kernel.def_line)
+    module, skipped = _namespace_module(kernel, data_folders)
     namespace: dict[str, Any] = dict(vars(module)) if module is not None else {"triton": triton, "tl": tl}
     # A name of its own keeps Triton's "module:qualname" JIT registry entry of the importable kernel intact.
     namespace["__name__"] = f"tilelens_history_{kernel.source_sha256[:16]}"
@@ -201,22 +243,44 @@ def _from_history(kernel: KernelIdentity) -> ResolvedKernel:
     linecache.cache[filename] = (len(text), None, text.splitlines(True), filename)
     name = kernel.qualname.rsplit(".", 1)[-1]
     try:
-        exec(compile(text, filename, "exec"), namespace)  # noqa: S102 (the caller passed trust_source)
+        exec(compile(text, filename, "exec"), namespace)  # noqa: S102 (trust_source, and checked above)
         pyfn = namespace[name]
     except Exception as exc:
         raise ReplayFailure(
             f"the recorded source of {kernel.name} cannot be run here ({type(exc).__name__}: {exc})"
         ) from None
-    with compat.runtime_interpret_scope():
-        compat.set_interpret(False)
-        fn = triton.jit(pyfn)
+    with compiled_mode(), jit_registry_kept(pyfn):
+        fn = _jit_like(module, kernel.qualname)(pyfn)
     sha = current_sha256(fn)
     if sha != kernel.source_sha256:
         raise ReplayFailure(f"the recorded source of {kernel.name} does not reproduce its recorded hash")
-    return ResolvedKernel(fn, "history", sha, kernel.source_sha256)
+    return ResolvedKernel(fn, "history", sha, kernel.source_sha256, skipped=skipped)
 
 
-def _namespace_module(kernel: KernelIdentity) -> ModuleType | None:
-    for _origin, module in _candidate_modules(kernel, []):
-        return module
-    return None
+def _jit_like(module: ModuleType | None, qualname: str) -> Any:
+    """``gluon.jit`` when the code base's kernel of this name is a Gluon kernel, else ``triton.jit``."""
+    import triton
+
+    if module is not None:
+        try:
+            if compat.is_gluon(innermost(_walk(module, qualname), qualname)):
+                from triton.experimental import gluon
+
+                return gluon.jit
+        except (AttributeError, ReplayFailure):
+            pass
+    return triton.jit
+
+
+def _namespace_module(
+    kernel: KernelIdentity, data_folders: tuple[Path, ...]
+) -> tuple[ModuleType | None, str | None]:
+    """The kernel's module for the recorded source's globals (helpers, imports). The code may have changed
+    since the record (that is why the recorded source runs), so hashes are not compared; the locations are
+    checked as always, and a module is imported only if it still defines the kernel."""
+    for origin, kfile in _candidates(kernel, data_folders, [], need_kernel=False):
+        try:
+            return _load(origin, kernel, kfile)
+        except (Exception, SystemExit):
+            continue
+    return None, None

@@ -9,14 +9,14 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
-Outcome = Literal["match", "mismatch", "error"]
-EXIT_CODES: dict[str, int] = {"match": 0, "mismatch": 1, "error": 2}
+from tilelens.errors import ReplayFailure
+from tilelens.records import ReplayOutcome
 
+EXIT_CODES: dict[ReplayOutcome, int] = {"match": 0, "mismatch": 1, "error": 2}
 
-class ReplayFailure(Exception):
-    """A replay that cannot go on; its message is the one line the user sees (and the replay row keeps)."""
+__all__ = ["EXIT_CODES", "ReplayFailure", "ReplayResult", "TensorDiff", "TraceDiff", "Writer"]
 
 
 @dataclass(frozen=True)
@@ -114,11 +114,14 @@ class ReplayResult:
     kernel: str
     device: str
     backend: str
-    outcome: Outcome
+    outcome: ReplayOutcome
     message: str  # one line: what the CLI prints and the replay row keeps
     headline: str = ""  # the message's "launch N (kernel) on device" part, for a mismatch listed below it
     details: list[str] = field(default_factory=list)  # the mismatches the message joins, one per entry
     source_changed: bool = False
+    refusal: str | None = None  # why the replay did not run: "source-changed", "file-changed"; else None
+    file_changed: bool = False  # the kernel's file differs from the recorded one (run with allow_changed)
+    skipped: str | None = None  # top-level statements of the kernel's file that loading it left out
     from_history: bool = False
     trace_equal: bool | None = None
     trace_diff: TraceDiff | None = None

@@ -13,8 +13,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tilelens.core.access import lane_mask, lane_offsets
 from tilelens.replay.result import TraceDiff, Writer
+from tilelens.store.traces import lane_mask, lane_offsets
 
 BLOCK_ROWS = 4096
 _MASK_FIELDS = ("mask", "oob_mask")

@@ -2,9 +2,15 @@
 
 Blobs are written before any row references them and each one appears atomically (temp file, fsync, rename,
 fsync of the folder), so a crash can leave an unreferenced blob or a stray temp file but never a row pointing
-at a missing or half-written file. Naming by content makes a blob immutable and deduplicates it for free: an
+at a missing or half-written file. Reusing a blob that is already there sets its mtime to now: ``tilelens gc``
+(:mod:`tilelens.store.gc`) deletes only unreferenced files older than its grace period, so a file a writer is
+about to reference is never collected. Naming by content makes a blob immutable and deduplicates it for free: an
 unchanged tensor recorded a thousand times is one file. Reads re-hash, so disk corruption is reported with the
 blob's name instead of surfacing as a wrong replay.
+
+Invariant: a ``store_*`` call returns a reference only to a file this process knows to hold exactly those
+bytes, because it wrote the file or compared it with the bytes once (a name found on disk is not proof: a
+flipped byte keeps the name and the size). A file that differs is replaced atomically by the right bytes.
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tilelens.store.errors import BlobCorruptError, BlobMissingError
+from tilelens.errors import BlobCorruptError, BlobError, BlobMissingError
 
 if TYPE_CHECKING:
     import torch
@@ -46,6 +52,36 @@ def _fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _refresh(path: Path) -> bool:
+    """Mark an existing blob as just used (mtime now), so gc leaves it alone; False if it is not there.
+
+    A file this user may not touch counts as missing: the caller then writes the blob again, as its own.
+    """
+    try:
+        os.utime(path)
+    except (FileNotFoundError, PermissionError):
+        return False
+    return True
+
+
+def _same_content(path: Path, view: memoryview, chunk: int = 8 << 20) -> bool:
+    """Whether the file holds exactly ``view``'s bytes. A comparison, not a hash: ``view`` hashes to the
+    file's name already, so equal bytes prove the file intact, and memcmp is several times faster.
+    (``bytearray == memoryview`` is a memcmp; ``memoryview == memoryview`` compares item by item.)"""
+    try:
+        with open(path, "rb") as f:
+            buf = bytearray(min(chunk, view.nbytes))
+            for start in range(0, view.nbytes, chunk):
+                part = view[start : start + chunk]
+                if part.nbytes != len(buf):
+                    buf = bytearray(part.nbytes)
+                if f.readinto(buf) != part.nbytes or buf != part:
+                    return False
+            return f.read(1) == b""
+    except OSError:
+        return False
 
 
 def table_to_parquet(table: pa.Table, **write_options: Any) -> pa.Buffer:
@@ -149,6 +185,9 @@ class BlobStore:
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root)
         self._recent = _RecentTensors()
+        # Names whose file this store wrote or compared with the content: checked once per process, so
+        # a tensor recorded a thousand times is compared once, not read back a thousand times.
+        self._intact: set[str] = set()
 
     def __repr__(self) -> str:
         return f"BlobStore({str(self.root)!r})"
@@ -172,11 +211,14 @@ class BlobStore:
         path = self.path(sha)
         size = view.nbytes
         try:
-            if path.stat().st_size == size:
-                return BlobRef(sha, kind, size, rows)
+            on_disk = path.stat().st_size
         except FileNotFoundError:
-            pass
-        self._write_atomic(path, view)
+            on_disk = None
+        intact = on_disk == size and (sha in self._intact or _same_content(path, view))
+        # A reused file gets mtime now so gc leaves it alone; one this user may not touch is written anew.
+        if not (intact and _refresh(path)):
+            self._write_atomic(path, view)  # missing, truncated, corrupt or not ours: the right bytes, atomically
+        self._intact.add(sha)
         return BlobRef(sha, kind, size, rows)
 
     def _write_atomic(self, path: Path, view: memoryview) -> None:
@@ -213,7 +255,7 @@ class BlobStore:
         from tilelens.store.tensors import tensor_to_table
 
         known = self._recent.find(tensor, kind)
-        if known is not None and self.path(known.sha256).exists():
+        if known is not None and _refresh(self.path(known.sha256)):
             return known
         table = tensor_to_table(tensor)
         ref = self.store_bytes(table_to_ipc(table), kind, rows=table.num_rows)
@@ -237,6 +279,8 @@ class BlobStore:
             data = path.read_bytes()
         except FileNotFoundError:
             raise BlobMissingError(sha256, path) from None
+        except OSError as exc:  # unreadable (permissions, I/O): still the blob's problem, named as such
+            raise BlobError(sha256, path, f"blob {sha256} cannot be read ({exc.strerror}: {path})") from exc
         actual = hashlib.sha256(data).hexdigest()
         if actual != sha256:
             raise BlobCorruptError(sha256, path, actual)

@@ -36,11 +36,13 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
 
-from tilelens.store.errors import HistoryError, NotAHistoryError, SchemaTooNewError
+from tilelens.errors import HistoryError, NotAHistoryError, SchemaTooNewError
 
 BUSY_TIMEOUT_S = 30.0
 MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
 _BEGIN_OPTION = "tilelens_begin"
+# Execution option: {BEGIN_OPTION: "IMMEDIATE"} makes a SQLite connection's BEGIN take the write lock at once.
+BEGIN_OPTION = _BEGIN_OPTION
 VERSION_TABLE = "alembic_version"
 
 
@@ -129,10 +131,19 @@ def is_sqlite(engine: Engine | Connection) -> bool:
 
 @contextlib.contextmanager
 def write_session(engine: Engine) -> Iterator[Session]:
-    """One short write transaction; commits on success, rolls back on any error."""
+    """One short write transaction; commits on success, rolls back on any error.
+
+    An operational failure of the database (locked past the busy timeout, read-only, out of space) comes out
+    as a ``HistoryError`` naming the history; a refused row (a constraint) stays the driver's error: a bug.
+    """
     bind = engine.execution_options(**{_BEGIN_OPTION: "IMMEDIATE"}) if is_sqlite(engine) else engine
-    with Session(bind, expire_on_commit=False) as session, session.begin():
-        yield session
+    try:
+        with Session(bind, expire_on_commit=False) as session, session.begin():
+            yield session
+    except sa_exc.OperationalError as exc:
+        url = engine.url
+        label = url.database if is_sqlite(engine) else url.render_as_string(hide_password=True)
+        raise HistoryError(f"cannot write history database {label}: {_first_line(exc)}") from exc
 
 
 # -- dialect-specific statements -------------------------------------------------------------------------
@@ -160,6 +171,14 @@ def insert_ignore(
         where = [table.c[k] == row[k] for k in keys]
         if session.execute(select(func.count()).select_from(table).where(*where)).scalar_one() == 0:
             session.execute(table.insert(), [row])
+
+
+def violates_unique(exc: sa_exc.IntegrityError, table: str, columns: Sequence[str]) -> bool:
+    """Whether ``exc`` is a unique violation on exactly ``table(columns)`` (SQLite's or PostgreSQL's words)."""
+    message = str(exc.orig)
+    sqlite = "UNIQUE constraint failed: " + ", ".join(f"{table}.{c}" for c in columns)
+    named = f'"uq_{table}_{"_".join(columns)}"'  # the naming convention's name, as PostgreSQL quotes it
+    return message.strip() == sqlite or ("duplicate key" in message and named in message)
 
 
 # -- schema ----------------------------------------------------------------------------------------------
@@ -285,8 +304,12 @@ def translate_errors(label: str) -> Iterator[None]:
     try:
         yield
     except sa_exc.DBAPIError as exc:
-        orig = exc.orig if exc.orig is not None else exc
-        message = str(orig).splitlines()[0] if str(orig) else type(orig).__name__
+        message = _first_line(exc)
         if isinstance(exc, sa_exc.DatabaseError) and "not a database" in message:
             raise NotAHistoryError(f"{label} is not a database ({message})") from exc
         raise HistoryError(f"cannot use history database {label}: {message}") from exc
+
+
+def _first_line(exc: sa_exc.DBAPIError) -> str:
+    orig = exc.orig if exc.orig is not None else exc
+    return str(orig).splitlines()[0] if str(orig) else type(orig).__name__

@@ -11,20 +11,31 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime as dt
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Engine, insert, select, update
+from sqlalchemy import Engine, func, insert, select, update
+from sqlalchemy import exc as sa_exc
 from sqlalchemy.orm import Session
 
 from tilelens.config import Location, resolve_location
-from tilelens.records import AccessSummary, AutotuneEvent, KernelIdentity, LaunchRecord, RunInfo, utcnow
-from tilelens.store import database
+from tilelens.errors import HistoryError, NotAHistoryError, RunNotFoundError, UsageError
+from tilelens.records import (
+    FINISHED_RUN_STATUSES,
+    REPLAY_OUTCOMES,
+    AccessSummary,
+    AutotuneEvent,
+    KernelIdentity,
+    LaunchRecord,
+    ReplayOutcome,
+    RunInfo,
+    RunStatus,
+    utcnow,
+)
+from tilelens.store import database, liveness
 from tilelens.store.blobs import BlobRef, BlobStore
-from tilelens.store.errors import HistoryError, NotAHistoryError
 from tilelens.store.jsonvalues import to_json
 from tilelens.store.models import (
     TABLES,
@@ -36,11 +47,10 @@ from tilelens.store.models import (
     Replay,
     Run,
 )
+from tilelens.store.traces import TRACE_WRITE_OPTIONS
 
-RunStatus = Literal["ok", "failed", "interrupted"]
-ReplayOutcome = Literal["match", "mismatch", "error"]
-RUN_STATUSES = ("ok", "failed", "interrupted")
-REPLAY_OUTCOMES = ("match", "mismatch", "error")
+if TYPE_CHECKING:
+    from tilelens.store.gc import GcReport
 
 
 @dataclass(frozen=True)
@@ -102,14 +112,10 @@ class History:
     file at once. Use :meth:`open`; the constructor takes already-prepared parts.
     """
 
-    #: Parquet options for access-trace blobs (the recorder may tune encodings for its trace schema).
-    trace_write_options: dict[str, Any]
-
     def __init__(self, location: Location, engine: Engine, blobs: BlobStore) -> None:
         self.location = location
         self.engine = engine
         self.blobs = blobs
-        self.trace_write_options = {}
         self._kernel_ids: dict[tuple[str, str, str], int] = {}  # filled after commits only
         self.migrated_from: tuple[str, ...] = ()
 
@@ -122,8 +128,13 @@ class History:
         location: Location | None = None,
         script_location: Path | None = None,
     ) -> History:
-        """Open (creating if missing) and upgrade to the newest schema; refuse a schema newer than the code."""
+        """Open (creating if missing) and upgrade to the newest schema; refuse a schema newer than the code.
+
+        Opening also marks ``lost`` the runs of this machine whose recording process died without finishing
+        them (:meth:`repair_lost_runs`); a history with none is opened without any write.
+        """
         location = location or resolve_location(db, blobs)
+        location.refuse_in_memory()
         label = _label(location)
         path = location.sqlite_path
         if path is not None:
@@ -140,6 +151,7 @@ class History:
             raise
         history = cls(location, engine, BlobStore(location.blobs_dir))
         history.migrated_from = before.current
+        history.repair_lost_runs()
         return history
 
     # -- lifecycle -----------------------------------------------------------------------------------------
@@ -153,17 +165,28 @@ class History:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
+    @property
+    def label(self) -> str:
+        """The history's name in messages: its file for SQLite (as the read commands say), else its URL."""
+        return _label(self.location)
+
     def __repr__(self) -> str:
         return f"History(db={self.location.display_url()!r}, blobs={str(self.location.blobs_dir)!r})"
 
     @contextlib.contextmanager
     def session(self, write: bool = False) -> Iterator[Session]:
-        """A session for queries; with ``write=True`` one short transaction that commits on exit."""
+        """A session for queries; with ``write=True`` one short transaction that commits on exit.
+
+        Driver errors of a read (a locked, unreadable or vanished database) come out as ``HistoryError``.
+        """
         if write:
             with database.write_session(self.engine) as session:
                 yield session
         else:
-            with Session(self.engine, expire_on_commit=False) as session:
+            with (
+                database.translate_errors(self.label),
+                Session(self.engine, expire_on_commit=False) as session,
+            ):
                 yield session
 
     def revision(self) -> tuple[str, ...]:
@@ -172,14 +195,78 @@ class History:
     def counts(self) -> dict[str, int]:
         return database.row_counts(self.engine, TABLES)
 
+    # -- runs whose process died --------------------------------------------------------------------------
+
+    def repair_lost_runs(self) -> list[int]:
+        """Mark ``lost`` every ``running`` run of this host whose recording process is gone; return their ids.
+
+        Cheap enough for every open: one indexed query for the runs still ``running`` on this host, a read of
+        ``/proc/<pid>/stat`` for each, and a write only when one of them is gone. Best effort: a history that
+        cannot be written here (read-only file) is left as it is, and the read commands still show ``lost``.
+        """
+        here = liveness.current_process()
+        try:
+            with self.session() as s:
+                rows = s.execute(
+                    select(Run.id, Run.pid, Run.pid_start, Run.boot_id, Run.pid_ns).where(
+                        Run.status == liveness.RUNNING, Run.host == here.host
+                    )
+                ).all()
+            gone = [
+                r.id
+                for r in rows
+                if liveness.effective_status(
+                    liveness.RUNNING, here.host, r.pid, r.pid_start, r.boot_id, r.pid_ns, here
+                )
+                == liveness.LOST
+            ]
+            if gone:
+                with database.write_session(self.engine) as s:
+                    # Only rows still running: a run finished meanwhile keeps the status its process wrote.
+                    s.execute(
+                        update(Run)
+                        .where(Run.id.in_(gone), Run.status == liveness.RUNNING)
+                        .values(status=liveness.LOST)
+                    )
+        except sa_exc.OperationalError:
+            return []
+        return gone
+
+    def gc(
+        self,
+        *,
+        older_than: dt.datetime | dt.timedelta | None = None,
+        untagged: bool = False,
+        dry_run: bool = False,
+        grace: dt.timedelta | None = None,
+    ) -> GcReport:
+        """Remove stray temp files and unreferenced blobs and, with ``older_than`` (a time, or an age) and/or
+        ``untagged``, the finished runs that match (all given conditions must hold), with their launches,
+        arguments, autotune events, replays and then-unreferenced blobs. Safe while others record: files
+        younger than ``grace`` (default one hour) are kept. ``dry_run`` reports without removing anything.
+        See :mod:`tilelens.store.gc`."""
+        from tilelens.store import gc
+
+        return gc.collect(
+            self,
+            older_than=older_than,
+            untagged=untagged,
+            dry_run=dry_run,
+            grace=gc.DEFAULT_GRACE if grace is None else grace,
+        )
+
     # -- writes --------------------------------------------------------------------------------------------
 
     def begin_run(self, info: RunInfo) -> int:
+        me = liveness.current_process()
         run = Run(
             argv=[str(a) for a in info.argv],
             cwd=info.cwd,
             host=info.host,
-            pid=os.getpid(),
+            pid=me.pid,
+            pid_start=me.start,
+            boot_id=me.boot_id,
+            pid_ns=me.pid_ns,
             tag=info.tag,
             versions=to_json(dict(info.versions)),
             status="running",
@@ -193,8 +280,8 @@ class History:
             return run.id
 
     def finish_run(self, run_id: int, status: RunStatus, exit_code: int | None = None) -> None:
-        if status not in RUN_STATUSES:
-            raise ValueError(f"run status must be one of {RUN_STATUSES}, got {status!r}")
+        if status not in FINISHED_RUN_STATUSES:
+            raise UsageError(f"a finished run's status is one of {FINISHED_RUN_STATUSES}, not {status!r}")
         with database.write_session(self.engine) as s:
             result = s.execute(
                 update(Run)
@@ -202,9 +289,15 @@ class History:
                 .values(status=status, exit_code=exit_code, finished_at=utcnow())
             )
             if result.rowcount != 1:
-                raise HistoryError(f"no run {run_id} in history {_label(self.location)}")
+                raise RunNotFoundError(f"no run {run_id} in history {_label(self.location)}")
 
     def write_launch(self, run_id: int, rec: LaunchRecord) -> int:
+        """Write one launch (blobs first, then its rows in one transaction); returns its id.
+
+        ``rec.seq`` is kept unless the run already has a launch with that seq (a forked child counting from
+        its parent's number, say): then the launch gets the run's next free seq (one past its largest), and
+        ``rec.seq`` is set to what was stored. The unique index on (run_id, seq) is what detects it.
+        """
         refs: dict[str, BlobRef] = {}
 
         def keep(ref: BlobRef) -> str:
@@ -242,7 +335,7 @@ class History:
                 }
             )
         trace_ref = (
-            keep(self.blobs.store_table(rec.trace, "trace", **self.trace_write_options))
+            keep(self.blobs.store_table(rec.trace, "trace", **TRACE_WRITE_OPTIONS))
             if rec.trace is not None
             else None
         )
@@ -264,6 +357,7 @@ class History:
             "config": to_json(dict(rec.config)),
             "tuning_key": rec.tuning_key,
             "cache_key": rec.kernel.cache_key,
+            "kernel_file_sha256": rec.kernel.file_sha256,
             "loads": s_.loads,
             "stores": s_.stores,
             "atomics": s_.atomics,
@@ -286,16 +380,27 @@ class History:
             "duration_s": float(rec.duration_s),
             "created_at": utcnow(),
         }
-        with database.write_session(self.engine) as s:
-            self._register_blobs(s, refs.values())
-            launch["kernel_id"] = self._kernel_id(s, rec.kernel)
-            result = s.execute(insert(Launch.__table__), launch)  # parameters, not .values(): cached SQL
-            launch_id = int(result.inserted_primary_key[0])
-            if args:
-                s.execute(insert(LaunchArg.__table__), [{**a, "launch_id": launch_id} for a in args])
+        for attempt in range(2):
+            try:
+                with database.write_session(self.engine) as s:
+                    self._register_blobs(s, refs.values())
+                    launch["kernel_id"] = self._kernel_id(s, rec.kernel)
+                    if attempt:  # the seq was taken: the next free one, under this transaction's write lock
+                        last = s.execute(select(func.max(Launch.seq)).where(Launch.run_id == run_id)).scalar()
+                        launch["seq"] = 0 if last is None else last + 1
+                    result = s.execute(insert(Launch.__table__), launch)  # parameters: cached SQL
+                    launch_id = int(result.inserted_primary_key[0])
+                    if args:
+                        s.execute(insert(LaunchArg.__table__), [{**a, "launch_id": launch_id} for a in args])
+                break
+            except sa_exc.IntegrityError as exc:
+                # Asking first would cost a query per launch; a taken seq is rare (forked children).
+                if attempt or not database.violates_unique(exc, "launches", ("run_id", "seq")):
+                    raise
         self._kernel_ids[(rec.kernel.module, rec.kernel.qualname, rec.kernel.source_sha256)] = launch[
             "kernel_id"
         ]
+        rec.seq = launch["seq"]
         return launch_id
 
     def write_autotune_event(self, run_id: int, ev: AutotuneEvent, launch_id: int | None = None) -> int:
@@ -331,7 +436,7 @@ class History:
         created_at: dt.datetime | None = None,
     ) -> int:
         if outcome not in REPLAY_OUTCOMES:
-            raise ValueError(f"replay outcome must be one of {REPLAY_OUTCOMES}, got {outcome!r}")
+            raise UsageError(f"replay outcome must be one of {REPLAY_OUTCOMES}, not {outcome!r}")
         row = {
             "launch_id": launch_id,
             "device": device,

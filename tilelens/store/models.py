@@ -2,8 +2,9 @@
 
 The schema is created and changed only by the Alembic migrations in ``migrations/versions``; these models are
 what the code reads and writes through, and a test keeps the two in agreement. Columns the CLI filters or sorts
-by are indexed. Large payloads never live in rows: rows hold the sha256 of a blob, and the foreign key to
-``blobs`` makes "every referenced blob is known" a database guarantee.
+by are indexed; the words that status, role, kind and outcome columns hold are the vocabulary of
+:mod:`tilelens.records`. Large payloads never live in rows: rows hold the sha256 of a blob, and the foreign
+key to ``blobs`` makes "every referenced blob is known" a database guarantee.
 """
 
 from __future__ import annotations
@@ -94,9 +95,14 @@ class Run(Base):
     cwd: Mapped[str] = mapped_column(Text)
     host: Mapped[str] = mapped_column(Text)
     pid: Mapped[int | None] = mapped_column(Integer)
+    # With host and pid, who recorded the run (tilelens.store.liveness): the process's start time in clock
+    # ticks since boot, the kernel's boot id and the pid namespace. NULL where unknown (older runs, no /proc).
+    pid_start: Mapped[int | None] = mapped_column(BigInteger)
+    boot_id: Mapped[str | None] = mapped_column(String(64))
+    pid_ns: Mapped[str | None] = mapped_column(String(64))
     tag: Mapped[str | None] = mapped_column(Text, index=True)
     versions: Mapped[dict[str, Any]]
-    status: Mapped[str] = mapped_column(String(16), index=True)  # running | ok | failed | interrupted
+    status: Mapped[str] = mapped_column(String(16), index=True)  # records.RunStatus
     exit_code: Mapped[int | None] = mapped_column(Integer)
     started_at: Mapped[dt.datetime] = mapped_column(index=True)
     finished_at: Mapped[dt.datetime | None]
@@ -125,18 +131,19 @@ class Kernel(Base):
 
 class Launch(Base):
     __tablename__ = "launches"
-    __table_args__ = (Index("ix_launches_run_id_seq", "run_id", "seq"),)
+    # Unique: no writer can give two launches of a run one seq (migration 0004).
+    __table_args__ = (Index("uq_launches_run_id_seq", "run_id", "seq", unique=True),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     run_id: Mapped[int] = mapped_column(
         ForeignKey("runs.id", ondelete="CASCADE")
-    )  # see ix_launches_run_id_seq
+    )  # see uq_launches_run_id_seq
     kernel_id: Mapped[int] = mapped_column(ForeignKey("kernels.id"), index=True)
     seq: Mapped[int] = mapped_column(Integer)
-    role: Mapped[str] = mapped_column(String(16), index=True)  # launch | autotune-trial
-    status: Mapped[str] = mapped_column(String(16), index=True)  # ok | error
+    role: Mapped[str] = mapped_column(String(16), index=True)  # records.LaunchRole
+    status: Mapped[str] = mapped_column(String(16), index=True)  # records.LaunchStatus
     error: Mapped[str | None] = mapped_column(Text)
-    backend: Mapped[str] = mapped_column(String(32))  # interpreter | compiled
+    backend: Mapped[str] = mapped_column(String(32))  # records.Backend
     device: Mapped[str] = mapped_column(String(64))
     grid_x: Mapped[int] = mapped_column(Integer)
     grid_y: Mapped[int] = mapped_column(Integer)
@@ -144,6 +151,9 @@ class Launch(Base):
     config: Mapped[dict[str, Any]]
     tuning_key: Mapped[str | None] = mapped_column(Text)
     cache_key: Mapped[str | None] = mapped_column(Text)  # Triton's key: changes with callees too
+    # sha256 of the kernel's whole file when this launch ran (per launch: one kernel row serves recordings whose
+    # other code differs); replay runs the file only while it still hashes to this. Schema revision 0005.
+    kernel_file_sha256: Mapped[str | None] = mapped_column(SHA256)
 
     # Access summary over the whole trace.
     loads: Mapped[int] = mapped_column(BigInteger)
@@ -193,7 +203,7 @@ class LaunchArg(Base):
     launch_id: Mapped[int] = mapped_column(ForeignKey("launches.id", ondelete="CASCADE"))
     position: Mapped[int] = mapped_column(Integer)
     name: Mapped[str] = mapped_column(Text)
-    kind: Mapped[str] = mapped_column(String(16))  # tensor | scalar | constexpr | none | other
+    kind: Mapped[str] = mapped_column(String(16))  # records.ArgKind
     dtype: Mapped[str | None] = mapped_column(String(64))
     shape: Mapped[list[Any] | None]
     strides: Mapped[list[Any] | None]
@@ -239,7 +249,7 @@ class Replay(Base):
     launch_id: Mapped[int] = mapped_column(ForeignKey("launches.id", ondelete="CASCADE"), index=True)
     device: Mapped[str] = mapped_column(String(64))
     backend: Mapped[str] = mapped_column(String(32))
-    outcome: Mapped[str] = mapped_column(String(16), index=True)  # match | mismatch | error
+    outcome: Mapped[str] = mapped_column(String(16), index=True)  # records.ReplayOutcome
     max_abs_err: Mapped[float | None] = mapped_column(Float)
     max_rel_err: Mapped[float | None] = mapped_column(Float)
     trace_equal: Mapped[bool | None] = mapped_column(Boolean)

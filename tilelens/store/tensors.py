@@ -21,6 +21,8 @@ import numpy as np
 import pyarrow as pa
 import torch
 
+from tilelens.errors import TensorCodecError
+
 FORMAT = "tilelens.tensor"
 FORMAT_VERSION = "1"
 CHUNK_BYTES = 64 * 1024 * 1024
@@ -65,10 +67,6 @@ DTYPES: dict[str, torch.dtype] = {
     name: getattr(torch, name) for name in _DTYPE_NAMES if isinstance(getattr(torch, name, None), torch.dtype)
 }
 _NAMES: dict[torch.dtype, str] = {dtype: name for name, dtype in DTYPES.items()}
-
-
-class TensorCodecError(ValueError):
-    """The tensor cannot be stored, or stored data is not a tensor this code can rebuild."""
 
 
 def dtype_name(dtype: torch.dtype) -> str:

@@ -1,4 +1,4 @@
-"""A recorded launch read out of the history into plain data, in one short read-only session.
+"""Launches read out of the history for replay: which ones, and each one as plain data.
 
 Replays run for seconds to minutes; holding a database session (and, on SQLite, a read snapshot) that long
 would block nothing but would pin WAL growth. Copying the handful of rows out first keeps the session short
@@ -10,15 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select, text
 
+from tilelens.errors import LaunchNotFoundError
 from tilelens.records import KernelIdentity
-from tilelens.store import History, HistoryError
-from tilelens.store.models import Kernel, Launch, LaunchArg
-
-
-class LaunchNotFoundError(HistoryError):
-    """Unknown launch id: an input error, reported like every other history error (one line, exit 2)."""
+from tilelens.store import History
+from tilelens.store.models import Kernel, Launch, LaunchArg, Run
+from tilelens.store.names import KERNEL_NAMES_SQL, matching_ids
 
 
 @dataclass(frozen=True)
@@ -82,6 +80,7 @@ def load_launch(history: History, launch_id: int) -> LaunchSpec:
                 L.device,
                 L.trace_blob,
                 L.duration_s,
+                L.kernel_file_sha256,
                 K.module,
                 K.qualname,
                 K.file,
@@ -94,7 +93,7 @@ def load_launch(history: History, launch_id: int) -> LaunchSpec:
             .where(L.id == launch_id)
         ).one_or_none()
         if row is None:
-            raise LaunchNotFoundError(f"no launch {launch_id} in history {history.location.display_url()}")
+            raise LaunchNotFoundError(f"no launch {launch_id} in history {history.label}")
         args = s.execute(
             select(
                 A.position,
@@ -117,7 +116,14 @@ def load_launch(history: History, launch_id: int) -> LaunchSpec:
         id=row.id,
         run_id=row.run_id,
         kernel=KernelIdentity(
-            row.module, row.qualname, row.file, row.def_line, row.source, row.source_sha256, row.cache_key
+            row.module,
+            row.qualname,
+            row.file,
+            row.def_line,
+            row.source,
+            row.source_sha256,
+            row.cache_key,
+            row.kernel_file_sha256,
         ),
         grid=(row.grid_x, row.grid_y, row.grid_z),
         config=dict(row.config or {}),
@@ -144,3 +150,32 @@ def load_launch(history: History, launch_id: int) -> LaunchSpec:
             for a in args
         ],
     )
+
+
+def select_launches(
+    history: History, *, run_id: int | None = None, kernel: str | None = None, trials: bool = False
+) -> list[int]:
+    """Ids of the launches of a run and/or a kernel, oldest first; autotune trials only with ``trials``.
+
+    ``kernel`` is matched as everywhere (:mod:`tilelens.store.names`): qualname or module.qualname, ``*`` and
+    ``?`` as wildcards.
+    """
+    query = select(Launch.id).order_by(Launch.id)
+    if run_id is not None:
+        query = query.where(Launch.run_id == run_id)
+    if not trials:
+        query = query.where(Launch.role == "launch")
+    with history.session() as s:
+        if kernel is not None:
+            ids = matching_ids(kernel, s.execute(text(KERNEL_NAMES_SQL)))
+            if not ids:
+                return []
+            query = query.where(Launch.kernel_id.in_(ids))
+        return list(s.scalars(query))
+
+
+def newest_run(history: History) -> int | None:
+    """The id of the newest run, None in a history without runs."""
+    with history.session() as s:
+        newest = s.scalar(select(func.max(Run.id)))
+    return None if newest is None else int(newest)

@@ -3,7 +3,7 @@
 The command line only formats what this module returns, so anything the CLI shows is also available from
 Python with the same names (and the ``as_dict()`` of each result is exactly the CLI's ``--json``)::
 
-    from tilelens.query import open_query
+    from tilelens import open_query  # this module's, through the public API
 
     with open_query("runs/h.db") as q:
         for launch in q.launches(kernel="matmul_kernel", oob=True, limit=10):
@@ -11,40 +11,54 @@ Python with the same names (and the ``as_dict()`` of each result is exactly the 
         detail = q.launch(42, source=True)
 
 Reads never create or migrate a history and never import torch, Triton or Alembic; see
-:mod:`tilelens.readonly` for how the database is opened. (The result classes are plain, not frozen,
-dataclasses: generating their methods is a measurable part of a 0.3 s command.)
+:mod:`tilelens.store.readonly` for how the database is opened. The results are the plain data classes of
+:mod:`tilelens.store.results`.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
-import os
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from tilelens.config import Location, resolve_location
-from tilelens.readonly import NoHistoryError, QueryError, Reader, Result, open_reader
-from tilelens.store.errors import BlobError, HistoryError
+from tilelens.errors import (
+    BlobError,
+    LaunchNotFoundError,
+    NoHistoryError,
+    NoTraceError,
+    QueryError,
+    UsageError,
+    ViewsMissingError,
+)
+from tilelens.records import LAUNCH_STATUSES, RUN_STATUSES
+from tilelens.store.names import KERNEL_NAMES_SQL, matching_ids
+from tilelens.store.readonly import Reader, Result, open_reader
+from tilelens.store.results import (
+    AccessStats,
+    ArgumentInfo,
+    AutotuneInfo,
+    ExportResult,
+    KernelInfo,
+    LaunchDetail,
+    LaunchSummary,
+    OobEvent,
+    ReplayInfo,
+    RunSummary,
+    SourceLine,
+    annotated_source,
+    oob_event_of,
+)
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-LAUNCH_STATUSES = ("ok", "error")
-RUN_STATUSES = ("running", "ok", "failed", "interrupted")
 EXPORT_FORMATS = ("parquet", "csv")
 VIEW_NAMES = ("launch_overview", "oob_launches", "autotune_choices", "run_overview")
 ExportFormat = Literal["parquet", "csv"]
-
-
-class UnknownLaunchError(HistoryError):
-    """No launch with that id in the history."""
-
-
-class NoTraceError(HistoryError):
-    """The launch was recorded without an access trace (it failed before any memory access, say)."""
 
 
 # -- value decoding: SQLite hands back text where PostgreSQL hands back objects -------------------------------
@@ -62,280 +76,6 @@ def _time(value: Any) -> dt.datetime | None:
     return (
         value.replace(tzinfo=dt.timezone.utc) if value.tzinfo is None else value.astimezone(dt.timezone.utc)
     )
-
-
-def _iso(value: dt.datetime | None) -> str | None:
-    return value.isoformat() if value is not None else None
-
-
-# -- results ------------------------------------------------------------------------------------------------
-
-
-@dataclass
-class LaunchSummary:
-    """One line of ``tilelens ls``: a launch with its kernel's name and its access totals."""
-
-    id: int
-    run_id: int
-    seq: int
-    started_at: dt.datetime
-    duration_s: float
-    kernel: str
-    module: str
-    qualname: str
-    grid: tuple[int, int, int]
-    config: dict[str, Any]
-    tuning_key: str | None
-    role: str
-    status: str
-    error: str | None
-    backend: str
-    device: str
-    lanes: int  # lanes of every event, masked-off ones included
-    active_lanes: int  # lanes that really loaded, stored or did an atomic
-    oob_lanes: int
-    bytes_loaded: int
-    bytes_stored: int
-    # oob_lanes split into loads and stores (atomics count as stores), and the store lanes the recorder kept
-    # from being written (outside every argument's memory); None for launches recorded before they were kept.
-    oob_load_lanes: int | None = None
-    oob_store_lanes: int | None = None
-    dropped_lanes: int | None = None
-
-    def as_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        out["started_at"] = _iso(self.started_at)
-        out["grid"] = list(self.grid)
-        return out
-
-
-@dataclass
-class RunSummary:
-    """One line of ``tilelens ls --runs``."""
-
-    id: int
-    started_at: dt.datetime
-    finished_at: dt.datetime | None
-    status: str
-    exit_code: int | None
-    tag: str | None
-    argv: list[str]
-    cwd: str
-    host: str
-    launches: int
-    kernels: int
-    errors: int
-    oob_lanes: int
-
-    def as_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        out["started_at"] = _iso(self.started_at)
-        out["finished_at"] = _iso(self.finished_at)
-        return out
-
-
-@dataclass
-class KernelInfo:
-    id: int
-    module: str
-    qualname: str
-    file: str
-    def_line: int
-    cache_key: str | None  # the launch's own Triton cache key (it changes with callees too)
-    source_sha256: str
-    source: str
-
-    @property
-    def name(self) -> str:
-        return f"{self.module}.{self.qualname}"
-
-    def as_dict(self) -> dict[str, Any]:
-        out = {"name": self.name}
-        out.update(asdict(self))
-        del out["source"]
-        return out
-
-
-@dataclass
-class AccessStats:
-    """What one argument's lanes did in one launch."""
-
-    loads: int
-    stores: int
-    atomics: int
-    load_lanes: int
-    store_lanes: int
-    atomic_lanes: int
-    active_lanes: int
-    bytes_loaded: int
-    bytes_stored: int
-    oob_lanes: int
-    distinct_elements: int | None  # None when the trace is not available
-
-    @classmethod
-    def of(cls, summary: dict[str, Any], distinct: int | None) -> AccessStats:
-        get = lambda key: int(summary.get(key) or 0)  # noqa: E731
-        return cls(
-            loads=get("loads"),
-            stores=get("stores"),
-            atomics=get("atomics"),
-            load_lanes=get("load_lanes"),
-            store_lanes=get("store_lanes"),
-            atomic_lanes=get("atomic_lanes"),
-            active_lanes=get("load_lanes") + get("store_lanes") + get("atomic_lanes"),
-            bytes_loaded=get("bytes_loaded"),
-            bytes_stored=get("bytes_stored"),
-            oob_lanes=get("oob_lanes"),
-            distinct_elements=distinct,
-        )
-
-
-@dataclass
-class ArgumentInfo:
-    position: int
-    name: str
-    kind: str
-    dtype: str | None
-    shape: list[int] | None
-    strides: list[int] | None
-    storage_offset: int | None
-    storage_group: int | None
-    device: str | None
-    value: Any
-    before_blob: str | None
-    after_blob: str | None
-    access: AccessStats | None
-
-    @property
-    def changed(self) -> bool:
-        return self.after_blob is not None and self.after_blob != self.before_blob
-
-    @property
-    def numel(self) -> int | None:
-        if self.shape is None:
-            return None
-        n = 1
-        for size in self.shape:
-            n *= int(size)
-        return n
-
-    def as_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        out["changed"] = self.changed
-        return out
-
-
-@dataclass
-class OobEvent:
-    """One memory event with lanes outside every argument: which program, where in the source, how far."""
-
-    pid: tuple[int, int, int]
-    event: int
-    op: str
-    arg: int
-    arg_name: str | None
-    line: int
-    source_text: str | None
-    lanes: int
-    active: int
-    oob_lanes: int
-    offsets: tuple[int, int] | None  # smallest and largest element offset of the out-of-bounds lanes
-    # Of oob_lanes, those outside every argument's memory: a store or atomic never wrote them, a load read
-    # them without touching memory (see tilelens.core.bounds); the rest lay in some argument's storage.
-    stray_lanes: int = 0
-
-    def as_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        out["pid"] = list(self.pid)
-        out["offsets"] = list(self.offsets) if self.offsets is not None else None
-        return out
-
-
-@dataclass
-class SourceLine:
-    line: int  # line number in the kernel's file
-    text: str | None  # None for lines outside the kernel's own source (a @triton.jit helper's, say)
-    load_lanes: int = 0
-    store_lanes: int = 0
-    atomic_lanes: int = 0
-
-
-@dataclass
-class AutotuneInfo:
-    id: int
-    tuning_key: str
-    configs: list[Any]
-    timings: list[Any] | None
-    chosen: dict[str, Any]
-    cache_hit: bool
-    created_at: dt.datetime
-
-    def as_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        out["created_at"] = _iso(self.created_at)
-        return out
-
-
-@dataclass
-class ReplayInfo:
-    id: int
-    device: str
-    backend: str
-    outcome: str
-    max_abs_err: float | None
-    max_rel_err: float | None
-    trace_equal: bool | None
-    message: str | None
-    created_at: dt.datetime
-
-    def as_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        out["created_at"] = _iso(self.created_at)
-        return out
-
-
-@dataclass
-class LaunchDetail:
-    """Everything ``tilelens show`` prints about one launch."""
-
-    launch: LaunchSummary
-    run: dict[str, Any]
-    kernel: KernelInfo
-    summary: dict[str, int | None]  # the launch's access totals; the oob split is None in older records
-    args: list[ArgumentInfo]
-    unattributed: AccessStats | None  # lanes that fell in no argument's memory
-    trace: dict[str, Any] | None  # blob, rows, bytes
-    trace_error: str | None  # the trace exists but cannot be read (missing or corrupt blob)
-    oob_events: list[OobEvent]
-    oob_event_count: int
-    autotune: list[AutotuneInfo]
-    replays: list[ReplayInfo]
-    source_lines: list[SourceLine] | None = None  # with source=True
-
-    def as_dict(self) -> dict[str, Any]:
-        out = self.launch.as_dict()
-        out.update(
-            run=self.run,
-            kernel_info=self.kernel.as_dict(),
-            summary=self.summary,
-            args=[a.as_dict() for a in self.args],
-            unattributed=asdict(self.unattributed) if self.unattributed is not None else None,
-            trace=self.trace,
-            trace_error=self.trace_error,
-            oob_events=[e.as_dict() for e in self.oob_events],
-            oob_event_count=self.oob_event_count,
-            autotune=[a.as_dict() for a in self.autotune],
-            replays=[r.as_dict() for r in self.replays],
-            source_lines=[asdict(s) for s in self.source_lines] if self.source_lines is not None else None,
-        )
-        return out
-
-
-@dataclass
-class ExportResult:
-    path: Path
-    format: str
-    rows: int
 
 
 # -- the query object ---------------------------------------------------------------------------------------
@@ -400,11 +140,6 @@ def _int_or_none(value: Any) -> int | None:
     return None if value is None else int(value)
 
 
-def _like_pattern(name: str) -> str:
-    escaped = name.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-    return escaped.replace("*", "%").replace("?", "_")
-
-
 @dataclass
 class _Filter:
     """WHERE clauses and their parameters, built up by the listing methods."""
@@ -442,15 +177,8 @@ class HistoryQuery:
     # -- listings -----------------------------------------------------------------------------------------
 
     def kernel_ids(self, name: str) -> list[int]:
-        """Kernels named ``name``: a qualname or module.qualname, with ``*`` and ``?`` as wildcards."""
-        if "*" in name or "?" in name:
-            sql = (
-                "SELECT id FROM kernels WHERE qualname LIKE :p ESCAPE '\\' "
-                "OR module || '.' || qualname LIKE :p ESCAPE '\\'"
-            )
-            return [r[0] for r in self._rows(sql, {"p": _like_pattern(name)})]
-        sql = "SELECT id FROM kernels WHERE qualname = :n OR module || '.' || qualname = :n"
-        return [r[0] for r in self._rows(sql, {"n": name})]
+        """Kernels named ``name``: a qualname or module.qualname, ``*``/``?`` wildcards (``tilelens.store.names``)."""
+        return matching_ids(name, self._rows(KERNEL_NAMES_SQL))
 
     def _kernel_clause(self, f: _Filter, name: str, column: str) -> bool:
         ids = self.kernel_ids(name)
@@ -472,7 +200,7 @@ class HistoryQuery:
     ) -> list[LaunchSummary]:
         """Launches, newest first; every filter given must hold."""
         if status is not None and status not in LAUNCH_STATUSES:
-            raise ValueError(f"launch status must be one of {', '.join(LAUNCH_STATUSES)}, not {status!r}")
+            raise UsageError(f"launch status must be one of {', '.join(LAUNCH_STATUSES)}, not {status!r}")
         f = _Filter()
         if kernel is not None and not self._kernel_clause(f, kernel, "l.kernel_id"):
             return []
@@ -500,9 +228,13 @@ class HistoryQuery:
         tag: str | None = None,
         limit: int | None = 50,
     ) -> list[RunSummary]:
-        """Runs, newest first, with launch counts; ``kernel`` and ``oob`` keep runs with such launches."""
+        """Runs, newest first, with launch counts; ``kernel`` and ``oob`` keep runs with such launches.
+
+        A run stored as ``running`` whose process is gone is reported ``lost`` (and filtered as such) at
+        once, before any writer has stored that (see :mod:`tilelens.store.liveness`).
+        """
         if status is not None and status not in RUN_STATUSES:
-            raise ValueError(f"run status must be one of {', '.join(RUN_STATUSES)}, not {status!r}")
+            raise UsageError(f"run status must be one of {', '.join(RUN_STATUSES)}, not {status!r}")
         f = _Filter()
         if kernel is not None:
             inner = _Filter()
@@ -514,8 +246,10 @@ class HistoryQuery:
             )
         if run is not None:
             f.add("r.id = :run", run=run)
+        # "running" and "lost" depend on processes, not only on rows: filtered after the liveness check.
+        live_filter = status in ("running", "lost")
         if status is not None:
-            f.add("r.status = :status", status=status)
+            f.add("r.status IN ('running', 'lost')" if live_filter else "r.status = :status", status=status)
         if oob:
             f.add("EXISTS (SELECT 1 FROM launches l WHERE l.run_id = r.id AND l.oob_lanes > 0)")
         if tag is not None:
@@ -524,10 +258,13 @@ class HistoryQuery:
             "SELECT r.id, r.started_at, r.finished_at, r.status, r.exit_code, r.tag, r.argv, r.cwd, r.host "
             f"FROM runs r {f.sql()} ORDER BY r.id DESC"
         )
-        if limit is not None:
+        if limit is not None and not live_filter:
             sql += " LIMIT :limit"
             f.params["limit"] = int(limit)
         runs = self._rows(sql, f.params)
+        statuses = self._run_statuses(runs)
+        if live_filter:
+            runs = [r for r in runs if statuses[r[0]] == status][:limit]
         counts: dict[int, tuple[Any, ...]] = {}
         if runs:
             ids = {f"r{i}": r[0] for i, r in enumerate(runs)}
@@ -546,7 +283,7 @@ class HistoryQuery:
                     id=int(r[0]),
                     started_at=_time(r[1]),  # type: ignore[arg-type]
                     finished_at=_time(r[2]),
-                    status=r[3],
+                    status=statuses[r[0]],
                     exit_code=r[4],
                     tag=r[5],
                     argv=list(_json(r[6]) or []),
@@ -560,13 +297,35 @@ class HistoryQuery:
             )
         return out
 
+    def _run_statuses(self, runs: Sequence[tuple[Any, ...]]) -> dict[int, str]:
+        """Each run's status (column 3 of ``runs``), with ``lost`` for running runs whose process is gone."""
+        statuses = {r[0]: r[3] for r in runs}
+        running = {f"r{i}": r[0] for i, r in enumerate(runs) if r[3] == "running"}
+        if not running:
+            return statuses
+        from tilelens.store import liveness
+
+        # SELECT *: a history from before schema 0004 has no pid_start, boot_id, pid_ns (read as None).
+        result = self.reader.execute(
+            f"SELECT * FROM runs WHERE id IN ({', '.join(':' + n for n in running)})", running
+        )
+        names = ("id", "status", "host", "pid", "pid_start", "boot_id", "pid_ns")
+        index = {name: i for i, name in enumerate(result.columns)}
+        rows = [tuple(r[index[n]] if n in index else None for n in names) for r in result.rows]
+        here = liveness.current_process()
+        for run_id, status, host, pid, pid_start, boot_id, pid_ns in rows:
+            statuses[run_id] = liveness.effective_status(
+                str(status), str(host), pid, pid_start, boot_id, pid_ns, here
+            )
+        return statuses
+
     # -- one launch ---------------------------------------------------------------------------------------
 
     def launch(self, launch_id: int, *, oob_events: int = 10, source: bool = False) -> LaunchDetail:
         """Everything about one launch; ``source=True`` adds per-line lane counts beside the kernel source."""
         rows = self._rows(f"{_LAUNCH_SELECT} WHERE l.id = :id", {"id": launch_id})
         if not rows:
-            raise UnknownLaunchError(f"no launch {launch_id} in history {self.reader.label}")
+            raise LaunchNotFoundError(f"no launch {launch_id} in history {self.reader.label}")
         launch = _launch_summary(rows[0])
         (extra,) = self._rows(
             "SELECT k.id, k.file, k.def_line, k.source_sha256, k.source, l.cache_key, "
@@ -587,6 +346,8 @@ class HistoryQuery:
             source=extra[4],
         )
         run = {"id": int(extra[6]), "tag": extra[7], "status": extra[8], "argv": list(_json(extra[9]) or [])}
+        if run["status"] == "running":
+            run["status"] = self._run_statuses([(run["id"], None, None, "running")])[run["id"]]
         summary = {name: _int_or_none(value) for name, value in zip(SUMMARY_FIELDS, extra[14:])}
         unattributed_summary = _json(extra[10])
         trace_info = (
@@ -608,7 +369,7 @@ class HistoryQuery:
 
         distinct = None
         if trace is not None:
-            from tilelens import lanes
+            from tilelens.store import lanes
 
             distinct = lanes.distinct_elements(trace)
         args = [self._argument(r, distinct) for r in arg_rows]
@@ -617,18 +378,18 @@ class HistoryQuery:
         events: list[OobEvent] = []
         event_count = 0
         if trace is not None and launch.oob_lanes:
-            from tilelens import lanes
+            from tilelens.store import lanes
 
             found = lanes.oob_rows(trace, oob_events)
             event_count = found.total
             names = {a.position: a.name for a in args}
-            events = [_oob_event(row, names, kernel) for row in found.rows]
+            events = [oob_event_of(row, names, kernel) for row in found.rows]
 
         source_lines = None
         if source:
-            from tilelens import lanes
+            from tilelens.store import lanes
 
-            source_lines = _source_lines(kernel, lanes.line_counts(trace) if trace is not None else {})
+            source_lines = annotated_source(kernel, lanes.line_counts(trace) if trace is not None else {})
 
         return LaunchDetail(
             launch=launch,
@@ -728,14 +489,14 @@ class HistoryQuery:
         """The launch's access trace as recorded: one row per memory event (``TRACE_SCHEMA``)."""
         rows = self._rows("SELECT trace_blob FROM launches WHERE id = :id", {"id": launch_id})
         if not rows:
-            raise UnknownLaunchError(f"no launch {launch_id} in history {self.reader.label}")
+            raise LaunchNotFoundError(f"no launch {launch_id} in history {self.reader.label}")
         if rows[0][0] is None:
             raise NoTraceError(f"launch {launch_id} has no access trace")
         return self._trace_table(rows[0][0])
 
     def lane_batches(self, launch_id: int) -> Iterator[pa.RecordBatch]:
-        """The trace as one flat row per lane (``tilelens.lanes.LANE_SCHEMA``), in record batches."""
-        from tilelens import lanes
+        """The trace as one flat row per lane (``tilelens.store.lanes.LANE_SCHEMA``), in record batches."""
+        from tilelens.store import lanes
 
         trace = self.trace(launch_id)
         names = {r[0]: r[1] for r in self._rows(_ARG_NAMES, {"id": launch_id})}
@@ -745,40 +506,42 @@ class HistoryQuery:
         """:meth:`lane_batches` as one table, for pandas (``.to_pandas()``) or polars."""
         import pyarrow as pa
 
-        from tilelens import lanes
+        from tilelens.store import lanes
 
         return pa.Table.from_batches(list(self.lane_batches(launch_id)), schema=lanes.LANE_SCHEMA)
 
     def export(self, launch_id: int, path: str | Path, format: ExportFormat = "parquet") -> ExportResult:
-        """Write :meth:`lane_batches` to ``path``; the file appears whole or not at all."""
+        """Write :meth:`lane_batches` to ``path`` (``"-"``: standard output) by the rules of
+        :func:`tilelens.store.outfile.open_output`: a regular file appears whole or not at all, a FIFO, a
+        device or a file descriptor is written through and never replaced."""
         if format not in EXPORT_FORMATS:
-            raise ValueError(f"export format must be one of {', '.join(EXPORT_FORMATS)}, not {format!r}")
-        from tilelens import lanes
+            raise UsageError(f"export format must be one of {', '.join(EXPORT_FORMATS)}, not {format!r}")
+        from tilelens.store import lanes
+        from tilelens.store.outfile import open_output
 
         batches = self.lane_batches(launch_id)
-        path = Path(path)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         rows = 0
         try:
-            if format == "parquet":
-                import pyarrow.parquet as pq
+            with open_output(path) as sink:
+                if format == "parquet":
+                    import pyarrow.parquet as pq
 
-                with pq.ParquetWriter(tmp, lanes.LANE_SCHEMA, compression="zstd") as writer:
-                    for batch in batches:
-                        writer.write_batch(batch)
-                        rows += batch.num_rows
-            else:
-                import pyarrow.csv as pcsv
+                    with pq.ParquetWriter(sink, lanes.LANE_SCHEMA, compression="zstd") as writer:
+                        for batch in batches:
+                            writer.write_batch(batch)
+                            rows += batch.num_rows
+                else:
+                    import pyarrow.csv as pcsv
 
-                with pcsv.CSVWriter(tmp, lanes.LANE_SCHEMA) as writer:
-                    for batch in batches:
-                        writer.write_batch(batch)
-                        rows += batch.num_rows
-            os.replace(tmp, path)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
+                    with pcsv.CSVWriter(sink, lanes.LANE_SCHEMA) as writer:
+                        for batch in batches:
+                            writer.write_batch(batch)
+                            rows += batch.num_rows
+        except BrokenPipeError:  # the reader left (`-o - | head`): not a failure to write, the caller's call
             raise
-        return ExportResult(path=path, format=format, rows=rows)
+        except OSError as exc:  # no permission, no space (/dev/full), a name too long
+            raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from exc
+        return ExportResult(path=Path(path), format=format, rows=rows)
 
     # -- SQL ----------------------------------------------------------------------------------------------
 
@@ -789,9 +552,7 @@ class HistoryQuery:
         except QueryError as exc:
             missing = [v for v in VIEW_NAMES if v in str(exc)]
             if missing and ("no such table" in str(exc) or "does not exist" in str(exc)):
-                raise QueryError(
-                    f"{exc} (this history predates the views: `tilelens db upgrade` adds them)"
-                ) from exc
+                raise ViewsMissingError(f"{exc} (this history predates the views)") from exc
             raise
 
 
@@ -802,48 +563,6 @@ _ARGS_SELECT = (
 _ARG_NAMES = "SELECT position, name FROM launch_args WHERE launch_id = :id"
 
 
-def _source_text(kernel: KernelInfo, line: int) -> str | None:
-    lines = kernel.source.splitlines()
-    index = line - kernel.def_line
-    return lines[index] if 0 <= index < len(lines) else None
-
-
-def _oob_event(row: dict[str, Any], names: dict[int, str], kernel: KernelInfo) -> OobEvent:
-    offsets = row["oob_offsets"]
-    return OobEvent(
-        pid=(int(row["pid_x"]), int(row["pid_y"]), int(row["pid_z"])),
-        event=int(row["event"]),
-        op=str(row["op"]),
-        arg=int(row["arg"]),
-        arg_name=names.get(int(row["arg"])),
-        line=int(row["line"]),
-        source_text=_source_text(kernel, int(row["line"])),
-        lanes=int(row["lanes"]),
-        active=int(row["active"]),
-        oob_lanes=int(row["oob"]),
-        offsets=(int(offsets[0]), int(offsets[1])) if offsets is not None else None,
-        stray_lanes=int(row.get("stray") or 0),
-    )
-
-
-def _source_lines(kernel: KernelInfo, counts: dict[int, Any]) -> list[SourceLine]:
-    """The kernel's source with lane counts per line, then lines outside it that had accesses."""
-    out = []
-    for i, text in enumerate(kernel.source.splitlines()):
-        line = kernel.def_line + i
-        c = counts.get(line)
-        out.append(
-            SourceLine(line, text, c.load_lanes, c.store_lanes, c.atomic_lanes)
-            if c is not None
-            else SourceLine(line, text)
-        )
-    inside = {s.line for s in out}
-    for line in sorted(set(counts) - inside):
-        c = counts[line]
-        out.append(SourceLine(line, None, c.load_lanes, c.store_lanes, c.atomic_lanes))
-    return out
-
-
 def open_query(
     db: str | None = None,
     blobs: str | Path | None = None,
@@ -852,7 +571,7 @@ def open_query(
 ) -> HistoryQuery:
     """Open the history at ``db``/``blobs`` (resolved like every TileLens command) for reading only.
 
-    Raises :class:`tilelens.readonly.NoHistoryError` when nothing is there: reading never creates one.
+    Raises :class:`tilelens.errors.NoHistoryError` when nothing is there: reading never creates one.
     """
     location = location or resolve_location(db, blobs)
     return HistoryQuery(location, open_reader(location))
@@ -866,6 +585,7 @@ __all__ = [
     "HistoryQuery",
     "KernelInfo",
     "LaunchDetail",
+    "LaunchNotFoundError",
     "LaunchSummary",
     "NoHistoryError",
     "NoTraceError",
@@ -874,6 +594,5 @@ __all__ = [
     "Result",
     "RunSummary",
     "SourceLine",
-    "UnknownLaunchError",
     "open_query",
 ]

@@ -19,24 +19,19 @@ from pathlib import Path
 from typing import Any
 
 from tilelens.config import Location
-from tilelens.store.errors import HistoryError, NotAHistoryError, SchemaTooNewError
+from tilelens.errors import (
+    HistoryError,
+    NoHistoryError,
+    NotAHistoryError,
+    QueryError,
+    ReadOnlyError,
+    SchemaTooNewError,
+)
 
 VERSION_TABLE = "alembic_version"
 BUSY_TIMEOUT_S = 30.0
 # The store keeps its migrations beside the package; see tilelens.store.database.MIGRATIONS_DIR.
-MIGRATIONS_VERSIONS = Path(__file__).resolve().parents[1] / "migrations" / "versions"
-
-
-class NoHistoryError(HistoryError):
-    """Nothing at the location: read commands never create a history."""
-
-
-class ReadOnlyError(HistoryError):
-    """A statement tried to change the history (or reach outside it)."""
-
-
-class QueryError(HistoryError):
-    """The database rejected a query: bad SQL, an unknown table or column."""
+MIGRATIONS_VERSIONS = Path(__file__).resolve().parents[2] / "migrations" / "versions"
 
 
 @dataclass(frozen=True)
@@ -275,9 +270,9 @@ class SQLiteReader(Reader):
         if self.denied is not None or any(s in message for s in _READ_ONLY_MESSAGES):
             verb = statement_verb(sql)
             what = verb if verb not in ("SELECT", "WITH", "VALUES", "PRAGMA", "") else self.denied or message
-            return ReadOnlyError(f"refused {what}: tilelens sql is read-only, nothing was changed")
+            return ReadOnlyError(f"refused {what}: the history is open read-only, nothing was changed")
         if "one statement at a time" in message:
-            return QueryError("SQL error: tilelens sql runs exactly one statement")
+            return QueryError("SQL error: one statement at a time")
         return QueryError(f"SQL error: {message}")
 
     def close(self) -> None:
@@ -328,7 +323,7 @@ class EngineReader(Reader):
             message = _first_line(exc)
             if any(s in message for s in (*_READ_ONLY_MESSAGES, "read only")):
                 raise ReadOnlyError(
-                    f"refused ({message}): tilelens sql is read-only, nothing was changed"
+                    f"refused ({message}): the history is open read-only, nothing was changed"
                 ) from exc
             raise QueryError(f"SQL error: {message}") from exc
         return Result(columns, rows)

@@ -1,0 +1,134 @@
+"""Runs whose recording process died unfinished are told apart from live ones, shown and stored as ``lost``."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from tests import store_helpers
+from tests.end_to_end.conftest import tilelens_in_process
+from tilelens.api import open_query
+from tilelens.config import Location
+from tilelens.store import History
+from tilelens.store import liveness as lv
+from tilelens.store.models import Run
+
+
+def _exited_pid() -> int:
+    """The pid of a process that has exited and been reaped (nothing lives under it now, almost surely)."""
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def test_this_process_is_alive_and_identified() -> None:
+    me = lv.current_process()
+    assert me.host == socket.gethostname()
+    assert lv.liveness(me) == "alive"
+    if Path("/proc/self/stat").exists():
+        assert me.start is not None and me.start > 0
+        assert me.boot_id is not None and me.pid_ns is not None and me.pid_ns.startswith("pid:[")
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
+def test_decisions() -> None:
+    me = lv.current_process()
+    assert me.start is not None
+    assert lv.liveness(dataclasses.replace(me, start=me.start + 1)) == "gone"  # pid reused by another process
+    assert lv.liveness(dataclasses.replace(me, pid=_exited_pid())) == "gone"
+    assert lv.liveness(dataclasses.replace(me, boot_id="another-boot")) == "gone"  # rebooted since
+    assert lv.liveness(dataclasses.replace(me, host="elsewhere", start=me.start + 1)) == "unknown"
+    assert lv.liveness(dataclasses.replace(me, pid_ns="pid:[1]", start=me.start + 1)) == "unknown"
+    # A run from before schema 0004 (no start time): gone only when no process has its pid.
+    legacy = dataclasses.replace(me, start=None, boot_id=None, pid_ns=None)
+    assert lv.liveness(legacy) == "unknown"
+    assert lv.liveness(dataclasses.replace(legacy, pid=_exited_pid())) == "gone"
+    assert lv.effective_status("ok", me.host, _exited_pid(), 1, me.boot_id, me.pid_ns) == "ok"
+    assert lv.effective_status("running", me.host, me.pid, me.start, me.boot_id, me.pid_ns) == "running"
+    assert lv.effective_status("running", me.host, me.pid, me.start + 1, me.boot_id, me.pid_ns) == "lost"
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
+def test_an_unreaped_child_is_gone() -> None:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    stat = Path(f"/proc/{proc.pid}/stat")
+    while stat.read_text().rsplit(")", 1)[1].split()[0] != "Z":  # exited, its parent not told yet
+        time.sleep(0.01)
+    try:
+        recorded = dataclasses.replace(lv.current_process(), pid=proc.pid, start=lv._stat(proc.pid)[1])  # type: ignore[index]
+        assert lv.liveness(recorded) == "gone"
+    finally:
+        proc.wait()
+
+
+def _run(h: History, **identity: object) -> int:
+    """A run of this host, with its process identity overwritten."""
+    info = store_helpers.run_info()
+    info.host = socket.gethostname()
+    run = h.begin_run(info)
+    if identity:
+        with h.session(write=True) as s:
+            s.execute(sa.update(Run).where(Run.id == run).values(**identity))
+    return run
+
+
+def _statuses(location: Location) -> dict[int, str]:
+    engine = sa.create_engine(location.db_url)
+    try:
+        with engine.connect() as conn:
+            return dict(conn.execute(sa.text("SELECT id, status FROM runs")).fetchall())
+    finally:
+        engine.dispose()
+
+
+def test_dead_runs_show_as_lost_and_the_next_writer_stores_it(history_location: Location) -> None:
+    me = lv.current_process()
+    with History.open(location=history_location) as h:
+        alive = _run(h)  # this process: alive
+        killed = _run(h, pid=_exited_pid())
+        reused = (
+            _run(h, pid_start=(me.start or 0) + 1) if me.start is not None else _run(h, pid=_exited_pid())
+        )
+        other_host = _run(h, host="elsewhere", pid=_exited_pid())
+        finished = _run(h, pid=_exited_pid())
+        h.finish_run(finished, "ok", 0)
+        legacy = _run(h, pid=_exited_pid(), pid_start=None, boot_id=None, pid_ns=None)
+    stored = {alive: "running", killed: "running", reused: "running", other_host: "running", finished: "ok"}
+    stored[legacy] = "running"
+    lost = {killed, reused, legacy}
+
+    # Readers show it at once, and write nothing.
+    before = history_location.sqlite_path.read_bytes()  # type: ignore[union-attr]
+    with open_query(location=history_location) as q:
+        shown = {r.id: r.status for r in q.runs()}
+        assert {r.id for r in q.runs(status="lost")} == lost
+        assert {r.id for r in q.runs(status="running")} == {alive, other_host}
+        assert {r.id for r in q.runs(status="running", limit=1)} == {other_host}  # newest first, after filter
+    assert shown == {**stored, **{i: "lost" for i in lost}}
+    assert _statuses(history_location) == stored
+    assert history_location.sqlite_path.read_bytes() == before  # type: ignore[union-attr]
+    out = tilelens_in_process("--db", history_location.db_url, "ls", "--runs", "--json")
+    assert {r["id"]: r["status"] for r in json.loads(out.stdout)} == shown
+
+    # The next writer stores it; the view then agrees.
+    with History.open(location=history_location) as h:
+        assert h.repair_lost_runs() == []  # already done by open
+        with h.engine.connect() as conn:
+            view = dict(conn.execute(sa.text("SELECT run_id, status FROM run_overview")).fetchall())
+    assert _statuses(history_location) == shown == view
+
+
+def test_a_lost_run_that_finishes_after_all_keeps_its_own_status(history: History) -> None:
+    run = _run(history, pid=_exited_pid())
+    assert history.repair_lost_runs() == [run]
+    history.finish_run(run, "ok", 0)
+    with history.session() as s:
+        assert s.get(Run, run).status == "ok"  # type: ignore[union-attr]
