@@ -63,6 +63,22 @@ def open_history(
     return History.open(db, blobs, location=location)
 
 
+def open_existing_history(
+    db: str | None = None,
+    blobs: str | Path | None = None,
+    *,
+    location: Location | None = None,
+    read_only: bool = False,
+) -> History:
+    """The existing history at ``db``/``blobs``, at the current schema; creates and migrates nothing.
+
+    ``read_only``: opened so that nothing at all is written (read-only media included).
+    """
+    from tilelens.store.history import History
+
+    return History.open_existing(db, blobs, location=location, read_only=read_only)
+
+
 def inspect_history(
     db: str | None = None, blobs: str | Path | None = None, *, location: Location | None = None
 ) -> HistoryStatus:
@@ -82,7 +98,7 @@ def __getattr__(name: str) -> Any:
     return value
 
 
-__all__ = sorted([*_HOMES, "inspect_history", "open_history"])
+__all__ = sorted([*_HOMES, "inspect_history", "open_existing_history", "open_history"])
 
 
 def __dir__() -> list[str]:

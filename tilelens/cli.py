@@ -25,7 +25,7 @@ import typer
 from tilelens.commands import register_all
 from tilelens.commands.common import CliState
 from tilelens.commands.escape import escape
-from tilelens.errors import TileLensError, ViewsMissingError
+from tilelens.errors import SchemaBehindError, TileLensError, ViewsMissingError
 
 app = typer.Typer(
     name="tilelens",
@@ -112,6 +112,7 @@ def command() -> click.Group:
 # Hints the command line adds to the neutral messages of lower layers: what to type to get further.
 _HINTS: dict[type[TileLensError], str] = {
     ViewsMissingError: "`tilelens db upgrade` adds them",
+    SchemaBehindError: "`tilelens db upgrade` upgrades it",
 }
 
 

@@ -86,6 +86,23 @@ class SchemaTooNewError(HistoryError):
         )
 
 
+class SchemaBehindError(HistoryError):
+    """The history's schema is older than this code's, and the command only uses histories as they are."""
+
+    def __init__(self, location: str, revisions: list[str], head: str) -> None:
+        self.location = location
+        self.revisions = revisions
+        self.head = head
+        super().__init__(
+            f"history {location} has schema revision {', '.join(revisions)}, older than this TileLens's "
+            f"{head}; it is left as it is"
+        )
+
+
+class SchemaStampError(HistoryError):
+    """The history's record of its own schema revision is inconsistent (rows that cannot all be true)."""
+
+
 class LaunchNotFoundError(HistoryError):
     """No launch with that id in the history."""
 
@@ -102,12 +119,26 @@ class QueryError(HistoryError):
     """The database rejected a query: bad SQL, an unknown table or column."""
 
 
+class QueryTimeoutError(QueryError):
+    """A query ran past the time limit it was given and was stopped; nothing was changed."""
+
+
+class QueryInterruptedError(QueryError):
+    """A query was stopped on request (Ctrl-C); ``tilelens`` exits 130, as a shell does for SIGINT."""
+
+    exit_code = 130
+
+
 class ViewsMissingError(QueryError):
     """The query names a view that this history's schema predates; upgrading the schema adds it."""
 
 
 class ReadOnlyError(HistoryError):
     """A statement tried to change the history (or reach outside it) through a read-only connection."""
+
+
+class BlobFolderError(HistoryError):
+    """The blob folder cannot be written: it is a file, or this process may not write there."""
 
 
 class BlobError(HistoryError):

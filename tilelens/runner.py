@@ -110,6 +110,15 @@ def check(target: Target) -> None:
     if not os.path.exists(target.name):
         path = os.path.abspath(target.name)
         raise ProgramNotFoundError(f"can't open file {path!r}: [Errno 2] No such file or directory")
+    if os.path.isdir(target.name):
+        has_main = os.path.isfile(os.path.join(target.name, "__main__.py"))
+    elif _is_zip(target.name):
+        with zipfile.ZipFile(target.name) as archive:
+            has_main = "__main__.py" in archive.namelist()
+    else:
+        return
+    if not has_main:  # python would start, fail and exit 1; say so before a recording begins
+        raise ProgramNotFoundError(f"can't find '__main__' module in {os.path.abspath(target.name)!r}")
 
 
 def path_entry(target: Target) -> str:

@@ -92,7 +92,8 @@ def test_an_intact_blob_is_compared_once_per_store_and_never_rewritten(store: Bl
         assert store.put_bytes(data, "raw") == sha
     after = os.stat(store.path(sha))
     assert compared == [store.path(sha)]
-    assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
+    assert after.st_ino == before.st_ino  # never rewritten ...
+    assert after.st_mtime_ns >= before.st_mtime_ns  # ... only marked as used, so gc keeps it
 
 
 def test_corrupt_tensor_blob_is_repaired_when_the_tensor_is_stored_again(store: BlobStore) -> None:

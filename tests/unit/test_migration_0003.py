@@ -44,6 +44,18 @@ def test_down_to_0002_and_up_again_keeps_launches_and_leaves_their_split_unknown
 
     cfg = Config(str(REPO / "alembic.ini"))
     command.downgrade(cfg, "0002")
+    with open_query(str(db)) as q:  # reading never migrates: a 0002 history reads with the split unknown
+        assert q.reader.revisions == ("0002",)
+        (row,) = q.launches(oob=True)
+        assert (row.id, row.oob_lanes, row.oob_load_lanes, row.oob_store_lanes, row.dropped_lanes) == (
+            first,
+            5,
+            None,
+            None,
+            None,
+        )
+        detail = q.launch(first)
+        assert detail.summary["oob_lanes"] == 5 and detail.summary["dropped_lanes"] is None
     with History.open(location=resolve_location(), script_location=None) as h:  # upgraded again on open
         assert h.migrated_from == ("0002",)
         assert {"oob_load_lanes", "oob_store_lanes", "dropped_lanes"} <= _columns(h, "launches")

@@ -37,6 +37,13 @@ def test_bitwise_counts_signed_zeros_and_nan_payloads() -> None:
     assert _cmp(a, other_nan, Tolerance(0.0, 0.0)).equal  # NaN equals NaN within tolerances
 
 
+def test_a_bits_only_difference_names_no_worst_element() -> None:
+    """Signed zeros differ in bits but not in value: no worst element exists, and none is printed (was "at outNone")."""
+    d = _cmp(torch.tensor([0.0, 1.0]), torch.tensor([-0.0, 1.0]))
+    assert d.worst_index is None
+    assert d.describe() == "out[0] differs (recorded 0, replayed -0; 1 of 2 elements, max abs err 0)"
+
+
 def test_tolerance_reports_worst_and_first_elements() -> None:
     rec = torch.tensor([1.0, 2.0, 3.0, 4.0])
     rep = torch.tensor([1.0, 2.00001, 3.5, 4.0])
@@ -104,6 +111,24 @@ def test_recorded_values_decode_or_refuse() -> None:
         decode_value(launch, "x", {"repr": "<object at 0x1>"})
     with pytest.raises(ReplayFailure):
         decode_value(launch, "x", {"repr": "triton.language.__class__"})
+
+
+def test_recorded_values_use_the_readme_tags_and_old_tags_still_decode() -> None:
+    """Scalars are stored with the README's tags, the same as every other JSON value; older histories' untagged
+    ``{"float": ...}``/``{"repr": ...}`` keep decoding."""
+    from tilelens.core.arguments import jsonable
+    from tilelens.store.jsonvalues import FLOAT_TAG, REPR_TAG, TYPE_TAG, to_json
+
+    stored = jsonable([float("inf"), tl.float16, 2.5])
+    assert stored[0] == {FLOAT_TAG: "inf"} == to_json(float("inf"))
+    assert stored[1] == {TYPE_TAG: "triton.language.core.dtype", REPR_TAG: "triton.language.float16"}
+    assert stored[2] == 2.5
+    launch = _launch()
+    assert decode_value(launch, "x", stored) == (math.inf, tl.float16, 2.5)
+    assert decode_value(launch, "x", [{"float": "-inf"}, {"repr": "triton.language.float16"}]) == (
+        -math.inf,
+        tl.float16,
+    )
 
 
 def _trace(n: int = 1000, block: int = 256) -> pa.Table:

@@ -74,6 +74,9 @@ def replay(
     rtol: float | None = typer.Option(
         None, "--rtol", help="Relative tolerance for outputs (default per dtype)."
     ),
+    no_store: bool = typer.Option(
+        False, "--no-store", help="Do not record the outcome in the history (nothing is written to it)."
+    ),
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Replay recorded launches and compare outputs (and, on the CPU, access traces) with the record.
@@ -105,8 +108,11 @@ def replay(
         "trust_source": trust_source,
         "atol": atol,
         "rtol": rtol,
+        "store": not no_store,
     }
-    with state(ctx).open_history() as history:
+    # Replays use a history as it is: none is created, none migrated; --no-store writes nothing at all.
+    location = state(ctx).location()
+    with api.open_existing_history(location=location, read_only=no_store) as history:
         if not batch:
             assert launch_id is not None
             result = api.replay_launch(history, launch_id, **options)

@@ -122,7 +122,7 @@ def jsonable(value: Any) -> Any:
     if isinstance(value, float):
         if math.isfinite(value):
             return value
-        return {"float": repr(value)}
+        return {"$float": repr(value)}  # the tags of tilelens.store.jsonvalues (README, "JSON values")
     if isinstance(value, enum.Enum):
         return str(value)
     if isinstance(value, (np.integer, np.floating, np.bool_)):
@@ -135,7 +135,8 @@ def jsonable(value: Any) -> Any:
         from tilelens.core.gluon import layouts
 
         return layouts.encode(value, jsonable)
-    return {"repr": repr(value)}
+    cls = type(value)
+    return {"$type": f"{cls.__module__}.{cls.__qualname__}", "$repr": repr(value)}
 
 
 def _is_gluon_layout(value: Any) -> bool:

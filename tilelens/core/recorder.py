@@ -80,6 +80,7 @@ class Recording:
             from tilelens.store import History
 
             self._history = History.open(self._db, self._blobs)
+            self._history.blobs.check_writable()  # here, not at the first launch inside the user's program
         info = RunInfo(
             argv=self._argv, cwd=os.getcwd(), host=socket.gethostname(), versions=versions(), tag=self._tag
         )

@@ -252,6 +252,7 @@ def decode_value(launch: LaunchSpec, name: str, value: Any) -> Any:
         return tuple(decode_value(launch, name, v) for v in value)
     if not isinstance(value, dict):
         return value
+    # "$float"/"$repr" since TileLens writes the README's tags everywhere; "float"/"repr" in older histories.
     for tag in ("float", "$float"):
         if set(value) == {tag}:
             return float(value[tag])

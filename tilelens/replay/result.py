@@ -67,7 +67,9 @@ class TensorDiff:
             f"{_fmt(self.first_replayed)}; {self.mismatched} of {self.elements} elements"
         )
         if self.max_abs_err is not None:
-            text += f", max abs err {_fmt(self.max_abs_err)} at {self.name}{self.worst_index}"
+            text += f", max abs err {_fmt(self.max_abs_err)}"
+        if self.worst_index is not None:  # none when the values differ in bits only (0.0 and -0.0, NaNs)
+            text += f" at {self.name}{self.worst_index}"
         text += ")"
         if self.written_by is not None:
             text += f", last written by {self.written_by.describe()}"

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tilelens.errors import BlobCorruptError, BlobError, BlobMissingError
+from tilelens.errors import BlobCorruptError, BlobError, BlobFolderError, BlobMissingError
 
 if TYPE_CHECKING:
     import torch
@@ -191,6 +191,21 @@ class BlobStore:
 
     def __repr__(self) -> str:
         return f"BlobStore({str(self.root)!r})"
+
+    def check_writable(self) -> None:
+        """Refuse a blob folder that cannot take blobs, before anything is recorded into it.
+
+        A path that is a file, or a folder (or, when it does not exist yet, its nearest existing parent) this
+        process may not write, would otherwise fail only at the first launch, deep inside the user's program.
+        """
+        folder = self.root
+        while not folder.exists() and folder != folder.parent:
+            folder = folder.parent
+        if not folder.is_dir():
+            raise BlobFolderError(f"cannot use blob folder {self.root}: {folder} is not a folder")
+        if not os.access(folder, os.W_OK | os.X_OK):
+            what = "it is" if folder == self.root else f"{folder} is"
+            raise BlobFolderError(f"cannot use blob folder {self.root}: {what} not writable")
 
     def path(self, sha256: str) -> Path:
         if not _SHA_RE.match(sha256):

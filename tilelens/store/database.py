@@ -36,7 +36,7 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
 
-from tilelens.errors import HistoryError, NotAHistoryError, SchemaTooNewError
+from tilelens.errors import HistoryError, NotAHistoryError, SchemaStampError, SchemaTooNewError
 
 BUSY_TIMEOUT_S = 30.0
 MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
@@ -101,6 +101,38 @@ def create_history_engine(db_url: str) -> Engine:
     except (ImportError, sa_exc.ArgumentError, sa_exc.NoSuchModuleError) as exc:
         shown = url.render_as_string(hide_password=True)
         raise HistoryError(f"cannot use database {shown}: {exc} (is its driver installed?)") from exc
+
+
+def _sqlite_on_connect_read_only(dbapi_conn: sqlite3.Connection, _record: Any) -> None:
+    # No journal-mode switch, no synchronous setting: nothing that could write the file's header.
+    dbapi_conn.isolation_level = None
+    dbapi_conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+    dbapi_conn.execute("PRAGMA query_only = ON")
+
+
+def create_read_only_engine(db_url: str, sqlite_path: Path | None) -> Engine:
+    """An engine for looking only: it creates no file and changes no byte of one (``db current``, replays
+    that store nothing).
+
+    A SQLite file is opened by :func:`tilelens.store.readonly.connect_read_only` (``mode=ro``, immutable on
+    read-only media) and the connection set ``query_only``; the caller makes sure the file exists. Other
+    SQLite URLs get ``query_only``; a server gets a plain engine, since reading there creates nothing.
+    """
+    url = make_url(db_url)
+    if url.get_backend_name() != "sqlite":
+        return create_history_engine(db_url)
+    if sqlite_path is not None:
+        from tilelens.store.readonly import connect_read_only
+
+        # The URL only names the file (in messages); the creator is what connects.
+        engine = create_engine(
+            url.set(database=str(sqlite_path)), creator=lambda: connect_read_only(sqlite_path)
+        )
+    else:
+        engine = create_engine(url)
+    event.listen(engine, "connect", _sqlite_on_connect_read_only)
+    event.listen(engine, "begin", _sqlite_on_begin)
+    return engine
 
 
 SQLITE_HEADER = b"SQLite format 3\x00"
@@ -227,9 +259,26 @@ def _state(conn: Connection, script: ScriptDirectory, label: str) -> SchemaState
     unknown = [rev for rev in current if rev not in known]
     if unknown:
         raise SchemaTooNewError(label, unknown, ", ".join(heads))
+    _check_stamp(current, script, label)
     return SchemaState(
         current=current, heads=heads, foreign_tables=bool(names) and VERSION_TABLE not in names
     )
+
+
+def _check_stamp(current: tuple[str, ...], script: ScriptDirectory, label: str) -> None:
+    """One row per branch head: a revision stamped twice, or beside one of its own ancestors, is damage
+    (a hand edit, a bad merge) that Alembic would stumble over with a traceback when upgrading."""
+    if len(current) < 2:
+        return
+    shown = ", ".join(current)
+    problem = f"history {label} has an inconsistent schema stamp: {VERSION_TABLE} holds {shown}"
+    if len(set(current)) != len(current):
+        raise SchemaStampError(f"{problem} (a revision twice)")
+    for rev in current:
+        below = {r.revision for r in script.iterate_revisions(rev, "base")} - {rev}
+        older = sorted(below.intersection(current))
+        if older:
+            raise SchemaStampError(f"{problem} ({', '.join(older)} is older than {rev}, not a second branch)")
 
 
 def inspect_schema(engine: Engine, label: str, script_location: Path | None = None) -> SchemaState:

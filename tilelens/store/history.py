@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime as dt
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +22,14 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.orm import Session
 
 from tilelens.config import Location, resolve_location
-from tilelens.errors import HistoryError, NotAHistoryError, RunNotFoundError, UsageError
+from tilelens.errors import (
+    HistoryError,
+    NoHistoryError,
+    NotAHistoryError,
+    RunNotFoundError,
+    SchemaBehindError,
+    UsageError,
+)
 from tilelens.records import (
     FINISHED_RUN_STATUSES,
     REPLAY_OUTCOMES,
@@ -92,12 +100,14 @@ def inspect_history(location: Location, script_location: Path | None = None) -> 
         if not path.exists():
             return HistoryStatus(location, exists=False, revisions=(), heads=heads)
         database.check_sqlite_file(path, _label(location))
-    engine = database.create_history_engine(location.db_url)
+    engine = database.create_read_only_engine(location.db_url, path)
     try:
         label = _label(location)
         state = database.inspect_schema(engine, label, script_location)
         if state.foreign_tables:
             raise NotAHistoryError(f"{label} is a database of another program, not a TileLens history")
+        if not state.current:  # an empty database (a 0-byte file): no history yet
+            return HistoryStatus(location, exists=False, revisions=(), heads=heads)
         with database.translate_errors(label):
             counts = database.row_counts(engine, TABLES)
         return HistoryStatus(location, exists=True, revisions=state.current, heads=state.heads, counts=counts)
@@ -139,6 +149,17 @@ class History:
         path = location.sqlite_path
         if path is not None:
             database.check_sqlite_file(path, label)
+            if path.exists():  # refuse a newer, foreign or damaged history before a writer's connection
+                # switches it to WAL
+                probe = database.create_read_only_engine(location.db_url, path)
+                try:
+                    state = database.inspect_schema(probe, label, script_location)
+                finally:
+                    probe.dispose()
+                if state.foreign_tables:
+                    raise NotAHistoryError(
+                        f"{label} is a database of another program (it has tables but no TileLens schema)"
+                    )
             try:
                 path.parent.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
@@ -152,6 +173,55 @@ class History:
         history = cls(location, engine, BlobStore(location.blobs_dir))
         history.migrated_from = before.current
         history.repair_lost_runs()
+        return history
+
+    @classmethod
+    def open_existing(
+        cls,
+        db: str | None = None,
+        blobs: str | Path | None = None,
+        *,
+        location: Location | None = None,
+        read_only: bool = False,
+        script_location: Path | None = None,
+    ) -> History:
+        """An existing history at the current schema, for replays: nothing is created or migrated.
+
+        The schema is checked through a read-only connection before anything could write, so a missing path
+        stays missing, and an empty, foreign, older or newer database stays byte for byte as it was. With
+        ``read_only`` the history keeps that connection (a replay that stores nothing then works on read-only
+        media too); otherwise it is reopened for writing, after checking the file and its folder are writable.
+        """
+        location = location or resolve_location(db, blobs)
+        label = _label(location)
+        path = location.sqlite_path
+        if path is not None:
+            if not path.exists():
+                raise NoHistoryError(f"no TileLens history at {label}")
+            if path.is_dir():
+                raise NotAHistoryError(f"{label} is a directory, not a TileLens history")
+            database.check_sqlite_file(path, label)
+        engine = database.create_read_only_engine(location.db_url, path)
+        try:
+            state = database.inspect_schema(engine, label, script_location)
+            if state.foreign_tables:
+                raise NotAHistoryError(f"{label} is a database of another program, not a TileLens history")
+            if not state.current:
+                raise NoHistoryError(f"no TileLens history at {label} (the database is empty)")
+            if not state.up_to_date:
+                raise SchemaBehindError(label, list(state.current), ", ".join(state.heads))
+            if not read_only:
+                engine.dispose()
+                if path is not None:
+                    for target in (path, path.parent):
+                        if not os.access(target, os.W_OK):
+                            raise HistoryError(f"cannot write history {label}: {target} is not writable")
+                engine = database.create_history_engine(location.db_url)
+        except BaseException:
+            engine.dispose()
+            raise
+        history = cls(location, engine, BlobStore(location.blobs_dir))
+        history.migrated_from = state.current
         return history
 
     # -- lifecycle -----------------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from tilelens.records import KernelIdentity
 from tilelens.store import History
 from tilelens.store.models import Kernel, Launch, LaunchArg, Run
 from tilelens.store.names import KERNEL_NAMES_SQL, matching_ids
+from tilelens.store.readonly import storable_id
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,8 @@ class LaunchSpec:
 def load_launch(history: History, launch_id: int) -> LaunchSpec:
     # Two plain Core queries: ORM objects with eager loading cost several times the SQL for rows read once.
     L, K, A = Launch.__table__.c, Kernel.__table__.c, LaunchArg.__table__.c
+    if not storable_id(launch_id):
+        raise LaunchNotFoundError(f"no launch {launch_id} in history {history.label}")
     with history.session() as s:
         row = s.execute(
             select(
@@ -162,6 +165,8 @@ def select_launches(
     """
     query = select(Launch.id).order_by(Launch.id)
     if run_id is not None:
+        if not storable_id(run_id):
+            return []
         query = query.where(Launch.run_id == run_id)
     if not trials:
         query = query.where(Launch.role == "launch")

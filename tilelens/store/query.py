@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
+import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,7 +38,15 @@ from tilelens.errors import (
 )
 from tilelens.records import LAUNCH_STATUSES, RUN_STATUSES
 from tilelens.store.names import KERNEL_NAMES_SQL, matching_ids
-from tilelens.store.readonly import Reader, Result, open_reader
+from tilelens.store.readonly import (
+    Reader,
+    Result,
+    RowStream,
+    known_revisions,
+    open_reader,
+    row_limit,
+    storable_id,
+)
 from tilelens.store.results import (
     AccessStats,
     ArgumentInfo,
@@ -80,11 +90,15 @@ def _time(value: Any) -> dt.datetime | None:
 
 # -- the query object ---------------------------------------------------------------------------------------
 
+# Launch columns added by schema 0003. Reading never migrates, so a history from before it is read with NULL
+# in their place: "not split", as for launches recorded before 0003 in an upgraded history.
+SPLIT_FIELDS = ("oob_load_lanes", "oob_store_lanes", "dropped_lanes")
+
 _LAUNCH_SELECT = """
 SELECT l.id, l.run_id, l.seq, l.started_at, l.duration_s, k.module, k.qualname,
        l.grid_x, l.grid_y, l.grid_z, l.config, l.tuning_key, l.role, l.status, l.error, l.backend, l.device,
        l.lanes, l.load_lanes + l.store_lanes + l.atomic_lanes, l.oob_lanes, l.bytes_loaded, l.bytes_stored,
-       l.oob_load_lanes, l.oob_store_lanes, l.dropped_lanes
+       {split}
 FROM launches l JOIN kernels k ON k.id = l.kernel_id
 """
 
@@ -161,6 +175,7 @@ class HistoryQuery:
     def __init__(self, location: Location, reader: Reader) -> None:
         self.location = location
         self.reader = reader
+        self._has_split: bool | None = None  # launches has SPLIT_FIELDS (schema 0003); probed at first use
 
     def close(self) -> None:
         self.reader.close()
@@ -173,6 +188,19 @@ class HistoryQuery:
 
     def _rows(self, sql: str, params: dict[str, Any] | None = None) -> list[tuple[Any, ...]]:
         return self.reader.execute(sql, params).rows
+
+    def _launch_fields(self, names: Sequence[str]) -> str:
+        """``l.NAME`` for each of ``names``, NULL for the schema-0003 columns of a history that predates them."""
+        if self._has_split is None:
+            columns = self.reader.execute("SELECT * FROM launches WHERE 0 = 1").columns
+            self._has_split = all(name in columns for name in SPLIT_FIELDS)
+        return ", ".join(
+            f"NULL AS {name}" if name in SPLIT_FIELDS and not self._has_split else f"l.{name}"
+            for name in names
+        )
+
+    def _launch_select(self) -> str:
+        return _LAUNCH_SELECT.format(split=self._launch_fields(SPLIT_FIELDS))
 
     # -- listings -----------------------------------------------------------------------------------------
 
@@ -205,6 +233,8 @@ class HistoryQuery:
         if kernel is not None and not self._kernel_clause(f, kernel, "l.kernel_id"):
             return []
         if run is not None:
+            if not storable_id(run):
+                return []
             f.add("l.run_id = :run", run=run)
         if status is not None:
             f.add("l.status = :status", status=status)
@@ -212,10 +242,10 @@ class HistoryQuery:
             f.add("l.oob_lanes > 0")
         if tag is not None:
             f.add("l.run_id IN (SELECT id FROM runs WHERE tag = :tag)", tag=tag)
-        sql = f"{_LAUNCH_SELECT} {f.sql()} ORDER BY l.id DESC"
+        sql = f"{self._launch_select()} {f.sql()} ORDER BY l.id DESC"
         if limit is not None:
             sql += " LIMIT :limit"
-            f.params["limit"] = int(limit)
+            f.params["limit"] = row_limit(limit)
         return [_launch_summary(r) for r in self._rows(sql, f.params)]
 
     def runs(
@@ -245,6 +275,8 @@ class HistoryQuery:
                 **inner.params,
             )
         if run is not None:
+            if not storable_id(run):
+                return []
             f.add("r.id = :run", run=run)
         # "running" and "lost" depend on processes, not only on rows: filtered after the liveness check.
         live_filter = status in ("running", "lost")
@@ -260,7 +292,7 @@ class HistoryQuery:
         )
         if limit is not None and not live_filter:
             sql += " LIMIT :limit"
-            f.params["limit"] = int(limit)
+            f.params["limit"] = row_limit(limit)
         runs = self._rows(sql, f.params)
         statuses = self._run_statuses(runs)
         if live_filter:
@@ -323,14 +355,18 @@ class HistoryQuery:
 
     def launch(self, launch_id: int, *, oob_events: int = 10, source: bool = False) -> LaunchDetail:
         """Everything about one launch; ``source=True`` adds per-line lane counts beside the kernel source."""
-        rows = self._rows(f"{_LAUNCH_SELECT} WHERE l.id = :id", {"id": launch_id})
+        rows = (
+            self._rows(f"{self._launch_select()} WHERE l.id = :id", {"id": launch_id})
+            if storable_id(launch_id)
+            else []
+        )
         if not rows:
             raise LaunchNotFoundError(f"no launch {launch_id} in history {self.reader.label}")
         launch = _launch_summary(rows[0])
         (extra,) = self._rows(
             "SELECT k.id, k.file, k.def_line, k.source_sha256, k.source, l.cache_key, "
             "r.id, r.tag, r.status, r.argv, l.unattributed, l.trace_blob, l.trace_rows, l.trace_bytes, "
-            f"{', '.join('l.' + name for name in SUMMARY_FIELDS)} "
+            f"{self._launch_fields(SUMMARY_FIELDS)} "
             "FROM launches l JOIN kernels k ON k.id = l.kernel_id JOIN runs r ON r.id = l.run_id "
             "WHERE l.id = :id",
             {"id": launch_id},
@@ -487,12 +523,20 @@ class HistoryQuery:
 
     def trace(self, launch_id: int) -> pa.Table:
         """The launch's access trace as recorded: one row per memory event (``TRACE_SCHEMA``)."""
-        rows = self._rows("SELECT trace_blob FROM launches WHERE id = :id", {"id": launch_id})
+        rows = (
+            self._rows("SELECT trace_blob FROM launches WHERE id = :id", {"id": launch_id})
+            if storable_id(launch_id)
+            else []
+        )
         if not rows:
             raise LaunchNotFoundError(f"no launch {launch_id} in history {self.reader.label}")
         if rows[0][0] is None:
             raise NoTraceError(f"launch {launch_id} has no access trace")
-        return self._trace_table(rows[0][0])
+        try:
+            return self._trace_table(rows[0][0])
+        except BlobError as exc:  # the blob's own message names the file; say whose trace it is
+            exc.args = (f"launch {launch_id}'s access trace: {exc}",)
+            raise
 
     def lane_batches(self, launch_id: int) -> Iterator[pa.RecordBatch]:
         """The trace as one flat row per lane (``tilelens.store.lanes.LANE_SCHEMA``), in record batches."""
@@ -545,15 +589,39 @@ class HistoryQuery:
 
     # -- SQL ----------------------------------------------------------------------------------------------
 
-    def sql(self, query: str) -> Result:
+    def sql(self, query: str, *, timeout: float | None = None) -> Result:
         """One read-only statement (the views of migration 0002 included); writes raise ReadOnlyError."""
+        with self.sql_stream(query, timeout=timeout) as rows:
+            return Result(rows.columns, list(rows))
+
+    def sql_stream(
+        self, query: str, *, timeout: float | None = None, cancel: threading.Event | None = None
+    ) -> RowStream:
+        """:meth:`sql` with the rows handed out as they come, in constant memory; close the stream.
+
+        ``timeout`` (seconds) and ``cancel`` stop a runaway query (``QueryTimeoutError``,
+        ``QueryInterruptedError``): see :meth:`tilelens.store.readonly.Reader.stream`.
+        """
+        if timeout is not None and not timeout > 0:
+            raise UsageError(f"a query timeout is a positive number of seconds, not {timeout!r}")
         try:
-            return self.reader.execute(query)
+            return self.reader.stream(query, timeout=timeout, cancel=cancel)
         except QueryError as exc:
-            missing = [v for v in VIEW_NAMES if v in str(exc)]
-            if missing and ("no such table" in str(exc) or "does not exist" in str(exc)):
-                raise ViewsMissingError(f"{exc} (this history predates the views)") from exc
-            raise
+            views = self._views_missing(exc)
+            if views is None:
+                raise
+            raise views from exc
+
+    def _views_missing(self, exc: QueryError) -> ViewsMissingError | None:
+        """The error names one of the views and the history's schema predates them: say how to get them."""
+        match = re.search(r'no such table: (\w+)|relation "(\w+)" does not exist', str(exc))
+        name = match and (match.group(1) or match.group(2))
+        # Every view exists at this code's head revision, so ``db upgrade`` adds a missing one exactly when
+        # the history is behind it. At the head, a missing view was dropped by hand, and upgrading does nothing.
+        _, heads = known_revisions()
+        if name not in VIEW_NAMES or set(self.reader.revisions) == set(heads):
+            return None
+        return ViewsMissingError(f"{exc} (this history predates the views)")
 
 
 _ARGS_SELECT = (
@@ -592,6 +660,7 @@ __all__ = [
     "OobEvent",
     "ReplayInfo",
     "Result",
+    "RowStream",
     "RunSummary",
     "SourceLine",
     "open_query",

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import re
 import sqlite3
+import threading
+import time
 import urllib.parse
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -24,6 +26,8 @@ from tilelens.errors import (
     NoHistoryError,
     NotAHistoryError,
     QueryError,
+    QueryInterruptedError,
+    QueryTimeoutError,
     ReadOnlyError,
     SchemaTooNewError,
 )
@@ -38,6 +42,57 @@ MIGRATIONS_VERSIONS = Path(__file__).resolve().parents[2] / "migrations" / "vers
 class Result:
     columns: list[str]
     rows: list[tuple[Any, ...]]
+
+
+class RowStream:
+    """A query's columns and its rows as they come, in constant memory; close it (or use ``with``).
+
+    Iterating raises :class:`QueryInterruptedError` or :class:`QueryTimeoutError` when the query is stopped
+    part way; rows already yielded stay valid.
+    """
+
+    def __init__(self, columns: list[str], rows: Iterator[tuple[Any, ...]]) -> None:
+        self.columns = columns
+        self._rows = rows
+
+    def __iter__(self) -> Iterator[tuple[Any, ...]]:
+        return self._rows
+
+    def close(self) -> None:
+        close = getattr(self._rows, "close", None)
+        if close is not None:
+            close()
+
+    def __enter__(self) -> RowStream:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+# SQLite's integers (and PostgreSQL's bigint) are 64-bit: a larger id names no row, and a driver given one as a
+# parameter raises OverflowError instead of finding nothing.
+SQL_INT_MAX = 2**63 - 1
+
+
+def storable_id(value: int) -> bool:
+    """Whether ``value`` can be an id in the database at all; callers treat any other as not found."""
+    return -SQL_INT_MAX - 1 <= value <= SQL_INT_MAX
+
+
+def row_limit(value: int) -> int:
+    """A LIMIT the driver accepts: beyond 64 bits every row is wanted anyway."""
+    return min(int(value), SQL_INT_MAX)
+
+
+FETCH_ROWS = 512  # rows fetched from the driver at a time while streaming
+PROGRESS_STEPS = 10_000  # SQLite virtual-machine steps between two looks at the cancel flag and the clock
+
+
+def _stopped(reason: str, timeout: float | None) -> QueryError:
+    if reason == "timeout":
+        return QueryTimeoutError(f"query stopped: it ran past its {timeout:g} s timeout")
+    return QueryInterruptedError("query interrupted")
 
 
 # -- known schema revisions ---------------------------------------------------------------------------------
@@ -81,6 +136,53 @@ def check_schema(label: str, tables: set[str], current: Sequence[str]) -> None:
         raise SchemaTooNewError(label, unknown, ", ".join(heads))
 
 
+# -- opening a SQLite file without writing ---------------------------------------------------------------
+
+
+def connect_read_only(path: Path, label: str | None = None) -> sqlite3.Connection:
+    """``path`` opened so that neither it nor anything beside it can be created or changed by this connection.
+
+    ``?mode=ro`` first: SQLite's normal locking, so a reader sees a consistent snapshot while others write.
+    A WAL history needs its ``-shm`` index, which a read-only connection may create but not on a read-only
+    mount or in a folder it cannot write; then SQLite says "unable to open database file" and the file is
+    opened again with ``immutable=1``, which skips locking and change detection altogether. That is the
+    trade-off: immutable is right for media nobody writes (a read-only mount, an archived copy) and would
+    return inconsistent rows if another process were writing the file meanwhile, which on such media it
+    cannot. An immutable open ignores a ``-wal`` file, so when one with content lies beside the database
+    (commits not yet copied into it) the history is refused instead of shown without them.
+
+    The caller checks the file exists first: ``mode=ro`` never creates one. ``uri=True`` with a quoted path
+    keeps ``?`` and ``#`` in file names from being read as URI syntax.
+    """
+    label = label or str(path)
+    quoted = urllib.parse.quote(str(path))
+    try:
+        conn = sqlite3.connect(
+            f"file:{quoted}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_S, isolation_level=None
+        )
+        try:
+            conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+            return conn
+        except sqlite3.DatabaseError as exc:
+            conn.close()
+            if "not a database" in str(exc):
+                raise NotAHistoryError(f"{label} is not a database ({exc})") from exc
+            if "unable to open" not in str(exc):
+                raise
+        wal = Path(f"{path}-wal")
+        if wal.exists() and wal.stat().st_size > 0:
+            raise HistoryError(
+                f"cannot read history {label}: it is in a folder this process cannot write, and its "
+                f"write-ahead log {wal.name} holds commits SQLite can only read by writing an index beside it; "
+                "copy the folder to writable storage to read it"
+            )
+        return sqlite3.connect(
+            f"file:{quoted}?mode=ro&immutable=1", uri=True, timeout=BUSY_TIMEOUT_S, isolation_level=None
+        )
+    except sqlite3.Error as exc:
+        raise HistoryError(f"cannot open history {label} for reading: {exc}") from exc
+
+
 # -- readers ------------------------------------------------------------------------------------------------
 
 
@@ -90,8 +192,25 @@ class Reader:
     location: Location
     label: str
     dialect: str
+    revisions: tuple[str, ...] = ()  # the schema revisions stamped in the history
 
     def execute(self, sql: str, params: Mapping[str, Any] | None = None) -> Result:
+        raise NotImplementedError
+
+    def stream(
+        self,
+        sql: str,
+        params: Mapping[str, Any] | None = None,
+        *,
+        timeout: float | None = None,
+        cancel: threading.Event | None = None,
+    ) -> RowStream:
+        """Run one statement and hand its rows out as they come.
+
+        ``timeout`` (seconds) stops the statement once it has run that long; setting ``cancel`` (from a
+        signal handler, another thread) stops it within a moment. Either way nothing is changed, and the
+        iteration raises the matching ``QueryError``.
+        """
         raise NotImplementedError
 
     def close(self) -> None:
@@ -137,9 +256,14 @@ _REPORTING_PRAGMAS = {
     "freelist_count",
     "journal_mode",
     "encoding",
+    # checks that only read: they answer "ok" or list what is wrong
+    "integrity_check",
+    "quick_check",
+    "foreign_key_check",
 }
 _TABLE_ARGUMENT_PRAGMAS = {"table_info", "table_xinfo", "table_list", "index_list", "index_info"}
-_TABLE_ARGUMENT_PRAGMAS |= {"index_xinfo", "foreign_key_list"}
+_TABLE_ARGUMENT_PRAGMAS |= {"index_xinfo", "foreign_key_list", "integrity_check", "quick_check"}
+_TABLE_ARGUMENT_PRAGMAS |= {"foreign_key_check"}
 _DENIED_FUNCTIONS = {"load_extension"}
 
 
@@ -199,11 +323,7 @@ class SQLiteReader(Reader):
             raise NoHistoryError(f"no TileLens history at {path}")
         if path.is_dir():
             raise NotAHistoryError(f"{path} is a directory, not a TileLens history")
-        uri = f"file:{urllib.parse.quote(str(path))}?mode=ro"
-        try:
-            self.conn = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S, isolation_level=None)
-        except sqlite3.Error as exc:
-            raise HistoryError(f"cannot open history {path} for reading: {exc}") from exc
+        self.conn = connect_read_only(path, self.label)
         try:
             tables = {r[0] for r in self._fetch("SELECT name FROM sqlite_master WHERE type = 'table'")}
             current = (
@@ -212,6 +332,7 @@ class SQLiteReader(Reader):
                 else []
             )
             check_schema(self.label, tables, current)
+            self.revisions = tuple(current)
             self.conn.execute("PRAGMA query_only = ON")
             if hasattr(self.conn, "setlimit"):  # Python 3.11+: no attached databases at all
                 self.conn.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
@@ -256,14 +377,67 @@ class SQLiteReader(Reader):
         return sqlite3.SQLITE_DENY
 
     def execute(self, sql: str, params: Mapping[str, Any] | None = None) -> Result:
+        with self.stream(sql, params) as rows:
+            return Result(rows.columns, list(rows))
+
+    def stream(
+        self,
+        sql: str,
+        params: Mapping[str, Any] | None = None,
+        *,
+        timeout: float | None = None,
+        cancel: threading.Event | None = None,
+    ) -> RowStream:
+        # SQLite calls the progress handler every PROGRESS_STEPS steps of a running statement, however long
+        # a single step of the caller's (a recursive CTE, a huge sort) lasts: returning 1 makes the statement
+        # fail with "interrupted". Being Python code, the handler also gives a SIGINT handler its turn.
+        deadline = None if timeout is None else time.monotonic() + timeout
+        stop: list[str] = []
+
+        def progress() -> int:
+            if cancel is not None and cancel.is_set():
+                stop.append("cancel")
+                return 1
+            if deadline is not None and time.monotonic() > deadline:
+                stop.append("timeout")
+                return 1
+            return 0
+
+        def translate(exc: Exception) -> HistoryError:
+            if stop and "interrupted" in str(exc):
+                return _stopped(stop[0], timeout)
+            return self._translate(exc, sql)
+
+        errors = (sqlite3.DatabaseError, sqlite3.Warning, sqlite3.ProgrammingError)
         self.denied = None
+        self.conn.set_progress_handler(progress, PROGRESS_STEPS)
         try:
             cursor = self.conn.execute(sql, dict(params or {}))
-            rows = cursor.fetchall()
-        except (sqlite3.DatabaseError, sqlite3.Warning, sqlite3.ProgrammingError) as exc:
-            raise self._translate(exc, sql) from exc
+        except errors as exc:
+            self.conn.set_progress_handler(None, 0)
+            raise translate(exc) from exc
+        except BaseException:
+            self.conn.set_progress_handler(None, 0)
+            raise
         columns = [d[0] for d in cursor.description or ()]
-        return Result(columns, rows)
+
+        def rows() -> Iterator[tuple[Any, ...]]:
+            try:
+                while True:
+                    try:
+                        chunk = cursor.fetchmany(FETCH_ROWS)
+                    except errors as exc:
+                        raise translate(exc) from exc
+                    if not chunk:
+                        return
+                    yield from chunk
+                    if cancel is not None and cancel.is_set():
+                        raise _stopped("cancel", timeout)
+            finally:
+                cursor.close()
+                self.conn.set_progress_handler(None, 0)
+
+        return RowStream(columns, rows())
 
     def _translate(self, exc: Exception, sql: str) -> HistoryError:
         message = " ".join(str(exc).split())
@@ -305,28 +479,62 @@ class EngineReader(Reader):
                 current = [r[0] for r in self.conn.execute(text(f"SELECT version_num FROM {VERSION_TABLE}"))]
             self.conn.rollback()
             check_schema(self.label, tables, current)
+            self.revisions = tuple(current)
             begin_read_only(self.conn)
         except BaseException:
             self.close()
             raise
 
     def execute(self, sql: str, params: Mapping[str, Any] | None = None) -> Result:
+        with self.stream(sql, params) as rows:
+            return Result(rows.columns, list(rows))
+
+    def stream(
+        self,
+        sql: str,
+        params: Mapping[str, Any] | None = None,
+        *,
+        timeout: float | None = None,
+        cancel: threading.Event | None = None,
+    ) -> RowStream:
+        # The server enforces the timeout (PostgreSQL: statement_timeout, for this read-only transaction);
+        # ``cancel`` is looked at between fetched rows. Rows come through a server-side cursor.
         try:
+            if timeout is not None and self.dialect == "postgresql":
+                self.conn.exec_driver_sql(f"SET LOCAL statement_timeout = {max(1, int(timeout * 1000))}")
+            conn = self.conn.execution_options(stream_results=True)
             # Without parameters the text goes to the driver as is: a ':' in a PostgreSQL cast stays a cast.
-            if params:
-                result = self.conn.execute(self._text(sql), dict(params))
-            else:
-                result = self.conn.exec_driver_sql(sql)
+            result = conn.execute(self._text(sql), dict(params)) if params else conn.exec_driver_sql(sql)
             columns = list(result.keys()) if result.returns_rows else []
-            rows = [tuple(r) for r in result] if result.returns_rows else []
         except self._errors as exc:
-            message = _first_line(exc)
-            if any(s in message for s in (*_READ_ONLY_MESSAGES, "read only")):
-                raise ReadOnlyError(
-                    f"refused ({message}): the history is open read-only, nothing was changed"
-                ) from exc
-            raise QueryError(f"SQL error: {message}") from exc
-        return Result(columns, rows)
+            raise self._translate(exc, timeout) from exc
+
+        def rows() -> Iterator[tuple[Any, ...]]:
+            try:
+                if not result.returns_rows:
+                    return
+                while True:
+                    try:
+                        chunk = result.fetchmany(FETCH_ROWS)
+                    except self._errors as exc:
+                        raise self._translate(exc, timeout) from exc
+                    if not chunk:
+                        return
+                    yield from (tuple(r) for r in chunk)
+                    if cancel is not None and cancel.is_set():
+                        raise _stopped("cancel", timeout)
+            finally:
+                result.close()
+
+        return RowStream(columns, rows())
+
+    def _translate(self, exc: Exception, timeout: float | None) -> HistoryError:
+        message = _first_line(exc)
+        if any(s in message for s in (*_READ_ONLY_MESSAGES, "read only")):
+            return ReadOnlyError(f"refused ({message}): the history is open read-only, nothing was changed")
+        if timeout is not None and "statement timeout" in message:
+            return _stopped("timeout", timeout)
+        return QueryError(f"SQL error: {message}")
 
     def close(self) -> None:
         try:
