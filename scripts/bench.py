@@ -92,9 +92,26 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--compare", metavar="REF", help="compare the working tree with a git ref (seed table)")
     p.add_argument("--skip-history", action="store_true", help="skip the synthetic-history part")
     p.add_argument("--skip-concurrency", action="store_true", help="skip the 4-process part")
+    p.add_argument(
+        "--children",
+        action="store_true",
+        help="Only the child-process benchmark: a 4-worker pool recording 400 launches vs one process.",
+    )
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     samples = args.samples or (3 if args.quick else 5)
+
+    if args.children:
+        from benchmarks.children import run_children, table
+
+        with tempfile.TemporaryDirectory(prefix="tilelens-bench-") as tmp:
+            result = run_children(Path(tmp))
+        print("## Child processes: a worker pool recording into one history\n")
+        print(table(result))
+        print(f"\nmachine: {machine()}")
+        if args.json:
+            args.json.write_text(json.dumps({"machine": machine(), "children": result}, indent=2))
+        return 0
 
     if args.compare:
         from benchmarks.compare import compare

@@ -41,6 +41,8 @@ _HOMES: dict[str, str] = {
     "History": "tilelens.store.history",
     "HistoryStatus": "tilelens.store.history",
     "newest_run": "tilelens.store.launches",
+    "run_tree": "tilelens.store.tree",
+    "TreeSummary": "tilelens.store.tree",
     "select_launches": "tilelens.store.launches",
     "replay_launch": "tilelens.replay.engine",
     "replay_launches": "tilelens.replay.engine",

@@ -136,6 +136,7 @@ class LaunchRecord:
     started_at: _dt.datetime = field(default_factory=utcnow)
     duration_s: float = 0.0
     seq: int = 0  # order within its run, assigned by the recorder
+    test_nodeid: str | None = None  # the pytest test running when it launched (tilelens.core.testid)
 
 
 @dataclass
@@ -161,3 +162,4 @@ class RunInfo:
     versions: dict[str, str]
     tag: str | None = None
     started_at: _dt.datetime = field(default_factory=utcnow)
+    parent_run_id: int | None = None  # the run of the process that started this one

@@ -31,6 +31,7 @@ LAUNCH_KEYS = [
     "oob_lanes",
     "bytes_loaded",
     "bytes_stored",
+    "test_nodeid",
     "oob_load_lanes",
     "oob_store_lanes",
     "dropped_lanes",
@@ -49,6 +50,8 @@ RUN_KEYS = [
     "kernels",
     "errors",
     "oob_lanes",
+    "parent_run_id",
+    "pid",
 ]
 
 

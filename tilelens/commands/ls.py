@@ -16,7 +16,8 @@ HELP = (
     "Examples:\n\n"
     "  tilelens ls --limit 20\n\n"
     "  tilelens ls --kernel matmul_kernel --oob\n\n"
-    "  tilelens ls --runs --status failed --json\n"
+    "  tilelens ls --runs --status failed --json\n\n"
+    "  tilelens ls --test 'tests/test_add.py::*' --oob\n"
 )
 
 
@@ -37,6 +38,12 @@ def ls(
     ),
     oob: bool = typer.Option(False, "--oob", help="Only launches (runs) with out-of-bounds lanes."),
     tag: str | None = typer.Option(None, "--tag", metavar="TAG", help="Only runs recorded with this tag."),
+    test: str | None = typer.Option(
+        None,
+        "--test",
+        metavar="PATTERN",
+        help="Only launches made by pytest tests whose node id matches (* wildcards, else a substring).",
+    ),
     limit: int = typer.Option(50, "--limit", "-n", min=1, metavar="N", help="At most N rows."),
     as_json: bool = JSON_OPTION,
 ) -> None:
@@ -45,6 +52,8 @@ def ls(
         raise typer.BadParameter(f"must be one of {', '.join(allowed)}", param_hint="--status")
     st = state(ctx)
     filters = {"kernel": kernel, "run": run, "status": status, "oob": oob, "tag": tag, "limit": limit}
+    if runs and test is not None:
+        raise typer.BadParameter("lists launches; leave out --runs", param_hint="--test")
     with api.open_query(st.db, st.blobs) as q:
         if runs:
             run_rows = q.runs(**filters)
@@ -53,7 +62,7 @@ def ls(
             else:
                 _print_runs(run_rows)
             return
-        launch_rows = q.launches(**filters)
+        launch_rows = q.launches(**filters, test=test)
     if as_json:
         print_json([r.as_dict() for r in launch_rows])
     else:
@@ -77,7 +86,11 @@ def _print_launches(rows: list) -> None:
     table.add_column("active lanes", justify="right")
     table.add_column("oob lanes", justify="right")
     table.add_column("status")
+    tests = any(r.test_nodeid for r in rows)
+    if tests:
+        table.add_column("test")
     for r in rows:
+        test = [render.cell(r.test_nodeid or "")] if tests else []
         table.add_row(
             render.cell(r.id),
             render.cell(render.local_time(r.started_at)),
@@ -87,6 +100,7 @@ def _print_launches(rows: list) -> None:
             render.cell(render.count(r.active_lanes)),
             render.cell(render.count(r.oob_lanes), "bold red" if r.oob_lanes else ""),
             render.status(r.status, r.role),
+            *test,
         )
     console.print(table)
 
@@ -112,7 +126,11 @@ def _print_runs(rows: list) -> None:
         ("status", "left"),
     ):
         table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    parents = any(r.parent_run_id is not None for r in rows)
+    if parents:  # child processes' runs: which run started them
+        table.add_column("parent", justify="right")
     for r in rows:
+        parent = [render.cell(r.parent_run_id if r.parent_run_id is not None else "")] if parents else []
         status = r.status if r.exit_code in (None, 0) else f"{r.status} (exit {r.exit_code})"
         table.add_row(
             render.cell(r.id),
@@ -124,5 +142,6 @@ def _print_runs(rows: list) -> None:
             render.cell(render.count(r.errors), "red" if r.errors else ""),
             render.cell(render.count(r.oob_lanes), "bold red" if r.oob_lanes else ""),
             render.status(status) if r.status == "ok" else render.cell(status, "red"),
+            *parent,
         )
     console.print(table)

@@ -84,7 +84,15 @@ def record(
     st = state(ctx)
     db, blobs = st.db, st.blobs
     argv = (["-m", target] if module else [target]) + args
-    rec = api.Recording(db, blobs, tag=tag, autotune=autotune, argv=argv, on_oob=on_oob)  # type: ignore[arg-type]
+    rec = api.Recording(
+        db,
+        blobs,
+        tag=tag,
+        autotune=autotune,  # type: ignore[arg-type]
+        argv=argv,
+        follow_children=True,
+        on_oob=on_oob,  # type: ignore[arg-type]
+    )
     started = time.monotonic()
     outcome = runner.Outcome(0)
     try:
@@ -100,12 +108,12 @@ def record(
                 raise KeyboardInterrupt  # the run is marked interrupted, not failed
     except KeyboardInterrupt:
         outcome = runner.Outcome(130, interrupted=True)
-    _print_summary(rec, outcome, time.monotonic() - started, db, blobs)
+    oob_lanes = _print_summary(rec, outcome, time.monotonic() - started, db, blobs)
     if outcome.signal is not None:
         runner.redeliver(outcome.signal)
-    if fail_on_oob and rec.oob_lanes and not outcome.interrupted:
+    if fail_on_oob and oob_lanes and not outcome.interrupted:
         render.err().print(
-            f"  --fail-on-oob: {rec.oob_lanes:,} lanes were out of bounds; exiting with status {EXIT_OOB}",
+            f"  --fail-on-oob: {oob_lanes:,} lanes were out of bounds; exiting with status {EXIT_OOB}",
             style="bold red",
             markup=False,
             highlight=False,
@@ -163,27 +171,35 @@ class _LiveStatus:
         self.rec.on_launch = None
 
 
-def _print_summary(rec: Recording, outcome: Any, elapsed: float, db: str | None, blobs: str | None) -> None:
+def _print_summary(rec: Recording, outcome: Any, elapsed: float, db: str | None, blobs: str | None) -> int:
+    """Print the summary on stderr; returns the out-of-bounds lanes of the run and its child runs."""
     from rich.text import Text
 
     console = render.err()
-    launches = sum(rec.launches_per_kernel.values())
-    kernels = len(rec.launches_per_kernel)
+    per_kernel, errors, children = rec.launches_per_kernel, rec.errors, 0
+    oob = (rec.oob_lanes, rec.oob_load_lanes, rec.oob_store_lanes, rec.dropped_lanes)
+    tree = _tree(rec)
+    if tree is not None and tree.child_runs:  # the program's child processes recorded runs of their own
+        per_kernel, errors, children = tree.launches_per_kernel, tree.errors, tree.child_runs
+        oob = (tree.oob_lanes, tree.oob_load_lanes, tree.oob_store_lanes, tree.dropped_lanes)
+    launches = sum(per_kernel.values())
+    kernels = len(per_kernel)
     head = Text("tilelens: ", style="bold")
-    head.append(f"run {rec.run_id}: ")
+    head.append(f"run {rec.run_id}")
+    if children:
+        head.append(f" and {children} child {_plural(children, 'run', 'runs')}")
+    head.append(": ")
     if launches:
         head.append(f"{launches} {_plural(launches, 'launch', 'launches')} of {kernels} ")
         head.append(f"{_plural(kernels, 'kernel', 'kernels')}, ")
-        head.append(
-            f"{rec.errors} {_plural(rec.errors, 'error', 'errors')}", style="red" if rec.errors else ""
-        )
+        head.append(f"{errors} {_plural(errors, 'error', 'errors')}", style="red" if errors else "")
         head.append(", ")
-        head.append(_oob_summary(rec), style="bold red" if rec.oob_lanes else "")
+        head.append(_oob_summary(oob), style="bold red" if oob[0] else "")
     else:
         head.append("no Triton launches recorded")
     head.append(f" ({elapsed:.1f} s)")
     console.print(head)
-    for name, n in sorted(rec.launches_per_kernel.items(), key=lambda kv: (-kv[1], kv[0])):
+    for name, n in sorted(per_kernel.items(), key=lambda kv: (-kv[1], kv[0])):
         console.print(Text(f"  {n:>6}  {escape(name)}"))
     if rec.autotune_events:
         console.print(Text(f"  autotune decisions: {rec.autotune_events}"))
@@ -206,17 +222,29 @@ def _print_summary(rec: Recording, outcome: Any, elapsed: float, db: str | None,
     if rec.launch_ids:
         hint += f"  |  {prefix} show {rec.launch_ids[-1]}"
     console.print(Text(escape(hint), style="dim"))
+    return oob[0]
 
 
-def _oob_summary(rec: Recording) -> str:
+def _oob_summary(oob: tuple[int, int, int, int]) -> str:
     """Out-of-bounds lanes, loads apart from stores (atomics count as stores), and how many were dropped."""
-    text = f"{rec.oob_lanes:,} out-of-bounds lanes"
-    if rec.oob_lanes:
-        text += f" ({rec.oob_load_lanes:,} loaded, {rec.oob_store_lanes:,} stored"
-        if rec.dropped_lanes:
-            text += f", {rec.dropped_lanes:,} of them dropped: outside every argument's memory"
+    total, loaded, stored, dropped = oob
+    text = f"{total:,} out-of-bounds lanes"
+    if total:
+        text += f" ({loaded:,} loaded, {stored:,} stored"
+        if dropped:
+            text += f", {dropped:,} of them dropped: outside every argument's memory"
         text += ")"
     return text
+
+
+def _tree(rec: Recording) -> Any:
+    """The run and its child processes' runs, counted from the history; None when that cannot be read."""
+    if rec.run_id is None or rec.history is None:
+        return None
+    try:
+        return api.run_tree(rec.history, rec.run_id)
+    except Exception:  # noqa: BLE001 - the summary falls back to this process's own counts
+        return None
 
 
 def _plural(n: int, one: str, many: str) -> str:

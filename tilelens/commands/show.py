@@ -85,6 +85,8 @@ def _print_header(console: Console, d: LaunchDetail) -> None:
     _field(console, "config", render.config(launch.config))
     if launch.tuning_key:
         _field(console, "tuning key", launch.tuning_key)
+    if launch.test_nodeid:
+        _field(console, "test", launch.test_nodeid)
     if launch.role != "launch":
         _field(console, "role", launch.role)
     _field(console, "status", launch.status, "red" if launch.status != "ok" else "green")

@@ -19,7 +19,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from tilelens.core import compat, session
+from tilelens.core import children, compat, session, testid
 from tilelens.core.bounds import OobPolicy, resolve_policy
 from tilelens.core.interpreter import TuningMirror, interception_patches
 from tilelens.core.session import AutotunePolicy
@@ -42,6 +42,9 @@ class Recording:
         argv: list[str] | None = None,
         history: Any = None,
         on_oob: OobPolicy | None = None,
+        parent_run_id: int | None = None,
+        follow_children: bool = False,
+        lazy_run: bool = False,
     ) -> None:
         if autotune not in ("first", "all"):
             raise UsageError(f"autotune must be 'first' or 'all', not {autotune!r}")
@@ -68,6 +71,12 @@ class Recording:
         self.on_launch: Any = None  # optional callback(record, launch_id), e.g. a live status line
         self.exit_code: int | None = None  # set by `tilelens record` to the program's exit status
         self.ended_by_signal: int | None = None  # set by `tilelens record`: SIGTERM/SIGHUP ended the program
+        # Child processes (tilelens.core.children): a child's run links to its parent's; a lazy run is begun
+        # by the first launch, so a child that launches nothing leaves no empty run behind.
+        self.parent_run_id = parent_run_id
+        self.follow_children = follow_children
+        self._lazy_run = lazy_run
+        self._finished = False
 
     @property
     def history(self) -> Any:
@@ -81,10 +90,8 @@ class Recording:
 
             self._history = History.open(self._db, self._blobs)
             self._history.blobs.check_writable()  # here, not at the first launch inside the user's program
-        info = RunInfo(
-            argv=self._argv, cwd=os.getcwd(), host=socket.gethostname(), versions=versions(), tag=self._tag
-        )
-        self.run_id = self._history.begin_run(info)
+        if not self._lazy_run:
+            self._begin_run()
         session.activate(self)
         self._patches = interception_patches(self._route)
         try:
@@ -92,7 +99,52 @@ class Recording:
         except BaseException:
             session.deactivate(self)
             raise
+        children.attach(self)
         return self
+
+    def _begin_run(self) -> None:
+        argv = self._argv if self._argv else list(sys.argv)
+        info = RunInfo(
+            argv=argv,
+            cwd=os.getcwd(),
+            host=socket.gethostname(),
+            versions=versions(),
+            tag=self._tag,
+            parent_run_id=self.parent_run_id,
+        )
+        self.run_id = self._history.begin_run(info)
+        children.run_started(self)
+
+    def finish(self, status: Any, exit_code: int | None = None) -> None:
+        """Mark this process's run finished, once; nothing when no run was begun (a lazy one never was)."""
+        if self._finished or self.run_id is None:
+            return
+        self._finished = True
+        self._history.finish_run(self.run_id, status, exit_code)
+
+    def become_child(self) -> None:
+        """In a forked child: from now on this process's launches go to a run of its own.
+
+        The child inherits this object, the patches and the history's engine from its parent. Its run links
+        to the parent's and is begun by its first launch; the parent's run, counters and database
+        connections are the parent's alone (the pooled connections are dropped here, never closed: closing
+        them would close the parent's).
+        """
+        self._lock = threading.Lock()  # another thread of the parent may have held it at the fork
+        if self.run_id is not None:
+            self.parent_run_id = self.run_id
+        self.run_id = None
+        self._lazy_run = True
+        self._finished = False
+        self._next_seq = 0
+        self.launch_ids = []
+        self.launches_per_kernel = Counter()
+        self.errors = self.oob_lanes = self.autotune_events = 0
+        self.oob_load_lanes = self.oob_store_lanes = self.dropped_lanes = 0
+        self.exit_code = None
+        self.on_launch = None  # the parent's live status line is not this process's
+        self._argv = []
+        self._history.engine.dispose(close=False)
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
@@ -100,6 +152,7 @@ class Recording:
         try:
             self._patches.__exit__(exc_type, exc, tb)
         finally:
+            children.detach(self)
             session.deactivate(self)
             self._traced.clear()
             self._mirror.restore()
@@ -110,8 +163,7 @@ class Recording:
             else:
                 status = "interrupted" if issubclass(exc_type, KeyboardInterrupt) else "failed"
             try:
-                if self.run_id is not None:
-                    self._history.finish_run(self.run_id, status, self.exit_code)
+                self.finish(status, self.exit_code)
             finally:
                 if self._owns_history:
                     self._history.close()
@@ -159,8 +211,12 @@ class Recording:
         launches slower, not faster. Its Python half (row building, SQLAlchemy) competes for the GIL with
         the interpreter, and its GIL-free half (hashing, fsync) is a few milliseconds that it could not hide.
         """
-        assert self.run_id is not None
+        if rec.test_nodeid is None:
+            rec.test_nodeid = testid.current()
         with self._lock:
+            if self.run_id is None:
+                self._begin_run()
+            assert self.run_id is not None
             rec.seq = self._next_seq
             launch_id = self._history.write_launch(self.run_id, rec)
             self._next_seq = rec.seq + 1  # the store may have given the next free seq instead
@@ -176,8 +232,10 @@ class Recording:
         return launch_id
 
     def write_autotune_event(self, event: AutotuneEvent, launch_id: int | None) -> None:
-        assert self.run_id is not None
         with self._lock:
+            if self.run_id is None:
+                self._begin_run()
+            assert self.run_id is not None
             self._history.write_autotune_event(self.run_id, event, launch_id)
             self.autotune_events += 1
 

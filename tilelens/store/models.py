@@ -100,6 +100,8 @@ class Run(Base):
     pid_start: Mapped[int | None] = mapped_column(BigInteger)
     boot_id: Mapped[str | None] = mapped_column(String(64))
     pid_ns: Mapped[str | None] = mapped_column(String(64))
+    # The run of the process that started this one (a forked or spawned child); None for a top-level run.
+    parent_run_id: Mapped[int | None] = mapped_column(Integer, index=True)
     tag: Mapped[str | None] = mapped_column(Text, index=True)
     versions: Mapped[dict[str, Any]]
     status: Mapped[str] = mapped_column(String(16), index=True)  # records.RunStatus
@@ -177,6 +179,7 @@ class Launch(Base):
     unattributed: Mapped[dict[str, Any] | None]
 
     trace_blob: Mapped[str | None] = mapped_column(ForeignKey("blobs.sha256"))
+    test_nodeid: Mapped[str | None] = mapped_column(Text, index=True)  # the pytest test it ran in
     trace_rows: Mapped[int | None] = mapped_column(BigInteger)
     trace_bytes: Mapped[int | None] = mapped_column(BigInteger)
 

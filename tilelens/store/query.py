@@ -18,6 +18,7 @@ Reads never create or migrate a history and never import torch, Triton or Alembi
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 import re
 import threading
@@ -90,15 +91,15 @@ def _time(value: Any) -> dt.datetime | None:
 
 # -- the query object ---------------------------------------------------------------------------------------
 
-# Launch columns added by schema 0003. Reading never migrates, so a history from before it is read with NULL
-# in their place: "not split", as for launches recorded before 0003 in an upgraded history.
+# Launch columns added by schema 0003: a history from before it reads NULL, "not split", as do launches
+# recorded before 0003 in an upgraded history.
 SPLIT_FIELDS = ("oob_load_lanes", "oob_store_lanes", "dropped_lanes")
 
 _LAUNCH_SELECT = """
 SELECT l.id, l.run_id, l.seq, l.started_at, l.duration_s, k.module, k.qualname,
        l.grid_x, l.grid_y, l.grid_z, l.config, l.tuning_key, l.role, l.status, l.error, l.backend, l.device,
        l.lanes, l.load_lanes + l.store_lanes + l.atomic_lanes, l.oob_lanes, l.bytes_loaded, l.bytes_stored,
-       {split}
+       {fields}
 FROM launches l JOIN kernels k ON k.id = l.kernel_id
 """
 
@@ -144,14 +145,23 @@ def _launch_summary(row: Sequence[Any]) -> LaunchSummary:
         oob_lanes=int(row[19]),
         bytes_loaded=int(row[20]),
         bytes_stored=int(row[21]),
-        oob_load_lanes=_int_or_none(row[22]),
-        oob_store_lanes=_int_or_none(row[23]),
-        dropped_lanes=_int_or_none(row[24]),
+        test_nodeid=row[22],
+        oob_load_lanes=_int_or_none(row[23]),
+        oob_store_lanes=_int_or_none(row[24]),
+        dropped_lanes=_int_or_none(row[25]),
     )
 
 
 def _int_or_none(value: Any) -> int | None:
     return None if value is None else int(value)
+
+
+def _like(pattern: str) -> str:
+    """A node-id pattern as SQL LIKE: ``*``/``?`` wildcards, else a substring; ``%``, ``_`` match themselves."""
+    escaped = pattern.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    if "*" not in pattern and "?" not in pattern:
+        return f"%{escaped}%"
+    return escaped.replace("*", "%").replace("?", "_")
 
 
 @dataclass
@@ -175,7 +185,6 @@ class HistoryQuery:
     def __init__(self, location: Location, reader: Reader) -> None:
         self.location = location
         self.reader = reader
-        self._has_split: bool | None = None  # launches has SPLIT_FIELDS (schema 0003); probed at first use
 
     def close(self) -> None:
         self.reader.close()
@@ -189,18 +198,24 @@ class HistoryQuery:
     def _rows(self, sql: str, params: dict[str, Any] | None = None) -> list[tuple[Any, ...]]:
         return self.reader.execute(sql, params).rows
 
-    def _launch_fields(self, names: Sequence[str]) -> str:
-        """``l.NAME`` for each of ``names``, NULL for the schema-0003 columns of a history that predates them."""
-        if self._has_split is None:
-            columns = self.reader.execute("SELECT * FROM launches WHERE 0 = 1").columns
-            self._has_split = all(name in columns for name in SPLIT_FIELDS)
-        return ", ".join(
-            f"NULL AS {name}" if name in SPLIT_FIELDS and not self._has_split else f"l.{name}"
-            for name in names
-        )
+    @functools.cached_property
+    def _launch_columns(self) -> frozenset[str]:
+        """The columns of ``launches``: reading never migrates, so a history may predate 0003's or 0007's."""
+        return frozenset(self.reader.execute("SELECT * FROM launches WHERE 1 = 0").columns)
 
+    def _launch_fields(self, names: Sequence[str]) -> str:
+        """``l.NAME`` for each of ``names``; NULL for a column this history's schema predates (read as unknown)."""
+        have = self._launch_columns
+        return ", ".join(f"l.{name}" if name in have else f"NULL AS {name}" for name in names)
+
+    @property
+    def _has_procs_columns(self) -> bool:
+        """Whether the history has revision 0007's columns; an older history is read with NULLs instead."""
+        return "test_nodeid" in self._launch_columns
+
+    @property
     def _launch_select(self) -> str:
-        return _LAUNCH_SELECT.format(split=self._launch_fields(SPLIT_FIELDS))
+        return _LAUNCH_SELECT.format(fields=self._launch_fields(("test_nodeid", *SPLIT_FIELDS)))
 
     # -- listings -----------------------------------------------------------------------------------------
 
@@ -224,9 +239,13 @@ class HistoryQuery:
         status: str | None = None,
         oob: bool = False,
         tag: str | None = None,
+        test: str | None = None,
         limit: int | None = 50,
     ) -> list[LaunchSummary]:
-        """Launches, newest first; every filter given must hold."""
+        """Launches, newest first; every filter given must hold.
+
+        ``test`` matches the pytest node id: ``*``/``?`` wildcards over the whole id, else any id containing it.
+        """
         if status is not None and status not in LAUNCH_STATUSES:
             raise UsageError(f"launch status must be one of {', '.join(LAUNCH_STATUSES)}, not {status!r}")
         f = _Filter()
@@ -242,7 +261,9 @@ class HistoryQuery:
             f.add("l.oob_lanes > 0")
         if tag is not None:
             f.add("l.run_id IN (SELECT id FROM runs WHERE tag = :tag)", tag=tag)
-        sql = f"{self._launch_select()} {f.sql()} ORDER BY l.id DESC"
+        if test is not None:
+            f.add("l.test_nodeid LIKE :test ESCAPE '\\'", test=_like(test))
+        sql = f"{self._launch_select} {f.sql()} ORDER BY l.id DESC"
         if limit is not None:
             sql += " LIMIT :limit"
             f.params["limit"] = row_limit(limit)
@@ -287,8 +308,9 @@ class HistoryQuery:
         if tag is not None:
             f.add("r.tag = :tag", tag=tag)
         sql = (
-            "SELECT r.id, r.started_at, r.finished_at, r.status, r.exit_code, r.tag, r.argv, r.cwd, r.host "
-            f"FROM runs r {f.sql()} ORDER BY r.id DESC"
+            "SELECT r.id, r.started_at, r.finished_at, r.status, r.exit_code, r.tag, r.argv, r.cwd, r.host, "
+            + ("r.parent_run_id, r.pid " if self._has_procs_columns else "NULL, NULL ")
+            + f"FROM runs r {f.sql()} ORDER BY r.id DESC"
         )
         if limit is not None and not live_filter:
             sql += " LIMIT :limit"
@@ -325,6 +347,8 @@ class HistoryQuery:
                     kernels=int(kernels or 0),
                     errors=int(errors or 0),
                     oob_lanes=int(oob_lanes or 0),
+                    parent_run_id=r[9],
+                    pid=r[10],
                 )
             )
         return out
@@ -356,7 +380,7 @@ class HistoryQuery:
     def launch(self, launch_id: int, *, oob_events: int = 10, source: bool = False) -> LaunchDetail:
         """Everything about one launch; ``source=True`` adds per-line lane counts beside the kernel source."""
         rows = (
-            self._rows(f"{self._launch_select()} WHERE l.id = :id", {"id": launch_id})
+            self._rows(f"{self._launch_select} WHERE l.id = :id", {"id": launch_id})
             if storable_id(launch_id)
             else []
         )

@@ -45,6 +45,7 @@ class LaunchSummary:
     oob_lanes: int
     bytes_loaded: int
     bytes_stored: int
+    test_nodeid: str | None = None  # the pytest test it ran in (pytest --tilelens, tilelens record -m pytest)
     # oob_lanes split into loads and stores (atomics count as stores), and the store lanes the recorder kept
     # from being written (outside every argument's memory); None for launches recorded before they were kept.
     oob_load_lanes: int | None = None
@@ -75,6 +76,8 @@ class RunSummary:
     kernels: int
     errors: int
     oob_lanes: int
+    parent_run_id: int | None = None  # the run of the process that started this one (a child process's run)
+    pid: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
         out = asdict(self)

@@ -1,0 +1,246 @@
+"""Following child processes: every Python process a recorded program starts records into the same history.
+
+How a child is reached, the way coverage.py measures subprocesses:
+
+* **Started children** (``subprocess`` running python, ``multiprocessing`` spawn and forkserver, pytest-xdist
+  workers): a recording that follows children puts :data:`ENV` in the environment (JSON: history, parent run,
+  tag, options). Every Python process runs the start-up hook at interpreter start: the ``tilelens_startup.pth``
+  file the package installs into site-packages (:data:`HOOK_LINE`, one line that only reads ``os.environ``
+  when the variable is unset), or, where that file is not installed (an editable install, a source tree on
+  ``PYTHONPATH``), the ``sitecustomize`` in ``tilelens/core/_hook`` that the recording puts first on the
+  children's ``PYTHONPATH`` and that chains to any other ``sitecustomize``. The hook calls :func:`start`.
+* **Forked children** (``os.fork``, ``multiprocessing`` fork, and the children of a forkserver): they inherit
+  the parent's recording, patches installed. An at-fork hook turns it into the child's own
+  (``Recording.become_child``) before the child runs anything else.
+
+Invariants: a child's launches go to a run of its own (``parent_run_id`` = the run of the nearest recorded
+ancestor, ``pid`` its own), never to its parent's; a child run is begun by the child's first launch, so a
+child that launches nothing (a forkserver, a ``python -c 'print(1)'``) leaves no run; a child that cannot
+open the history prints one line and runs unrecorded; ``TILELENS_DISABLE=1`` in a child's environment leaves
+it unrecorded. The child's recording starts only once Triton is imported, so a child that never imports it
+pays nothing but this module's import.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import importlib
+import importlib.abc
+import importlib.util
+import json
+import os
+import site
+import sys
+from pathlib import Path
+from typing import Any
+
+ENV = "TILELENS_FOLLOW"
+DISABLE = "TILELENS_DISABLE"
+HOOK_PTH = "tilelens_startup.pth"
+#: The .pth line: site executes lines starting with "import"; with ENV unset this is one dict look-up.
+HOOK_LINE = (
+    "import os; os.environ.get('TILELENS_FOLLOW') and "
+    "__import__('tilelens.core.children', fromlist=['start']).start()\n"
+)
+FALLBACK_DIR = Path(__file__).with_name("_hook")
+
+_state: dict[str, Any] = {"fork_hook": False, "child": None, "saved_env": None}
+
+
+def disabled(env: Any = None) -> bool:
+    value = (os.environ if env is None else env).get(DISABLE, "")
+    return value.strip().lower() not in ("", "0", "false", "no")
+
+
+# -- the parent side --------------------------------------------------------------------------------------
+
+
+def attach(rec: Any) -> None:
+    """Called when a recording starts: forks are handled from now on; started children follow if asked."""
+    if not _state["fork_hook"] and hasattr(os, "register_at_fork"):
+        os.register_at_fork(after_in_child=_after_fork_in_child)
+        _state["fork_hook"] = True
+    if rec.follow_children and _state["saved_env"] is None:
+        _state["saved_env"] = {k: os.environ.get(k) for k in (ENV, "PYTHONPATH")}
+        _advertise(rec, rec.run_id)
+        if not hook_installed():
+            path = os.environ.get("PYTHONPATH")
+            os.environ["PYTHONPATH"] = str(FALLBACK_DIR) + (os.pathsep + path if path else "")
+
+
+def detach(rec: Any) -> None:
+    """Called when a recording ends: the environment is as it was before :func:`attach`."""
+    saved = _state["saved_env"]
+    if not rec.follow_children or saved is None:
+        return
+    _state["saved_env"] = None
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
+def run_started(rec: Any) -> None:
+    """A run was begun: children started from now on link to it; a child's run is finished at its exit."""
+    if rec.follow_children and _state["saved_env"] is not None:
+        _advertise(rec, rec.run_id)
+    if rec.parent_run_id is not None:
+        atexit.register(_finish_quietly, rec)
+        mp_util = sys.modules.get("multiprocessing.util")
+        if mp_util is not None:  # multiprocessing's children leave through os._exit after its finalizers
+            mp_util.Finalize(None, _finish_quietly, args=(rec,), exitpriority=0)
+
+
+def _advertise(rec: Any, run_id: int | None) -> None:
+    location = rec.history.location
+    spec = {
+        "db": location.db_url,
+        "blobs": str(location.blobs_dir),
+        "run": run_id if run_id is not None else rec.parent_run_id,
+        "tag": rec._tag,
+        "autotune": rec.autotune_policy,
+    }
+    on_oob = getattr(rec, "on_oob", None)
+    if on_oob is not None:
+        spec["on_oob"] = on_oob
+    os.environ[ENV] = json.dumps(spec)
+
+
+def hook_installed() -> bool:
+    """Whether this interpreter's site directories hold the start-up ``.pth`` (a wheel install does)."""
+    dirs = list(site.getsitepackages()) if hasattr(site, "getsitepackages") else []
+    if site.ENABLE_USER_SITE:
+        dirs.append(site.getusersitepackages())
+    return any(os.path.exists(os.path.join(d, HOOK_PTH)) for d in dirs)
+
+
+def _after_fork_in_child() -> None:
+    from tilelens.core import session
+
+    rec = session.active()
+    if rec is not None and hasattr(rec, "become_child"):
+        rec.become_child()
+
+
+def _finish_quietly(rec: Any) -> None:
+    with contextlib.suppress(Exception):  # at exit: a history that went away must not print a traceback
+        rec.finish("ok", None)
+
+
+# -- the child side ---------------------------------------------------------------------------------------
+
+
+def start() -> None:
+    """The start-up hook: record this process if its environment asks for it (see the module docstring)."""
+    if _state["child"] is not None or disabled():
+        return
+    try:
+        spec = json.loads(os.environ[ENV])
+        if not isinstance(spec, dict) or "db" not in spec:
+            raise ValueError("not a TileLens child specification")
+    except (KeyError, ValueError) as exc:
+        _say(f"{ENV} is not usable ({exc})")
+        return
+    _state["child"] = "pending"
+    if "triton" in sys.modules:
+        begin(spec)
+    else:
+        sys.meta_path.insert(0, _AfterTritonImport(spec))
+
+
+def begin(spec: dict[str, Any]) -> None:
+    """Start this child's recording now; any failure is one line on stderr and the program goes on."""
+    try:
+        # By name: the recorder imports this module for the parent side, and a child starts here, from the
+        # hook, before anything has imported the recorder.
+        Recording = importlib.import_module("tilelens.core.recorder").Recording
+
+        kwargs: dict[str, Any] = {}
+        if spec.get("on_oob") is not None and "on_oob" in _recording_parameters(Recording):
+            kwargs["on_oob"] = spec["on_oob"]
+        rec = Recording(
+            spec["db"],
+            spec.get("blobs"),
+            tag=spec.get("tag"),
+            autotune=spec.get("autotune") or "first",
+            argv=[],
+            parent_run_id=spec.get("run"),
+            follow_children=True,
+            lazy_run=True,
+            **kwargs,
+        )
+        _state["child"] = rec
+        rec.__enter__()
+    except Exception as exc:  # noqa: BLE001 - never crash the user's worker
+        _state["child"] = None
+        _say(f"not recorded: {exc}")
+        return
+    atexit.register(_end_child, rec)
+
+
+def end() -> None:
+    """End this child's recording now (an xdist worker's, at the end of its session); idempotent."""
+    rec = _state["child"]
+    if rec is not None and rec != "pending":
+        _end_child(rec)
+
+
+def _end_child(rec: Any) -> None:
+    if _state.get("ended") is rec:
+        return
+    _state["ended"] = rec
+    with contextlib.suppress(Exception):
+        rec.__exit__(None, None, None)
+
+
+def _recording_parameters(cls: Any) -> set[str]:
+    import inspect
+
+    return set(inspect.signature(cls.__init__).parameters)
+
+
+def _say(message: str) -> None:
+    line = f"tilelens: process {os.getpid()}: {message}".replace("\n", " ")
+    with contextlib.suppress(Exception):
+        print(line, file=sys.stderr, flush=True)
+
+
+class _AfterTritonImport(importlib.abc.MetaPathFinder):
+    """Begins the child's recording right after ``import triton`` completes, and then leaves sys.meta_path.
+
+    Importing torch and Triton costs seconds; a child that never uses Triton should not pay it.
+    """
+
+    def __init__(self, spec: dict[str, Any]) -> None:
+        self.spec = spec
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+        if name != "triton":
+            return None
+        with contextlib.suppress(ValueError):
+            sys.meta_path.remove(self)
+        found = importlib.util.find_spec(name)
+        if found is None or found.loader is None:
+            return found
+        found.loader = _StartAfterLoad(found.loader, self.spec)
+        return found
+
+
+class _StartAfterLoad(importlib.abc.Loader):
+    def __init__(self, loader: Any, spec: dict[str, Any]) -> None:
+        self._loader, self._spec = loader, spec
+
+    def create_module(self, spec: Any) -> Any:
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module: Any) -> None:
+        module.__loader__ = self._loader
+        if module.__spec__ is not None:
+            module.__spec__.loader = self._loader
+        self._loader.exec_module(module)
+        begin(self._spec)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._loader, name)
