@@ -105,10 +105,10 @@ def downgrade() -> None:
     _drop_views()
     op.drop_index("ix_launches_test_nodeid", table_name="launches")
     op.drop_index("ix_runs_parent_run_id", table_name="runs")
-    with op.batch_alter_table("launches") as batch:
-        batch.drop_column("test_nodeid")
-    with op.batch_alter_table("runs") as batch:
-        batch.drop_column("parent_run_id")
+    # Plain ALTER TABLE DROP COLUMN (SQLite 3.35+), as 0004 and 0005 do: a batch copy of ``runs`` drops and
+    # re-creates the table, which the launches' foreign keys would follow.
+    op.drop_column("launches", "test_nodeid")
+    op.drop_column("runs", "parent_run_id")
     # Back to revision 0002's definitions, read from that migration itself.
     spec = importlib.util.spec_from_file_location("_tilelens_0002", Path(__file__).with_name("0002_views.py"))
     assert spec is not None and spec.loader is not None
