@@ -113,15 +113,14 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    # SQLite drops a column by copying the table; no view may name it meanwhile (the alembic command line
-    # does not switch on legacy_alter_table the way tilelens does).
+    # Plain ALTER TABLE DROP COLUMN (SQLite 3.35+), as 0004, 0005 and 0007 do: a batch copy of ``launches``
+    # drops the table, and with foreign keys on (the alembic command line) that deletes every launch_args
+    # and replay row. SQLite refuses the drop while a view names the table, so the views go first.
     _drop_views()
     op.execute("DROP VIEW run_overview")
-    with op.batch_alter_table("launch_args") as batch:
-        batch.drop_column("storage_bytes")
-    with op.batch_alter_table("launches") as batch:
-        for name in reversed(_LAUNCH_COLUMNS):
-            batch.drop_column(name)
+    op.drop_column("launch_args", "storage_bytes")
+    for name in reversed(_LAUNCH_COLUMNS):
+        op.drop_column("launches", name)
     op.execute(f"CREATE VIEW launch_overview AS {LAUNCH_OVERVIEW_0002}")
     op.execute(f"CREATE VIEW oob_launches AS {OOB_LAUNCHES}")
     op.execute(f"CREATE VIEW run_overview AS {RUN_OVERVIEW_0002}")

@@ -56,6 +56,8 @@ def test_down_to_0002_and_up_again_keeps_launches_and_leaves_their_split_unknown
         )
         detail = q.launch(first)
         assert detail.summary["oob_lanes"] == 5 and detail.summary["dropped_lanes"] is None
+        # The downgrade dropped columns in place: no launch or argument row went with them.
+        assert q.sql(f"SELECT count(*) FROM launch_args WHERE launch_id = {first}").rows == [(len(rec.args),)]
     with History.open(location=resolve_location(), script_location=None) as h:  # upgraded again on open
         assert h.migrated_from == ("0002",)
         assert {"oob_load_lanes", "oob_store_lanes", "dropped_lanes"} <= _columns(h, "launches")
