@@ -97,3 +97,21 @@ def test_policy_resolution() -> None:
         assert "on_oob must be one of record, raise, not 'warn'" in str(exc)
     else:
         raise AssertionError("an unknown policy was accepted")
+
+
+def test_out_of_bounds_error_is_a_runtime_error_of_the_tilelens_family() -> None:
+    import tilelens
+    import tilelens.api
+    from tilelens import errors
+    from tilelens.commands import record
+
+    cls = errors.OutOfBoundsError
+    assert tilelens.OutOfBoundsError is tilelens.api.OutOfBoundsError is bounds.OutOfBoundsError is cls
+    assert issubclass(cls, errors.TileLensError) and issubclass(cls, RuntimeError)
+    assert cls.exit_code == record.EXIT_OOB == 3
+    try:
+        bounds.resolve_policy("ignore")
+    except errors.UsageError as exc:
+        assert str(exc) == "on_oob must be one of record, raise, not 'ignore'"
+    else:
+        raise AssertionError("an unknown policy was accepted")
