@@ -65,7 +65,7 @@ def _triton_state():
     # of the interpreter module.
     for cls in (compat.InterpreterBuilder, compat.ReduceOps, compat.ScanOps):
         state[f"{cls.__name__} vars"] = dict(vars(cls))
-    for name in ("_implicit_cvt", "_patch_lang"):
+    for name in ("_implicit_cvt", "_patch_lang", compat.PATCH_LANG_TENSOR):
         state[f"interpreter.{name}"] = vars(compat.interpreter_module)[name]
     for ns in compat.LANG_NAMESPACES:
         state[repr(ns)] = dict(vars(ns))

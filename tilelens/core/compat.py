@@ -33,6 +33,14 @@ HAS_BLOCK_POINTERS = TRITON_VERSION < (3, 9)
 # The autotune listener knob exists from Triton 3.8 on.
 HAS_AUTOTUNE_LISTENER = hasattr(knobs.autotuning, "listener")
 
+# Triton 3.6's interpreter turns a scalar tensor into an index (``range(0, n, BLOCK)`` over a runtime ``n``,
+# any ``operator.index``) with ``int(handle.data)``, and scalars are arrays of shape (1,): numpy >= 2.4 refuses
+# that ("only 0-dimensional arrays can be converted to Python scalars"). 3.7 on squeeze the array first,
+# which is what ``launch_patches`` installs for 3.6 (the same value under every numpy). ``_patch_lang_tensor``
+# is the function, same name in 3.6 through 3.9, where the interpreter sets ``tl.tensor.__index__``.
+INDEX_NEEDS_SQUEEZE = TRITON_VERSION < (3, 7)
+PATCH_LANG_TENSOR = "_patch_lang_tensor"
+
 # Class methods where every memory access of the interpreter ends, in every supported version:
 # plain, block-pointer (3.6 routes create_tensor_pointer_* here), descriptor and gather/scatter paths.
 ACCESS_METHODS = ("create_masked_load", "create_masked_store", "create_atomic_rmw", "create_atomic_cas")
