@@ -320,7 +320,7 @@ class SQLiteReader(Reader):
         self.label = str(path)
         self.denied: str | None = None
         if not path.exists():
-            raise NoHistoryError(f"no TileLens history at {path}")
+            raise NoHistoryError(location.no_history_message())
         if path.is_dir():
             raise NotAHistoryError(f"{path} is a directory, not a TileLens history")
         self.conn = connect_read_only(path, self.label)
