@@ -121,8 +121,16 @@ def test_record_restores_triton_exactly_even_on_error(where):
 
 STOCK_MATMUL = """
 import hashlib, torch
+from triton.runtime import interpreter
 from triton.runtime.interpreter import InterpretedFunction
 from tests import kernels
+from tilelens.core import compat
+if compat.INDEX_NEEDS_SQUEEZE:  # 3.6 cannot run range(0, K, BK) with numpy >= 2.4: only 3.7's fix, written anew
+    stock_patch = interpreter._patch_lang_tensor
+    def patch_lang_tensor(tensor, scope):
+        stock_patch(tensor, scope)
+        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.squeeze()))
+    interpreter._patch_lang_tensor = patch_lang_tensor
 torch.manual_seed(0)
 a, b, c = torch.randn(64, 64), torch.randn(64, 64), torch.empty(64, 64)
 InterpretedFunction(kernels.matmul_kernel.fn)[(2, 2)](a, b, c, 64, 64, 64, BM=32, BN=32, BK=32)
