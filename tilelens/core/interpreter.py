@@ -11,7 +11,8 @@ test checks it). The patch sets:
   ``knobs.runtime.interpret`` on, and restores every ``tl`` namespace afterwards (the stock interpreter can leak
   patches of helpers' modules).
   It also installs the compiled-Triton semantics of ``tilelens.core.semantics`` (typed scalar parameters,
-  bfloat16 arithmetic, libdevice), so recorded and replayed launches compute what compiled Triton computes.
+  bfloat16 arithmetic, libdevice), so recorded and replayed launches compute what compiled Triton computes,
+  and on Triton 3.6 the scalar-to-index conversion of 3.7 (3.6's fails under numpy >= 2.4).
   For a Gluon kernel it adds ``gluon_simulation``: the Gluon simulator of ``tilelens.core.gluon`` (Gluon's
   builtins with the simulator's semantic, reductions with Gluon layouts, Gluon's host TMA descriptors).
 * ``pre_run_hooks`` — for the same launch: the interpreted function's pre-run hooks, with TileLens's own first
@@ -258,7 +259,7 @@ def _index_through_squeeze(original: Callable[..., Any]) -> Callable[..., Any]:
     set through the same scope right after, so it is undone with it.
     """
 
-    def _patch_lang_tensor(tensor, scope):
+    def _patch_lang_tensor(tensor: Any, scope: Any) -> None:
         original(tensor, scope)
         scope.set_attr(tensor, "__index__", _scalar_index)
 
