@@ -24,7 +24,7 @@ Heuristics = _autotuner.Heuristics
 InterpretedFunction = _interpreter.InterpretedFunction
 InterpreterBuilder = _interpreter.InterpreterBuilder
 InterpreterError = _interpreter.InterpreterError
-# Triton 3.8 registers every JITFunction by "module:qualname"; 3.6 keeps no registry.
+# Triton 3.7 on register every JITFunction by "module:qualname"; 3.6 keeps no registry.
 jit_registry: dict[str, Any] | None = getattr(_jit, "_triton_jit_function_registry", None)
 
 # Triton 3.9 removed tl.make_block_ptr in favour of tensor descriptors.
