@@ -22,7 +22,7 @@ import sysconfig
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-SOURCES = ["pyproject.toml", "README.md", "tilelens", "migrations"]
+SOURCES = ["pyproject.toml", "setup.py", "README.md", "tilelens", "migrations"]  # what a build reads
 
 SCRIPT = """
 import torch
@@ -89,6 +89,7 @@ def make_venv(tmp: Path, wheel: Path) -> Path:
         ).strip()
     )
     ours = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"], *site.getsitepackages()}
+    ours.discard(str(purelib))
     (purelib / "_tilelens_test_deps.pth").write_text("".join(f"{p}\n" for p in sorted(ours)))
     subprocess.run(
         [
@@ -106,6 +107,8 @@ def make_venv(tmp: Path, wheel: Path) -> Path:
         capture_output=True,
         text=True,
     )
+    # The child-process start-up hook is a top-level .pth that setup.py adds to every wheel.
+    assert (purelib / "tilelens_startup.pth").is_file()
     return venv
 
 
