@@ -34,6 +34,10 @@ class LocationError(UsageError):
     """The given location cannot name a history (bad URL syntax)."""
 
 
+class SettingsError(UsageError):
+    """``[tool.tilelens]`` in pyproject.toml or a ``TILELENS_*`` variable holds something TileLens cannot use."""
+
+
 class ProgramNotFoundError(UsageError):
     """The script does not exist or the module cannot be found: nothing was run."""
 

@@ -51,12 +51,15 @@ def record(
     ctx: typer.Context,
     target: str = typer.Argument(..., metavar="SCRIPT|MODULE", help="Script path, or module name with -m."),
     module: bool = typer.Option(False, "-m", help="Run MODULE as `python -m MODULE` does."),
-    tag: str | None = typer.Option(None, "--tag", metavar="TEXT", help="Label the run (ls --tag finds it)."),
-    autotune: str = typer.Option(
-        "first",
+    tag: str | None = typer.Option(
+        None, "--tag", metavar="TEXT", help="Label the run (ls --tag finds it; default: [tool.tilelens] tag)."
+    ),
+    autotune: str | None = typer.Option(
+        None,
         "--autotune",
         metavar="first|all",
-        help="first: record the launch the autotuner picks; all: also every config it tries.",
+        help="first (default, or [tool.tilelens] autotune): record the launch the autotuner picks; "
+        "all: also every config it tries.",
     ),
     on_oob: str | None = typer.Option(
         None,
@@ -73,7 +76,7 @@ def record(
 ) -> None:
     from tilelens import runner
 
-    if autotune not in ("first", "all"):
+    if autotune is not None and autotune not in ("first", "all"):
         raise typer.BadParameter("must be first or all", param_hint="--autotune")
     if on_oob is not None and on_oob not in ("record", "raise"):
         raise typer.BadParameter("must be record or raise", param_hint="--on-oob")

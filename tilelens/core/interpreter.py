@@ -12,7 +12,8 @@ test checks it). The patch sets:
   Triton without ``TRITON_INTERPRET``) run interpreted, turns ``knobs.runtime.interpret`` on, and restores
   every ``tl`` namespace afterwards (the stock interpreter can leak patches of helpers' modules).
   It also installs the compiled-Triton semantics of ``tilelens.core.semantics`` (typed scalar parameters,
-  bfloat16 arithmetic, libdevice), so recorded and replayed launches compute what compiled Triton computes.
+  bfloat16 arithmetic, libdevice), so recorded and replayed launches compute what compiled Triton computes,
+  and on Triton 3.6 the scalar-to-index conversion of 3.7 (3.6's fails under numpy >= 2.4).
   For a Gluon kernel it adds ``gluon_simulation``: the Gluon simulator of ``tilelens.core.gluon`` (Gluon's
   builtins with the simulator's semantic, reductions with Gluon layouts, Gluon's host TMA descriptors).
 * ``pre_run_hooks`` — for the same launch: the interpreted function's pre-run hooks, with TileLens's own first
@@ -317,6 +318,27 @@ def _semantic_patches(patcher: _Patcher) -> None:
     patcher.set(compat.ReduceOps, "min_max", semantics.bf16_min_max(compat.ReduceOps.min_max))
     patcher.set(compat.ScanOps, "cumsum", semantics.bf16_scan(compat.ScanOps.cumsum, np.cumsum))
     patcher.set(compat.ScanOps, "cumprod", semantics.bf16_scan(compat.ScanOps.cumprod, np.cumprod))
+    if compat.INDEX_NEEDS_SQUEEZE:
+        name = compat.PATCH_LANG_TENSOR
+        patcher.set(module, name, _index_through_squeeze(getattr(module, name)))
+
+
+def _index_through_squeeze(original: Callable[..., Any]) -> Callable[..., Any]:
+    """Triton 3.6's tensor patching with 3.7's ``__index__``: numpy >= 2.4 refuses ``int()`` of a (1,) array.
+
+    The interpreter's own scope sets (and at the end of the launch restores) ``tl.tensor.__index__``; ours is
+    set through the same scope right after, so it is undone with it.
+    """
+
+    def _patch_lang_tensor(tensor: Any, scope: Any) -> None:
+        original(tensor, scope)
+        scope.set_attr(tensor, "__index__", _scalar_index)
+
+    return _patch_lang_tensor
+
+
+def _scalar_index(self: Any) -> int:
+    return int(self.handle.data.squeeze())
 
 
 def _patch_lang_with_libdevice(original: Callable[..., Any]) -> Callable[..., Any]:

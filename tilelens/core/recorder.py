@@ -38,7 +38,7 @@ class Recording:
         blobs: str | Path | None = None,
         *,
         tag: str | None = None,
-        autotune: AutotunePolicy = "first",
+        autotune: AutotunePolicy | None = None,
         argv: list[str] | None = None,
         history: Any = None,
         on_oob: OobPolicy | None = None,
@@ -46,6 +46,13 @@ class Recording:
         follow_children: bool = False,
         lazy_run: bool = False,
     ) -> None:
+        if tag is None or autotune is None or on_oob is None:  # the project's: TILELENS_* or [tool.tilelens]
+            from tilelens.config import load_settings
+
+            settings = load_settings()
+            tag = settings.tag if tag is None else tag
+            autotune = settings.autotune if autotune is None else autotune  # type: ignore[assignment]
+            on_oob = settings.on_oob if on_oob is None else on_oob  # type: ignore[assignment]
         if autotune not in ("first", "all"):
             raise UsageError(f"autotune must be 'first' or 'all', not {autotune!r}")
         self.autotune_policy: AutotunePolicy = autotune
@@ -245,15 +252,17 @@ def record(
     blobs: str | Path | None = None,
     *,
     tag: str | None = None,
-    autotune: AutotunePolicy = "first",
+    autotune: AutotunePolicy | None = None,
     on_oob: OobPolicy | None = None,
 ) -> Recording:
     """Record every Triton launch made inside the block.
 
     Every launch of every Triton kernel (``@triton.jit``, ``@triton.autotune``, ``@triton.heuristics``, in
     any order, decorated before or inside the block, in compiled mode or with ``TRITON_INTERPRET=1``) runs
-    through Triton's CPU interpreter and is written to the history at ``db``/``blobs`` (default
-    ``./.tilelens``). ``autotune="all"`` also records every pruned config's trial launch.
+    through Triton's CPU interpreter and is written to the history at ``db``/``blobs`` (resolved by
+    ``tilelens.config.resolve_location``: a ``.tilelens`` found upwards, else ``./.tilelens``).
+    ``autotune="all"`` also records every pruned config's trial launch. ``tag`` and ``autotune`` not given
+    come from ``TILELENS_TAG``/``TILELENS_AUTOTUNE`` or ``[tool.tilelens]`` (default: no tag, ``"first"``).
 
     Out-of-bounds lanes never crash the program: stores and atomics outside every argument's memory are
     dropped, the rest is recorded (see ``tilelens.core.bounds``). ``on_oob="raise"`` makes a launch with
