@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from tilelens.api import (
         GluonTrace,
         History,
+        OutOfBoundsError,
         Recording,
         TritonTrace,
         inspect_history,
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
 __all__ = [
     "GluonTrace",
     "History",
+    "OutOfBoundsError",
     "Recording",
     "TritonTrace",
     "__version__",

@@ -26,6 +26,7 @@ _HOMES: dict[str, str] = {
     "GluonTrace": "tilelens.core.trace",
     "TritonTrace": "tilelens.core.trace",
     "trace": "tilelens.core.trace",
+    "OutOfBoundsError": "tilelens.errors",  # raised into the program under on_oob="raise"
     # reading: neither torch, Triton nor Alembic (see tilelens.store.query)
     "EXPORT_FORMATS": "tilelens.store.query",
     "HistoryQuery": "tilelens.store.query",

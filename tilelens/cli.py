@@ -31,7 +31,7 @@ app = typer.Typer(
     name="tilelens",
     help="TileLens: record/replay trace database for Triton kernels.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
 )
 

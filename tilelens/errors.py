@@ -34,6 +34,10 @@ class LocationError(UsageError):
     """The given location cannot name a history (bad URL syntax)."""
 
 
+class SettingsError(UsageError):
+    """``[tool.tilelens]`` in pyproject.toml or a ``TILELENS_*`` variable holds something TileLens cannot use."""
+
+
 class ProgramNotFoundError(UsageError):
     """The script does not exist or the module cannot be found: nothing was run."""
 
@@ -44,6 +48,18 @@ class StateError(TileLensError, RuntimeError):
 
 class UnsupportedError(TileLensError, NotImplementedError):
     """Outside what TileLens supports: a Triton release, a database server, a construct it cannot run."""
+
+
+class OutOfBoundsError(TileLensError, RuntimeError):
+    """A launch touched memory outside its arguments under ``on_oob="raise"``; the launch was recorded first.
+
+    Raised into the user's program at the launch (see :mod:`tilelens.core.bounds`), so the program may catch
+    it; uncaught, it ends the program as any exception does. The message names the kernel, the source line,
+    the program, the argument and how far out of bounds the first offending event reached. ``exit_code`` is
+    3, the status of ``tilelens record --fail-on-oob`` when any lane was out of bounds.
+    """
+
+    exit_code = 3
 
 
 # -- histories ----------------------------------------------------------------------------------------------

@@ -89,6 +89,7 @@ class ArgumentRecord:
     value: Any = None  # JSON-able value for scalars / constexprs / other
     before: torch.Tensor | None = None
     after: torch.Tensor | None = None
+    storage_bytes: int | None = None  # size of the whole storage behind the view (its allocation)
 
 
 @dataclass
@@ -103,9 +104,12 @@ class AccessSummary:
     atomic_lanes: int = 0
     bytes_loaded: int = 0
     bytes_stored: int = 0
-    oob_lanes: int = 0
+    oob_lanes: int = 0  # active lanes outside every argument's view, all ops
     events: int = 0
     lanes: int = 0  # total lanes of all events, active or masked off
+    oob_load_lanes: int = 0  # oob_lanes of loads
+    oob_store_lanes: int = 0  # oob_lanes of stores and atomics
+    dropped_lanes: int = 0  # store/atomic lanes outside every argument's storage: never written
 
     @property
     def active_lanes(self) -> int:

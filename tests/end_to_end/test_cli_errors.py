@@ -22,12 +22,15 @@ def test_no_history_is_reported_and_not_created(tmp_path: Path, args: list[str])
 def test_default_location_is_not_created_either(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("TILELENS_DB")
     monkeypatch.delenv("TILELENS_BLOBS")
-    proc = tilelens("ls", cwd=tmp_path)
-    assert (
-        one_line_error(proc)
-        == f"tilelens: error: no TileLens history at {tmp_path / '.tilelens' / 'tilelens.db'}"
+    monkeypatch.setenv("HOME", str(tmp_path))  # the search for .tilelens stops below home
+    cwd = tmp_path / "project" / "sub"
+    cwd.mkdir(parents=True)
+    proc = tilelens("ls", cwd=cwd)
+    assert one_line_error(proc) == (
+        f"tilelens: error: no TileLens history in {cwd} or any parent below {tmp_path}"
+        " (use --db or TILELENS_DB)"
     )
-    assert not (tmp_path / ".tilelens").exists()
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["project", "sub"]
 
 
 def test_not_a_history(tmp_path: Path) -> None:

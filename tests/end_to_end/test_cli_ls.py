@@ -32,6 +32,9 @@ LAUNCH_KEYS = [
     "bytes_loaded",
     "bytes_stored",
     "test_nodeid",
+    "oob_load_lanes",
+    "oob_store_lanes",
+    "dropped_lanes",
 ]
 RUN_KEYS = [
     "id",
@@ -83,6 +86,8 @@ def test_ls_json_schema_and_values(examples_history: Recorded) -> None:
     assert oob["grid"] == [4, 1, 1]
     assert oob["config"]["constexprs"] == {"BLOCK_SIZE": 64}
     assert (oob["lanes"], oob["active_lanes"], oob["oob_lanes"]) == (512, 456, 56)
+    # The 56 stray lanes are loads, inside x's parent storage: read, nothing dropped.
+    assert (oob["oob_load_lanes"], oob["oob_store_lanes"], oob["dropped_lanes"]) == (56, 0, 0)
     assert oob["started_at"].endswith("+00:00")
     assert [r["id"] for r in rows] == sorted((r["id"] for r in rows), reverse=True)
 

@@ -35,6 +35,9 @@ SUMMARY_KEYS = [
     "oob_lanes",
     "events",
     "lanes",
+    "oob_load_lanes",
+    "oob_store_lanes",
+    "dropped_lanes",
 ]
 ARG_KEYS = [
     "position",
@@ -77,6 +80,7 @@ OOB_EVENT_KEYS = [
     "active",
     "oob_lanes",
     "offsets",
+    "stray_lanes",
 ]
 AUTOTUNE_KEYS = ["id", "tuning_key", "configs", "timings", "chosen", "cache_hit", "created_at"]
 SOURCE_LINE_KEYS = ["line", "text", "load_lanes", "store_lanes", "atomic_lanes"]
@@ -128,7 +132,7 @@ def test_show_json_schema_and_the_out_of_bounds_bug(examples_history: Recorded) 
         "x_ptr",
         15,
     )
-    assert (event["oob_lanes"], event["offsets"]) == (56, [200, 255])
+    assert (event["oob_lanes"], event["offsets"], event["stray_lanes"]) == (56, [200, 255], 0)
     assert event["source_text"].strip().startswith("x = tl.load(x_ptr + offsets)")
     lines = {s["line"]: s for s in d["source_lines"]}
     assert list(lines[15]) == SOURCE_LINE_KEYS
@@ -150,7 +154,7 @@ def test_show_text(examples_history: Recorded) -> None:
         "examples/oob_bug.py:13",
         "grid       (4, 1, 1)",
         "config     BLOCK_SIZE=64",
-        "56 lanes outside every argument",
+        "56 lanes outside every argument (56 loaded, 0 stored)",
         "out-of-bounds events (first 1 of 1)",
         "pid (3, 0, 0)  load x_ptr  line 15: 56 of 64 active lanes outside, element offsets 200..255 "
         "(x_ptr has 200 elements)",

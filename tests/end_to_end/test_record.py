@@ -65,7 +65,7 @@ def _triton_state():
     # of the interpreter module.
     for cls in (compat.InterpreterBuilder, compat.ReduceOps, compat.ScanOps):
         state[f"{cls.__name__} vars"] = dict(vars(cls))
-    for name in ("_implicit_cvt", "_patch_lang"):
+    for name in ("_implicit_cvt", "_patch_lang", compat.PATCH_LANG_TENSOR):
         state[f"interpreter.{name}"] = vars(compat.interpreter_module)[name]
     for ns in compat.LANG_NAMESPACES:
         state[repr(ns)] = dict(vars(ns))
@@ -121,8 +121,16 @@ def test_record_restores_triton_exactly_even_on_error(where):
 
 STOCK_MATMUL = """
 import hashlib, torch
+from triton.runtime import interpreter
 from triton.runtime.interpreter import InterpretedFunction
 from tests import kernels
+from tilelens.core import compat
+if compat.INDEX_NEEDS_SQUEEZE:  # 3.6 cannot run range(0, K, BK) with numpy >= 2.4: only 3.7's fix, written anew
+    stock_patch = interpreter._patch_lang_tensor
+    def patch_lang_tensor(tensor, scope):
+        stock_patch(tensor, scope)
+        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.squeeze()))
+    interpreter._patch_lang_tensor = patch_lang_tensor
 torch.manual_seed(0)
 a, b, c = torch.randn(64, 64), torch.randn(64, 64), torch.empty(64, 64)
 InterpretedFunction(kernels.matmul_kernel.fn)[(2, 2)](a, b, c, 64, 64, 64, BM=32, BN=32, BK=32)

@@ -135,7 +135,7 @@ def test_migrations_go_down_and_up_again(history: History) -> None:
     run = history.begin_run(store_helpers.run_info())
     history.write_launch(run, store_helpers.launch())
     with history.engine.begin() as conn:
-        command.downgrade(database.alembic_config(connection=conn), "0007")  # before runs.uuid
+        command.downgrade(database.alembic_config(connection=conn), "0008")  # before runs.uuid
     with history.engine.connect() as conn:
         assert "uuid" not in {c["name"] for c in sa.inspect(conn).get_columns("runs")}
     with history.engine.begin() as conn:

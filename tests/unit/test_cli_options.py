@@ -118,8 +118,10 @@ def test_error_family() -> None:
         cls = getattr(errors, name)
         if isinstance(cls, type) and issubclass(cls, Exception) and cls.__module__ == errors.__name__:
             assert issubclass(cls, errors.TileLensError), name
-            # 2 for every input error; an interrupted query ends as a shell's Ctrl-C does
-            assert cls.exit_code == (130 if cls is errors.QueryInterruptedError else 2), name
+            # 2 for every input error; an interrupted query ends as a shell's Ctrl-C does; OutOfBoundsError,
+            # raised into a recorded program, with the status of --fail-on-oob
+            special = {errors.QueryInterruptedError: 130, errors.OutOfBoundsError: 3}
+            assert cls.exit_code == special.get(cls, 2), name
     from tilelens import config, runner
     from tilelens.replay import LaunchNotFoundError as from_replay
     from tilelens.store import query, readonly

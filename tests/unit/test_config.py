@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tilelens.config import Location, LocationError, resolve_location
+from tilelens.config import Location, LocationError, Settings, SettingsError, load_settings, resolve_location
 
 
 def test_default_is_dot_tilelens_in_cwd(tmp_path: Path) -> None:
@@ -118,3 +118,174 @@ def test_location_is_frozen() -> None:
     loc = Location("sqlite:////h.db", Path("/b"))
     with pytest.raises(dataclasses.FrozenInstanceError):
         loc.db_url = "x"  # type: ignore[misc]
+
+
+# -- discovery, [tool.tilelens], precedence --------------------------------------------------------------
+
+
+def _history_dir(folder: Path) -> Path:
+    (folder / ".tilelens").mkdir(parents=True)
+    return folder / ".tilelens"
+
+
+def test_history_in_a_parent_is_found_like_git(tmp_path: Path) -> None:
+    found = _history_dir(tmp_path / "proj")
+    cwd = tmp_path / "proj" / "src" / "deep"
+    cwd.mkdir(parents=True)
+    loc = resolve_location(env={}, cwd=cwd, home=tmp_path)
+    assert loc == Location(f"sqlite:///{found}/tilelens.db", found / "blobs")
+    assert loc.searched_from is None
+
+
+def test_nearest_history_wins(tmp_path: Path) -> None:
+    _history_dir(tmp_path / "proj")
+    inner = _history_dir(tmp_path / "proj" / "sub")
+    assert resolve_location(env={}, cwd=inner.parent, home=tmp_path).blobs_dir == inner / "blobs"
+
+
+def test_search_stops_below_home(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    _history_dir(home)
+    cwd = home / "proj"
+    cwd.mkdir()
+    loc = resolve_location(env={}, cwd=cwd, home=home)
+    assert loc == Location(f"sqlite:///{cwd}/.tilelens/tilelens.db", cwd / ".tilelens" / "blobs")
+    assert loc.searched_from == cwd
+    # Working in home itself, its own .tilelens is the default anyway.
+    assert resolve_location(env={}, cwd=home, home=home).blobs_dir == home / ".tilelens" / "blobs"
+
+
+def test_outside_home_the_search_goes_up_to_the_root(tmp_path: Path) -> None:
+    found = _history_dir(tmp_path / "srv")
+    cwd = tmp_path / "srv" / "a"
+    cwd.mkdir()
+    assert resolve_location(env={}, cwd=cwd, home=tmp_path / "elsewhere").blobs_dir == found / "blobs"
+
+
+def test_no_history_anywhere_names_the_search(tmp_path: Path) -> None:
+    cwd = tmp_path / "a"
+    cwd.mkdir()
+    loc = resolve_location(env={}, cwd=cwd, home=tmp_path)
+    assert loc.searched_from == cwd
+    assert loc.no_history_message().startswith(f"no TileLens history in {cwd} or any parent")
+    assert loc.no_history_message().endswith(" (use --db or TILELENS_DB)")
+    named = resolve_location(str(cwd / "h.db"), env={}, cwd=cwd, home=tmp_path)
+    assert named.no_history_message() == f"no TileLens history at {cwd / 'h.db'}"
+
+
+def _pyproject(folder: Path, body: str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "pyproject.toml"
+    path.write_text('[project]\nname = "demo"\n\n' + body)
+    return path
+
+
+def test_pyproject_paths_are_relative_to_the_file_from_a_subfolder(tmp_path: Path) -> None:
+    proj = tmp_path / "proj"
+    pyproject = _pyproject(proj, '[tool.tilelens]\ndb = "runs/h.db"\nblobs = "../shared-blobs"\ntag = "ci"\n')
+    cwd = proj / "src" / "pkg"
+    cwd.mkdir(parents=True)
+    settings = load_settings(env={}, cwd=cwd, home=tmp_path)
+    assert settings == Settings(
+        db=f"sqlite:///{proj}/runs/h.db", blobs=str(tmp_path / "shared-blobs"), tag="ci", autotune="first"
+    )
+    assert settings.pyproject == pyproject
+    loc = resolve_location(env={}, cwd=cwd, home=tmp_path)
+    assert loc == Location(f"sqlite:///{proj}/runs/h.db", tmp_path / "shared-blobs")
+
+
+def test_pyproject_db_alone_keeps_blobs_beside_it(tmp_path: Path) -> None:
+    _pyproject(tmp_path / "proj", '[tool.tilelens]\ndb = "sqlite:///var/h.db"\n')
+    loc = resolve_location(env={}, cwd=tmp_path / "proj", home=tmp_path)
+    assert loc == Location(f"sqlite:///{tmp_path}/proj/var/h.db", tmp_path / "proj" / "var" / "blobs")
+
+
+def test_nearest_pyproject_without_the_table_is_skipped(tmp_path: Path) -> None:
+    _pyproject(tmp_path / "proj", '[tool.tilelens]\nautotune = "all"\n')
+    _pyproject(tmp_path / "proj" / "sub", '[tool.ruff]\nline-length = 100\ndependencies = ["tilelens"]\n')
+    (tmp_path / "proj" / "other").mkdir()
+    (tmp_path / "proj" / "other" / "pyproject.toml").write_text("this is [not toml")  # never reached
+    assert load_settings(env={}, cwd=tmp_path / "proj" / "sub", home=tmp_path).autotune == "all"
+
+
+def test_no_pyproject_gives_the_defaults(tmp_path: Path) -> None:
+    assert load_settings(env={}, cwd=tmp_path, home=tmp_path) == Settings()
+    assert Settings().autotune == "first" and Settings().tag is None
+
+
+@pytest.mark.parametrize(
+    ("given", "expected"),
+    [
+        ({"flag": True, "env": True, "toml": True}, "flag"),
+        ({"env": True, "toml": True}, "env"),
+        ({"toml": True}, "toml"),
+        ({}, "found"),
+    ],
+)
+def test_precedence_flag_env_pyproject_discovered_default(
+    tmp_path: Path, given: dict[str, bool], expected: str
+) -> None:
+    proj = tmp_path / "proj"
+    _history_dir(proj)
+    if given.get("toml"):
+        _pyproject(proj, '[tool.tilelens]\ndb = "toml.db"\nblobs = "toml-blobs"\n')
+    env = {"TILELENS_DB": "env.db", "TILELENS_BLOBS": "env-blobs"} if given.get("env") else {}
+    cwd = proj / "sub"
+    cwd.mkdir()
+    flags = ("flag.db", "flag-blobs") if given.get("flag") else (None, None)
+    loc = resolve_location(*flags, env=env, cwd=cwd, home=tmp_path)
+    want = {
+        "flag": Location(f"sqlite:///{cwd}/flag.db", cwd / "flag-blobs"),
+        "env": Location(f"sqlite:///{cwd}/env.db", cwd / "env-blobs"),
+        "toml": Location(f"sqlite:///{proj}/toml.db", proj / "toml-blobs"),
+        "found": Location(f"sqlite:///{proj}/.tilelens/tilelens.db", proj / ".tilelens" / "blobs"),
+    }
+    assert loc == want[expected]
+
+
+def test_environment_tag_and_autotune_override_pyproject(tmp_path: Path) -> None:
+    _pyproject(tmp_path, '[tool.tilelens]\ntag = "toml"\nautotune = "all"\n')
+    env = {"TILELENS_TAG": "env", "TILELENS_AUTOTUNE": "first"}
+    assert load_settings(env=env, cwd=tmp_path, home=tmp_path) == Settings(tag="env", autotune="first")
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ("[tool.tilelens\ndb = 1\n", "not valid TOML"),
+        (
+            '[tool.tilelens]\ndbb = "x.db"\n',
+            "unknown [tool.tilelens] setting 'dbb' (known: db, blobs, tag, autotune, on_oob)",
+        ),
+        ('[tool.tilelens]\nautotune = "some"\n', "[tool.tilelens] autotune must be first or all, not 'some'"),
+        ("[tool.tilelens]\ntag = 3\n", "[tool.tilelens] tag must be a non-empty string, not 3"),
+        ('[tool.tilelens]\ndb = "postgresql://h:port/x"\n', "[tool.tilelens] db: not a database URL"),
+        ('[tool]\ntilelens = "db.sqlite"\n', "tool.tilelens must be a table"),
+    ],
+)
+def test_bad_pyproject_is_one_line_naming_the_file(tmp_path: Path, body: str, message: str) -> None:
+    path = _pyproject(tmp_path, body)
+    with pytest.raises(SettingsError) as err:
+        load_settings(env={}, cwd=tmp_path, home=tmp_path)
+    assert str(err.value).startswith(f"{path}: ")
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_bad_environment_value_names_the_variable(tmp_path: Path) -> None:
+    with pytest.raises(SettingsError, match=r"^TILELENS_AUTOTUNE must be first or all, not 'every'$"):
+        load_settings(env={"TILELENS_AUTOTUNE": "every"}, cwd=tmp_path, home=tmp_path)
+
+
+def test_on_oob_comes_from_pyproject_and_the_argument_wins(tmp_path, monkeypatch) -> None:  # noqa: ANN001
+    """[tool.tilelens] on_oob is the recording's default policy; an explicit on_oob= still wins."""
+    from tilelens.core.recorder import Recording
+
+    (tmp_path / "pyproject.toml").write_text('[tool.tilelens]\non_oob = "raise"\n')
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("TILELENS_ON_OOB", raising=False)
+    assert load_settings(home=tmp_path.parent).on_oob == "raise"
+    assert Recording(tmp_path / "h.db").on_oob == "raise"
+    assert Recording(tmp_path / "h.db", on_oob="record").on_oob == "record"
+    (tmp_path / "pyproject.toml").write_text('[tool.tilelens]\non_oob = "ignore"\n')
+    with pytest.raises(SettingsError, match="on_oob"):
+        load_settings(home=tmp_path.parent)

@@ -31,8 +31,12 @@ HELP = (
     "Examples:\n\n"
     "  tilelens record examples/vector_add.py\n\n"
     "  tilelens record --tag nightly -m pytest tests/kernels -x\n\n"
-    "  tilelens --db runs/h.db record --autotune all train.py --epochs 1\n"
+    "  tilelens --db runs/h.db record --autotune all train.py --epochs 1\n\n"
+    "  tilelens record --fail-on-oob -m pytest tests/kernels   # exit 3 if any lane went out of bounds\n"
 )
+
+# Exit status of `tilelens record --fail-on-oob` when any lane of any launch was out of bounds.
+EXIT_OOB = 3
 
 
 def register(app: typer.Typer) -> None:
@@ -47,18 +51,35 @@ def record(
     ctx: typer.Context,
     target: str = typer.Argument(..., metavar="SCRIPT|MODULE", help="Script path, or module name with -m."),
     module: bool = typer.Option(False, "-m", help="Run MODULE as `python -m MODULE` does."),
-    tag: str | None = typer.Option(None, "--tag", metavar="TEXT", help="Label the run (ls --tag finds it)."),
-    autotune: str = typer.Option(
-        "first",
+    tag: str | None = typer.Option(
+        None, "--tag", metavar="TEXT", help="Label the run (ls --tag finds it; default: [tool.tilelens] tag)."
+    ),
+    autotune: str | None = typer.Option(
+        None,
         "--autotune",
         metavar="first|all",
-        help="first: record the launch the autotuner picks; all: also every config it tries.",
+        help="first (default, or [tool.tilelens] autotune): record the launch the autotuner picks; "
+        "all: also every config it tries.",
+    ),
+    on_oob: str | None = typer.Option(
+        None,
+        "--on-oob",
+        metavar="record|raise",
+        help="record (default): record launches with out-of-bounds lanes and go on; raise: record the launch, "
+        "then raise tilelens.OutOfBoundsError in the program.",
+    ),
+    fail_on_oob: bool = typer.Option(
+        False,
+        "--fail-on-oob",
+        help=f"Run the program to its end, then exit with status {EXIT_OOB} if any lane was out of bounds.",
     ),
 ) -> None:
     from tilelens import runner
 
-    if autotune not in ("first", "all"):
+    if autotune is not None and autotune not in ("first", "all"):
         raise typer.BadParameter("must be first or all", param_hint="--autotune")
+    if on_oob is not None and on_oob not in ("record", "raise"):
+        raise typer.BadParameter("must be record or raise", param_hint="--on-oob")
     program = runner.Target(target, is_module=module)
     args = list(ctx.args)
     runner.check(program)  # a missing script or module: one line, before any recording starts
@@ -70,9 +91,10 @@ def record(
         db,
         blobs,
         tag=tag,
-        autotune=autotune,
+        autotune=autotune,  # type: ignore[arg-type]
         argv=argv,
-        follow_children=True,  # type: ignore[arg-type]
+        follow_children=True,
+        on_oob=on_oob,  # type: ignore[arg-type]
     )
     started = time.monotonic()
     outcome = runner.Outcome(0)
@@ -89,9 +111,17 @@ def record(
                 raise KeyboardInterrupt  # the run is marked interrupted, not failed
     except KeyboardInterrupt:
         outcome = runner.Outcome(130, interrupted=True)
-    _print_summary(rec, outcome, time.monotonic() - started, db, blobs)
+    oob_lanes = _print_summary(rec, outcome, time.monotonic() - started, db, blobs)
     if outcome.signal is not None:
         runner.redeliver(outcome.signal)
+    if fail_on_oob and oob_lanes and not outcome.interrupted:
+        render.err().print(
+            f"  --fail-on-oob: {oob_lanes:,} lanes were out of bounds; exiting with status {EXIT_OOB}",
+            style="bold red",
+            markup=False,
+            highlight=False,
+        )
+        raise typer.Exit(EXIT_OOB)
     raise typer.Exit(outcome.exit_code)
 
 
@@ -144,19 +174,17 @@ class _LiveStatus:
         self.rec.on_launch = None
 
 
-def _print_summary(rec: Recording, outcome: Any, elapsed: float, db: str | None, blobs: str | None) -> None:
+def _print_summary(rec: Recording, outcome: Any, elapsed: float, db: str | None, blobs: str | None) -> int:
+    """Print the summary on stderr; returns the out-of-bounds lanes of the run and its child runs."""
     from rich.text import Text
 
     console = render.err()
-    per_kernel, errors, oob_lanes, children = rec.launches_per_kernel, rec.errors, rec.oob_lanes, 0
+    per_kernel, errors, children = rec.launches_per_kernel, rec.errors, 0
+    oob = (rec.oob_lanes, rec.oob_load_lanes, rec.oob_store_lanes, rec.dropped_lanes)
     tree = _tree(rec)
     if tree is not None and tree.child_runs:  # the program's child processes recorded runs of their own
-        per_kernel, errors, oob_lanes, children = (
-            tree.launches_per_kernel,
-            tree.errors,
-            tree.oob_lanes,
-            tree.child_runs,
-        )
+        per_kernel, errors, children = tree.launches_per_kernel, tree.errors, tree.child_runs
+        oob = (tree.oob_lanes, tree.oob_load_lanes, tree.oob_store_lanes, tree.dropped_lanes)
     launches = sum(per_kernel.values())
     kernels = len(per_kernel)
     head = Text("tilelens: ", style="bold")
@@ -169,7 +197,7 @@ def _print_summary(rec: Recording, outcome: Any, elapsed: float, db: str | None,
         head.append(f"{_plural(kernels, 'kernel', 'kernels')}, ")
         head.append(f"{errors} {_plural(errors, 'error', 'errors')}", style="red" if errors else "")
         head.append(", ")
-        head.append(f"{oob_lanes:,} out-of-bounds lanes", style="bold red" if oob_lanes else "")
+        head.append(_oob_summary(oob), style="bold red" if oob[0] else "")
     else:
         head.append("no Triton launches recorded")
     head.append(f" ({elapsed:.1f} s)")
@@ -197,6 +225,19 @@ def _print_summary(rec: Recording, outcome: Any, elapsed: float, db: str | None,
     if rec.launch_ids:
         hint += f"  |  {prefix} show {rec.launch_ids[-1]}"
     console.print(Text(escape(hint), style="dim"))
+    return oob[0]
+
+
+def _oob_summary(oob: tuple[int, int, int, int]) -> str:
+    """Out-of-bounds lanes, loads apart from stores (atomics count as stores), and how many were dropped."""
+    total, loaded, stored, dropped = oob
+    text = f"{total:,} out-of-bounds lanes"
+    if total:
+        text += f" ({loaded:,} loaded, {stored:,} stored"
+        if dropped:
+            text += f", {dropped:,} of them dropped: outside every argument's memory"
+        text += ")"
+    return text
 
 
 def _tree(rec: Recording) -> Any:

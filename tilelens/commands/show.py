@@ -109,6 +109,13 @@ def _print_header(console: Console, d: LaunchDetail) -> None:
     if d.trace_error:
         _field(console, "", d.trace_error, "red")
     oob = f"{render.count(launch.oob_lanes)} lanes outside every argument"
+    if launch.oob_lanes and launch.oob_load_lanes is not None and launch.oob_store_lanes is not None:
+        oob += (
+            f" ({render.count(launch.oob_load_lanes)} loaded, {render.count(launch.oob_store_lanes)} stored"
+        )
+        if launch.dropped_lanes:
+            oob += f", {render.count(launch.dropped_lanes)} of them dropped: outside every argument's memory"
+        oob += ")"
     _field(console, "oob", oob, "bold red" if launch.oob_lanes else "")
 
 
@@ -199,9 +206,23 @@ def _print_oob(console: Console, d: LaunchDetail) -> None:
             line.append(f", element offsets {low}..{high}")
             if sizes.get(e.arg) is not None:
                 line.append(escape(f" ({e.arg_name} has {sizes[e.arg]} elements)"))
+        fate = _fate(e.op, e.oob_lanes, e.stray_lanes)
+        if fate:
+            line.append(f"; {fate}", style="red")
         console.print(line)
         if e.source_text is not None:
             console.print(Text(f"      {escape(e.source_text.strip())}", style="dim"))
+
+
+def _fate(op: str, oob: int, stray: int) -> str:
+    """What became of an event's out-of-bounds lanes (see tilelens.core.bounds)."""
+    if op == "load":
+        return f"{stray} outside every argument's memory, read as 0 or through a safe path" if stray else ""
+    if stray == oob:
+        return "not written: outside every argument's memory"
+    if not stray:
+        return "written into memory of the same storage (outside the view)"
+    return f"{stray} not written (outside every argument's memory), {oob - stray} written in the same storage"
 
 
 def _print_autotune_and_replays(console: Console, d: LaunchDetail) -> None:

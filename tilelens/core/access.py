@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from tilelens.core.bounds import StorageTable
 from tilelens.records import AccessSummary
 from tilelens.store.traces import TRACE_SCHEMA, encode_trace
 
@@ -45,10 +46,13 @@ class SpanTable:
     """Sorted argument spans for address -> argument lookup.
 
     Overlapping spans (aliased views) are kept; a lane is attributed to the first span containing it in
-    parameter order, and ``aliased`` lists the overlapping pairs so the launch can flag them.
+    parameter order, and ``aliased`` lists the overlapping pairs so the launch can flag them. ``storage``
+    holds the arguments' whole storages, for the stray-lane guard; None when they are unknown (nothing is
+    guarded then, as in the stock interpreter).
     """
 
-    def __init__(self, spans: list[ArgSpan]) -> None:
+    def __init__(self, spans: list[ArgSpan], storage: StorageTable | None = None) -> None:
+        self.storage = storage
         self.spans = sorted(spans, key=lambda s: (s.start, s.position))
         self.starts = [s.start for s in self.spans]
         self.np_starts = np.array(self.starts, dtype=np.uint64)
@@ -194,21 +198,31 @@ class AccessCollector:
         mask: np.ndarray | None,
         elem_bytes: int,
         program: tuple[int, int, int],
+        values: np.ndarray | None = None,
+        stray: np.ndarray | None = None,
     ) -> None:
         """Note one access; the analysis runs later, in batches.
 
         Analysing each access where it happens, between thousands of interpreter operations, runs our code
         cold: about three times slower than the same work done in one tight loop. The interpreter never
         modifies an operand array after creating it, so keeping references is safe; batches bound the memory.
+        ``values`` is what a load or atomic returned (kept for its out-of-bounds lanes), ``stray`` the lanes
+        the bounds guard kept the interpreter from dereferencing.
         """
         if program != self._program:
             self._program = program
             self._event = 0
-        self._pending.append((op, addrs, mask, elem_bytes, program, self._event, self._frames.line()))
+        self._pending.append(
+            (op, addrs, mask, elem_bytes, program, self._event, self._frames.line(), values, stray)
+        )
         self._event += 1
         self._pending_lanes += addrs.size
         if self._pending_lanes >= PENDING_LANES:
             self._drain()
+
+    def next_event(self, program: tuple[int, int, int]) -> int:
+        """The event index the next access of ``program`` will get (what a replay's recorded reads are keyed by)."""
+        return self._event if program == self._program else 0
 
     def record_shared(
         self, op: str, addrs: np.ndarray, elem_bytes: int, program: tuple[int, int, int]
@@ -217,7 +231,9 @@ class AccessCollector:
         if program != self._program:
             self._program = program
             self._event = 0
-        self._pending.append((op, addrs, None, elem_bytes, program, self._event, self._frames.line(), True))
+        self._pending.append(
+            (op, addrs, None, elem_bytes, program, self._event, self._frames.line(), None, None, True)
+        )
         self._event += 1
         self._pending_lanes += addrs.size
         if self._pending_lanes >= PENDING_LANES:
@@ -237,6 +253,8 @@ class AccessCollector:
         program: tuple[int, int, int],
         event: int,
         line: int,
+        values: np.ndarray | None = None,
+        stray: np.ndarray | None = None,
         shared: bool = False,
     ) -> None:
         if type(addrs) is not np.ndarray or addrs.dtype != np.uint64:
@@ -267,7 +285,8 @@ class AccessCollector:
         spans = self.spans if not shared else SpanTable([])
         span = spans.find(first) if lanes else None
         oob = 0
-        oob_bits = None
+        oob_bits = oob_values = stray_bits = None
+        n_stray = 0
         if active and not shared:
             if spans.aliased:
                 if not all_active:
@@ -282,6 +301,11 @@ class AccessCollector:
                 oob = int(np.count_nonzero(outside))
                 if oob:
                     oob_bits = np.packbits(outside.ravel()).tobytes()
+                    if values is not None and values.shape == outside.shape:
+                        oob_values = np.ascontiguousarray(values[outside]).tobytes()
+                if stray is not None:
+                    n_stray = int(np.count_nonzero(stray))
+                    stray_bits = np.packbits(stray.ravel()).tobytes() if n_stray else None
                 if span is not None and not all_active:
                     # attribute the event to its first active lane's argument
                     first_active = int(addrs[mask].flat[0])
@@ -314,6 +338,9 @@ class AccessCollector:
         c["lanes"].append(lanes)
         c["active"].append(active)
         c["oob"].append(oob)
+        c["stray_mask"].append(stray_bits)
+        c["stray"].append(n_stray)
+        c["oob_values"].append(oob_values)
 
     def _tally(self) -> None:
         c = self._cols
@@ -325,6 +352,7 @@ class AccessCollector:
         nbytes = active * np.array(c["elem_bytes"], dtype=np.int64)
         oob = np.array(c["oob"], dtype=np.int64)
         lanes = np.array(c["lanes"], dtype=np.int64)
+        stray = np.array(c["stray"], dtype=np.int64)
         is_load = ops == LOAD
         is_store = ops == STORE
         is_shared = (ops == SHARED_LOAD) | (ops == SHARED_STORE)
@@ -334,6 +362,9 @@ class AccessCollector:
             s.events = int(sel.sum())
             s.lanes = int(lanes[sel].sum())
             s.oob_lanes = int(oob[sel].sum())
+            s.oob_load_lanes = int(oob[sel & is_load].sum())
+            s.oob_store_lanes = int(oob[sel & ~is_load].sum())
+            s.dropped_lanes = int(stray[sel & ~is_load].sum())
             s.loads = int((sel & is_load).sum())
             s.stores = int((sel & is_store).sum())
             s.atomics = int((sel & is_atomic).sum())

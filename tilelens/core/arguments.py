@@ -18,6 +18,7 @@ import torch
 
 from tilelens.core import compat, descriptors
 from tilelens.core.access import ArgSpan, SpanTable
+from tilelens.core.bounds import StorageTable
 from tilelens.records import ArgumentRecord
 
 
@@ -164,6 +165,7 @@ def describe_arguments(
             rec.strides = tuple(t.stride())
             rec.storage_offset = t.storage_offset()
             rec.storage_group = groups.setdefault(sp, len(groups))
+            rec.storage_bytes = int(t.untyped_storage().nbytes())
             rec.device = str(t.device)
             rec.before = span_copy(t) if snapshots else None
             if descriptors.kind_of(value) is not None:  # a host TMA descriptor: its tensor, plus the box
@@ -189,19 +191,27 @@ def capture_after(params: list[Param], bound: dict[str, Any], records: list[Argu
 
 
 def host_spans(params: list[Param], host_args: tuple[Any, ...], host_kwargs: dict[str, Any]) -> SpanTable:
-    """Byte spans of the tensors the interpreter actually reads (host copies for device tensors)."""
+    """Byte spans of the tensors the interpreter actually reads (host copies for device tensors).
+
+    Besides each view's span, the table holds each whole storage (the interpreter's host copy of a device
+    tensor copies its whole storage), which is what the bounds guard lets stores write.
+    """
     bound, _ = bind(params, tuple(host_args), dict(host_kwargs))
     spans = []
+    storages = []
     for p in params:
         value = bound.get(p.name)
         for t in _tensors_in(value):
+            storage = t.untyped_storage()
+            if storage.nbytes():
+                storages.append((storage.data_ptr(), storage.data_ptr() + storage.nbytes()))
             n = extent(t)
             if n == 0:
                 continue
             itemsize = t.element_size()
             start = t.data_ptr()
             spans.append(ArgSpan(p.position, start, start + n * itemsize, itemsize))
-    return SpanTable(spans)
+    return SpanTable(spans, StorageTable(storages))
 
 
 def _tensors_in(value: Any) -> list[torch.Tensor]:

@@ -24,7 +24,7 @@ Heuristics = _autotuner.Heuristics
 InterpretedFunction = _interpreter.InterpretedFunction
 InterpreterBuilder = _interpreter.InterpreterBuilder
 InterpreterError = _interpreter.InterpreterError
-# Triton 3.8 registers every JITFunction by "module:qualname"; 3.6 keeps no registry.
+# Triton 3.7 on register every JITFunction by "module:qualname"; 3.6 keeps no registry.
 jit_registry: dict[str, Any] | None = getattr(_jit, "_triton_jit_function_registry", None)
 
 # Triton 3.9 removed tl.make_block_ptr in favour of tensor descriptors.
@@ -32,6 +32,14 @@ HAS_BLOCK_POINTERS = TRITON_VERSION < (3, 9)
 
 # The autotune listener knob exists from Triton 3.8 on.
 HAS_AUTOTUNE_LISTENER = hasattr(knobs.autotuning, "listener")
+
+# Triton 3.6's interpreter turns a scalar tensor into an index (``range(0, n, BLOCK)`` over a runtime ``n``,
+# any ``operator.index``) with ``int(handle.data)``, and scalars are arrays of shape (1,): numpy >= 2.4 refuses
+# that ("only 0-dimensional arrays can be converted to Python scalars"). 3.7 on squeeze the array first,
+# which is what ``launch_patches`` installs for 3.6 (the same value under every numpy). ``_patch_lang_tensor``
+# is the function, same name in 3.6 through 3.9, where the interpreter sets ``tl.tensor.__index__``.
+INDEX_NEEDS_SQUEEZE = TRITON_VERSION < (3, 7)
+PATCH_LANG_TENSOR = "_patch_lang_tensor"
 
 # Class methods where every memory access of the interpreter ends, in every supported version:
 # plain, block-pointer (3.6 routes create_tensor_pointer_* here), descriptor and gather/scatter paths.
@@ -65,6 +73,22 @@ def jit_source(fn: Any) -> str:
 def runtime_interpret_scope() -> Any:
     """Snapshot and restore Triton's runtime knobs (and their environment variables)."""
     return knobs.runtime.scope()
+
+
+def with_data(handle: Any, data: Any) -> Any:
+    """A copy of an interpreter ``TensorHandle`` holding ``data`` (its fields differ between releases).
+
+    Descriptor stores hand the builder a bare numpy mask (whose ``.data`` is its buffer): that stays bare.
+    """
+    import copy
+
+    import numpy as np
+
+    if isinstance(handle, np.ndarray):
+        return np.ascontiguousarray(data)
+    out = copy.copy(handle)
+    out.data = data
+    return out
 
 
 def element_bytes(tl_dtype: Any) -> int:

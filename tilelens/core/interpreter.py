@@ -6,12 +6,14 @@ when one fails, also when the code inside raises). Nowhere else in TileLens assi
 test checks it). The patch sets:
 
 * ``launch_patches`` — for the length of one interpreted launch: routes the interpreter builder's memory
-  methods into the active ``AccessCollector``, lets nested ``@triton.jit`` helpers (decorated in compiled mode,
-  like ``tl.sum`` in a process that imported Triton without ``TRITON_INTERPRET``) run interpreted, turns
-  ``knobs.runtime.interpret`` on, and restores every ``tl`` namespace afterwards (the stock interpreter can leak
-  patches of helpers' modules).
+  methods into the active ``AccessCollector`` and keeps stray lanes (outside every argument's storage) from
+  touching memory (``tilelens.core.bounds``), feeding a replay's recorded out-of-bounds reads back; lets
+  nested ``@triton.jit`` helpers (decorated in compiled mode, like ``tl.sum`` in a process that imported
+  Triton without ``TRITON_INTERPRET``) run interpreted, turns ``knobs.runtime.interpret`` on, and restores
+  every ``tl`` namespace afterwards (the stock interpreter can leak patches of helpers' modules).
   It also installs the compiled-Triton semantics of ``tilelens.core.semantics`` (typed scalar parameters,
-  bfloat16 arithmetic, libdevice), so recorded and replayed launches compute what compiled Triton computes.
+  bfloat16 arithmetic, libdevice), so recorded and replayed launches compute what compiled Triton computes,
+  and on Triton 3.6 the scalar-to-index conversion of 3.7 (3.6's fails under numpy >= 2.4).
   For a Gluon kernel it adds ``gluon_simulation``: the Gluon simulator of ``tilelens.core.gluon`` (Gluon's
   builtins with the simulator's semantic, reductions with Gluon layouts, Gluon's host TMA descriptors).
 * ``pre_run_hooks`` — for the same launch: the interpreted function's pre-run hooks, with TileLens's own first
@@ -44,7 +46,7 @@ from typing import Any
 
 import numpy as np
 
-from tilelens.core import compat, semantics
+from tilelens.core import bounds, compat, semantics
 from tilelens.core.access import ATOMIC_CAS, LOAD, STORE, AccessCollector
 from tilelens.errors import StateError
 
@@ -108,8 +110,11 @@ class _Patcher:
 class LaunchContext:
     """Per-launch state: the collector receiving accesses and interpreted stand-ins for nested helpers."""
 
-    def __init__(self, collector: AccessCollector, patcher: _Patcher) -> None:
+    def __init__(
+        self, collector: AccessCollector, patcher: _Patcher, reads: bounds.RecordedReads | None = None
+    ) -> None:
         self.collector = collector
+        self.reads = reads  # a replay's recorded out-of-bounds reads, fed back to the same lanes
         self.helpers: dict[int, Any] = {}
         self.patcher = patcher  # for patches only known once the kernel runs (libdevice in its globals)
         self.redirected: set[int] = set()  # ids of the code objects whose libdevice names are redirected
@@ -125,6 +130,17 @@ class LaunchContext:
 
 def current_launch() -> LaunchContext | None:
     return getattr(_local, "launch", None)
+
+
+@contextlib.contextmanager
+def recorded_reads(reads: bounds.RecordedReads | None) -> Iterator[None]:
+    """Interpreted launches started on this thread inside the block get ``reads`` fed back (a CPU replay)."""
+    before = getattr(_local, "reads", None)
+    _local.reads = reads
+    try:
+        yield
+    finally:
+        _local.reads = before
 
 
 def make_interpreted(pyfn: Callable[..., Any]) -> Any:
@@ -184,42 +200,93 @@ def _interpret_knob(value: bool) -> Iterator[None]:
 
 
 def _access_hooks(originals: dict[str, Callable[..., Any]]) -> dict[str, Callable[..., Any]]:
+    """Capture every memory access, and keep stray lanes away from memory (see tilelens.core.bounds).
+
+    The guard runs before Triton's own method: stray store/atomic lanes are masked off (``atomic_cas``, which
+    has no mask, gets scratch pointers for them), stray load lanes are masked off and read through the
+    fault-safe path. During a replay, the lanes that read out-of-bounds memory at record time get the
+    recorded bytes (``LaunchContext.reads``) before the kernel sees the result.
+    """
     load, store = originals["create_masked_load"], originals["create_masked_store"]
     rmw, cas = originals["create_atomic_rmw"], originals["create_atomic_cas"]
     elem_bytes = compat.element_bytes
+    with_data = compat.with_data
 
     # Only the leading parameters are named: the cache/eviction parameters after them differ between Triton
     # releases (3.9 folded them into one cache_policy), and are passed through untouched.
     def create_masked_load(self, ptrs, mask, *rest, **kw):
         launch = current_launch()
-        if launch is not None:
-            launch.collector.record(
-                LOAD, ptrs.data, mask.data, elem_bytes(ptrs.get_element_ty()), self.grid_idx
-            )
-        return load(self, ptrs, mask, *rest, **kw)
+        if launch is None:
+            return load(self, ptrs, mask, *rest, **kw)
+        collector = launch.collector
+        addrs, active = ptrs.data, mask.data
+        eb = elem_bytes(ptrs.get_element_ty())
+        storage = collector.spans.storage
+        stray = None if storage is None else storage.stray(addrs, active, eb)
+        if stray is not None:
+            ret = load(self, ptrs, with_data(mask, _without(active, stray)), *rest, **kw)
+            ret.data = bounds.read_stray(ret.data, addrs, stray, eb, storage)
+        else:
+            ret = load(self, ptrs, mask, *rest, **kw)
+        if launch.reads is not None:
+            ret.data = launch.reads.apply(self.grid_idx, collector.next_event(self.grid_idx), ret.data)
+        collector.record(LOAD, addrs, active, eb, self.grid_idx, ret.data, stray)
+        return ret
 
     def create_masked_store(self, ptrs, value, mask, *rest, **kw):
         launch = current_launch()
-        if launch is not None:
-            launch.collector.record(
-                STORE, ptrs.data, mask.data, elem_bytes(ptrs.get_element_ty()), self.grid_idx
-            )
+        if launch is None:
+            return store(self, ptrs, value, mask, *rest, **kw)
+        collector = launch.collector
+        addrs, active = ptrs.data, mask.data
+        eb = elem_bytes(ptrs.get_element_ty())
+        storage = collector.spans.storage
+        stray = None if storage is None else storage.stray(addrs, active, eb)
+        collector.record(STORE, addrs, active, eb, self.grid_idx, None, stray)
+        if stray is not None:
+            mask = with_data(mask, _without(active, stray))
         return store(self, ptrs, value, mask, *rest, **kw)
 
     def create_atomic_rmw(self, rmwOp, ptr, val, mask, *rest, **kw):  # noqa: N803 (Triton's name)
         launch = current_launch()
-        if launch is not None:
-            op = "atomic_" + str(getattr(rmwOp, "name", rmwOp)).lower()
-            launch.collector.record(op, ptr.data, mask.data, elem_bytes(ptr.get_element_ty()), self.grid_idx)
-        return rmw(self, rmwOp, ptr, val, mask, *rest, **kw)
+        if launch is None:
+            return rmw(self, rmwOp, ptr, val, mask, *rest, **kw)
+        collector = launch.collector
+        addrs, active = ptr.data, mask.data
+        eb = elem_bytes(ptr.get_element_ty())
+        storage = collector.spans.storage
+        stray = None if storage is None else storage.stray(addrs, active, eb)
+        if stray is not None:
+            ret = rmw(self, rmwOp, ptr, val, with_data(mask, _without(active, stray)), *rest, **kw)
+            ret.data = bounds.zero_lanes(ret.data, stray)
+        else:
+            ret = rmw(self, rmwOp, ptr, val, mask, *rest, **kw)
+        if launch.reads is not None:
+            ret.data = launch.reads.apply(self.grid_idx, collector.next_event(self.grid_idx), ret.data)
+        op = "atomic_" + str(getattr(rmwOp, "name", rmwOp)).lower()
+        collector.record(op, addrs, active, eb, self.grid_idx, ret.data, stray)
+        return ret
 
     def create_atomic_cas(self, ptr, *rest, **kw):
         launch = current_launch()
-        if launch is not None:
-            launch.collector.record(
-                ATOMIC_CAS, ptr.data, None, elem_bytes(ptr.get_element_ty()), self.grid_idx
-            )
-        return cas(self, ptr, *rest, **kw)
+        if launch is None:
+            return cas(self, ptr, *rest, **kw)
+        collector = launch.collector
+        addrs = ptr.data
+        eb = elem_bytes(ptr.get_element_ty())
+        storage = collector.spans.storage
+        stray = None if storage is None else storage.stray(addrs, None, eb)
+        if stray is not None:
+            safe, scratch = bounds.scratch_pointers(addrs, stray, eb)
+            ret = cas(self, with_data(ptr, safe), *rest, **kw)
+            del scratch  # written by the stray lanes' compare-and-swap, read by nobody
+            ret.data = bounds.zero_lanes(ret.data, stray)
+        else:
+            ret = cas(self, ptr, *rest, **kw)
+        if launch.reads is not None:
+            ret.data = launch.reads.apply(self.grid_idx, collector.next_event(self.grid_idx), ret.data)
+        collector.record(ATOMIC_CAS, addrs, None, eb, self.grid_idx, ret.data, stray)
+        return ret
 
     return {
         "create_masked_load": create_masked_load,
@@ -227,6 +294,11 @@ def _access_hooks(originals: dict[str, Callable[..., Any]]) -> dict[str, Callabl
         "create_atomic_rmw": create_atomic_rmw,
         "create_atomic_cas": create_atomic_cas,
     }
+
+
+def _without(active: np.ndarray, stray: np.ndarray) -> np.ndarray:
+    """The mask ``active`` with the stray lanes cleared, in the mask's own shape."""
+    return np.broadcast_to(np.asarray(active, dtype=bool), stray.shape) & ~stray
 
 
 def _semantic_patches(patcher: _Patcher) -> None:
@@ -246,6 +318,27 @@ def _semantic_patches(patcher: _Patcher) -> None:
     patcher.set(compat.ReduceOps, "min_max", semantics.bf16_min_max(compat.ReduceOps.min_max))
     patcher.set(compat.ScanOps, "cumsum", semantics.bf16_scan(compat.ScanOps.cumsum, np.cumsum))
     patcher.set(compat.ScanOps, "cumprod", semantics.bf16_scan(compat.ScanOps.cumprod, np.cumprod))
+    if compat.INDEX_NEEDS_SQUEEZE:
+        name = compat.PATCH_LANG_TENSOR
+        patcher.set(module, name, _index_through_squeeze(getattr(module, name)))
+
+
+def _index_through_squeeze(original: Callable[..., Any]) -> Callable[..., Any]:
+    """Triton 3.6's tensor patching with 3.7's ``__index__``: numpy >= 2.4 refuses ``int()`` of a (1,) array.
+
+    The interpreter's own scope sets (and at the end of the launch restores) ``tl.tensor.__index__``; ours is
+    set through the same scope right after, so it is undone with it.
+    """
+
+    def _patch_lang_tensor(tensor: Any, scope: Any) -> None:
+        original(tensor, scope)
+        scope.set_attr(tensor, "__index__", _scalar_index)
+
+    return _patch_lang_tensor
+
+
+def _scalar_index(self: Any) -> int:
+    return int(self.handle.data.squeeze())
 
 
 def _patch_lang_with_libdevice(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -358,7 +451,7 @@ def launch_patches(collector: AccessCollector, gluon: GluonLaunch | None = None)
         patcher = _Patcher()
         lang_snapshot = [(ns, dict(vars(ns))) for ns in compat.LANG_NAMESPACES]
         builder_cls = compat.InterpreterBuilder
-        ctx = LaunchContext(collector, patcher)
+        ctx = LaunchContext(collector, patcher, getattr(_local, "reads", None))
         try:
             with _interpret_knob(True):
                 _semantic_patches(patcher)

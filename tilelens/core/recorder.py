@@ -20,6 +20,7 @@ from types import TracebackType
 from typing import Any
 
 from tilelens.core import children, compat, session, testid
+from tilelens.core.bounds import OobPolicy, resolve_policy
 from tilelens.core.interpreter import TuningMirror, interception_patches
 from tilelens.core.session import AutotunePolicy
 from tilelens.core.trace import TritonTrace, trace_class
@@ -37,16 +38,25 @@ class Recording:
         blobs: str | Path | None = None,
         *,
         tag: str | None = None,
-        autotune: AutotunePolicy = "first",
+        autotune: AutotunePolicy | None = None,
         argv: list[str] | None = None,
         history: Any = None,
+        on_oob: OobPolicy | None = None,
         parent_run_id: int | None = None,
         follow_children: bool = False,
         lazy_run: bool = False,
     ) -> None:
+        if tag is None or autotune is None or on_oob is None:  # the project's: TILELENS_* or [tool.tilelens]
+            from tilelens.config import load_settings
+
+            settings = load_settings()
+            tag = settings.tag if tag is None else tag
+            autotune = settings.autotune if autotune is None else autotune  # type: ignore[assignment]
+            on_oob = settings.on_oob if on_oob is None else on_oob  # type: ignore[assignment]
         if autotune not in ("first", "all"):
             raise UsageError(f"autotune must be 'first' or 'all', not {autotune!r}")
         self.autotune_policy: AutotunePolicy = autotune
+        self.on_oob: OobPolicy = resolve_policy(on_oob)
         self._db, self._blobs, self._tag = db, blobs, tag
         self._argv = list(sys.argv if argv is None else argv)
         self._history = history
@@ -56,6 +66,9 @@ class Recording:
         self.launches_per_kernel: Counter[str] = Counter()
         self.errors = 0
         self.oob_lanes = 0
+        self.oob_load_lanes = 0
+        self.oob_store_lanes = 0  # stores and atomics
+        self.dropped_lanes = 0  # store/atomic lanes outside every argument's memory, never written
         self.autotune_events = 0
         self._traced: dict[int, tuple[Any, TritonTrace]] = {}
         self._mirror = TuningMirror()
@@ -134,6 +147,7 @@ class Recording:
         self.launch_ids = []
         self.launches_per_kernel = Counter()
         self.errors = self.oob_lanes = self.autotune_events = 0
+        self.oob_load_lanes = self.oob_store_lanes = self.dropped_lanes = 0
         self.exit_code = None
         self.on_launch = None  # the parent's live status line is not this process's
         self._argv = []
@@ -217,6 +231,9 @@ class Recording:
             self.launches_per_kernel[rec.kernel.name] += 1
             self.errors += rec.status == "error"
             self.oob_lanes += rec.summary.oob_lanes
+            self.oob_load_lanes += rec.summary.oob_load_lanes
+            self.oob_store_lanes += rec.summary.oob_store_lanes
+            self.dropped_lanes += rec.summary.dropped_lanes
         if self.on_launch is not None:
             self.on_launch(rec, launch_id)
         return launch_id
@@ -235,13 +252,21 @@ def record(
     blobs: str | Path | None = None,
     *,
     tag: str | None = None,
-    autotune: AutotunePolicy = "first",
+    autotune: AutotunePolicy | None = None,
+    on_oob: OobPolicy | None = None,
 ) -> Recording:
     """Record every Triton launch made inside the block.
 
     Every launch of every Triton kernel (``@triton.jit``, ``@triton.autotune``, ``@triton.heuristics``, in
     any order, decorated before or inside the block, in compiled mode or with ``TRITON_INTERPRET=1``) runs
-    through Triton's CPU interpreter and is written to the history at ``db``/``blobs`` (default
-    ``./.tilelens``). ``autotune="all"`` also records every pruned config's trial launch.
+    through Triton's CPU interpreter and is written to the history at ``db``/``blobs`` (resolved by
+    ``tilelens.config.resolve_location``: a ``.tilelens`` found upwards, else ``./.tilelens``).
+    ``autotune="all"`` also records every pruned config's trial launch. ``tag`` and ``autotune`` not given
+    come from ``TILELENS_TAG``/``TILELENS_AUTOTUNE`` or ``[tool.tilelens]`` (default: no tag, ``"first"``).
+
+    Out-of-bounds lanes never crash the program: stores and atomics outside every argument's memory are
+    dropped, the rest is recorded (see ``tilelens.core.bounds``). ``on_oob="raise"`` makes a launch with
+    out-of-bounds lanes raise :class:`tilelens.OutOfBoundsError` once it is recorded; the default,
+    ``"record"``, records it and goes on.
     """
-    return Recording(db, blobs, tag=tag, autotune=autotune)
+    return Recording(db, blobs, tag=tag, autotune=autotune, on_oob=on_oob)

@@ -19,6 +19,10 @@ AutotunePolicy = Literal["first", "all"]
 class Sink(Protocol):
     autotune_policy: AutotunePolicy
 
+    @property
+    def on_oob(self) -> str:
+        """What a launch with out-of-bounds lanes does: "record" or "raise" (tilelens.core.bounds)."""
+
     def write_launch(self, rec: LaunchRecord) -> Any:
         """Persist (or queue) a launch; the returned handle identifies it to ``write_autotune_event``."""
 

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from tilelens.core import compat, session
+from tilelens.core import bounds, compat, session
 from tilelens.core.arguments import Param, kernel_params
 from tilelens.core.identity import kernel_identity
 from tilelens.core.interpreter import make_interpreted, original_run, rewire_chain
@@ -57,6 +57,7 @@ class MemorySink:
     """Where a traced kernel's launches go when no ``tilelens.record()`` block is active."""
 
     autotune_policy = "first"
+    on_oob = bounds.DEFAULT_ON_OOB
 
     def __init__(self, keep: int = 100) -> None:
         self.records: deque[LaunchRecord] = deque(maxlen=keep)
@@ -130,6 +131,8 @@ class _InterpretedLeaf(compat.KernelInterface):
             stack[-1].launches.append(handle)
         if error is not None:
             raise error
+        if record.summary.oob_lanes and getattr(sink, "on_oob", bounds.DEFAULT_ON_OOB) == "raise":
+            raise bounds.OutOfBoundsError(bounds.describe_first_oob(record, handle))
         return result
 
     def _meta(self, kwargs: dict[str, Any]) -> LaunchMeta:

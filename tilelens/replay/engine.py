@@ -21,8 +21,9 @@ import torch
 
 from tilelens.core import session
 from tilelens.core.arguments import span_copy
-from tilelens.core.interpreter import compiled_mode
+from tilelens.core.interpreter import compiled_mode, recorded_reads
 from tilelens.errors import StateError, UsageError
+from tilelens.replay import oobreads
 from tilelens.replay.compare import Tolerance, compare_span, default_tolerance
 from tilelens.replay.rebuild import RebuiltArgs, decode_options, rebuild_arguments
 from tilelens.replay.resolve import KernelResolver, ResolvedKernel
@@ -92,12 +93,19 @@ def replay_launch(
                 f"{resolved.source_sha256[:12]}, the recorded source to {spec.kernel.source_sha256[:12]}",
                 reason="source-changed",
             )
-        args = rebuild_arguments(history.blobs, spec, dev)
         options = decode_options(spec)
+        recorded_trace = _trace(history, spec)
         if dev.type == "cpu":
-            recorded_trace = _trace(history, spec)
+            args = rebuild_arguments(history.blobs, spec, dev)
             _replay_cpu(spec, resolved, args, options, recorded_trace, result)
         else:
+            # Out-of-bounds lanes read recorded bytes placed around the rebuilt tensors (see oobreads).
+            layout = oobreads.gpu_layout(recorded_trace, spec)
+            problem = layout.problem(spec.id)
+            if problem is not None:
+                raise ReplayFailure(problem)
+            margin = oobreads.GPU_MARGIN_BYTES if layout.pieces or _has_oob(recorded_trace) else 0
+            args = rebuild_arguments(history.blobs, spec, dev, layout.pieces, margin)
             _replay_cuda(spec, resolved, args, options, dev, result)
         _conclude(spec, resolved, result)
     except ReplayFailure as failure:
@@ -183,9 +191,11 @@ def _replay_cpu(
     traced = resolved.traced()
     traced.records.clear()
     error: BaseException | None = None
+    reads = oobreads.cpu_reads(recorded_trace)
     t0 = time.perf_counter()
     try:
-        traced[spec.grid](**args.kwargs, **options)
+        with recorded_reads(reads):
+            traced[spec.grid](**args.kwargs, **options)
     except Exception as exc:  # the record keeps it; judged against the recorded status below
         error = exc
     result.run_s = time.perf_counter() - t0
@@ -256,6 +266,14 @@ def _compare(rt: Any, tolerance: Tolerance | None) -> TensorDiff:
     if tolerance is not None:
         diff.atol, diff.rtol = tolerance.atol, tolerance.rtol
     return diff
+
+
+def _has_oob(trace: pa.Table | None) -> bool:
+    if trace is None or trace.num_rows == 0 or "oob" not in trace.column_names:
+        return False
+    import pyarrow.compute as pc
+
+    return bool(pc.max(trace.column("oob")).as_py() or 0)
 
 
 def _trace(history: History, spec: LaunchSpec) -> pa.Table | None:

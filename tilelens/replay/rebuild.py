@@ -6,10 +6,15 @@ member's ``storage_offset + span``, filled member by member in bytes (a group ma
 and an int view of one buffer), and each view is ``set_`` onto it with its recorded offset, shape and strides.
 A kernel that writes through one view and reads through another then sees its own writes, as it did.
 
-Every storage also gets a zeroed guard after its last recorded byte. Unmasked out-of-bounds reads (the bug
-TileLens exists to find) then read zeros that belong to no argument, as they read unowned memory at record
-time, instead of whichever tensor the allocator happened to place next, which would change both the values read
-and the trace's out-of-bounds lanes.
+A storage is rebuilt with the size it had at record time (``storage_bytes``), so lanes past it are stray
+again, exactly as recorded (dropped stores, and loads the recorder kept from memory); what out-of-bounds loads
+read comes back from the trace (``tilelens.replay.oobreads``), not from the rebuilt memory. Records without a
+storage size (made before migration 0003), and storages far larger than what their views reach, get a zeroed
+guard after the last recorded byte instead: unmasked out-of-bounds reads then read zeros that belong to no
+argument, instead of whichever tensor the allocator happened to place next.
+
+For a GPU replay each group is rebuilt inside a larger buffer, ``margin`` bytes on both sides, with the bytes
+the recorded out-of-bounds lanes read placed where the compiled kernel will read them.
 """
 
 from __future__ import annotations
@@ -26,6 +31,8 @@ from tilelens.store.launches import ArgSpec, LaunchSpec
 from tilelens.store.tensors import DTYPES
 
 GUARD_BYTES = 16 * 1024
+# A storage is rebuilt at its recorded size only when that costs at most this much beyond what its views reach.
+MAX_STORAGE_PAD = 256 * 1024 * 1024
 
 
 @dataclass
@@ -47,7 +54,15 @@ def span_elements(shape: tuple[int, ...], strides: tuple[int, ...]) -> int:
     return 1 + sum((n - 1) * s for n, s in zip(shape, strides))
 
 
-def rebuild_arguments(blobs: BlobStore, launch: LaunchSpec, device: torch.device) -> RebuiltArgs:
+def rebuild_arguments(
+    blobs: BlobStore,
+    launch: LaunchSpec,
+    device: torch.device,
+    placed: dict[Any, list[tuple[int, bytes]]] | None = None,
+    margin: int = 0,
+) -> RebuiltArgs:
+    """The launch's arguments on ``device``; ``placed`` (by storage group: byte offset from the storage's
+    start, bytes) is written around the storages, which then get ``margin`` spare bytes on both sides."""
     out = RebuiltArgs()
     tensors = [a for a in launch.args if a.kind == "tensor"]
     snapshots = {a.position: _load(blobs, launch, a, a.before_blob, "before") for a in tensors}
@@ -56,8 +71,9 @@ def rebuild_arguments(blobs: BlobStore, launch: LaunchSpec, device: torch.device
         key = a.storage_group if a.storage_group is not None else ("alone", a.position)
         groups.setdefault(key, []).append(a)
     views: dict[int, torch.Tensor] = {}
-    for members in groups.values():
-        views.update(_rebuild_group(launch, members, snapshots, device))
+    for key, members in groups.items():
+        extra = (placed or {}).get(key, [])
+        views.update(_rebuild_group(launch, members, snapshots, device, extra, margin))
     for a in launch.args:
         if a.kind == "tensor":
             after = (
@@ -102,11 +118,29 @@ def _dtype(launch: LaunchSpec, a: ArgSpec) -> torch.dtype:
     return dtype
 
 
+def storage_size(members: list[ArgSpec]) -> int:
+    """Bytes a storage group is rebuilt with: its recorded size, else what its views reach plus a guard."""
+    needed = 0
+    for a in members:
+        dtype = DTYPES.get(a.dtype or "")
+        if dtype is None or a.shape is None or a.strides is None or a.storage_offset is None:
+            continue
+        needed = max(needed, (a.storage_offset + span_elements(a.shape, a.strides)) * dtype.itemsize)
+    recorded = [a.storage_bytes for a in members if a.storage_bytes is not None]
+    if recorded and needed <= max(recorded) <= needed + MAX_STORAGE_PAD:
+        return max(recorded)
+    return needed + GUARD_BYTES
+
+
 def _rebuild_group(
-    launch: LaunchSpec, members: list[ArgSpec], snapshots: dict[int, torch.Tensor], device: torch.device
+    launch: LaunchSpec,
+    members: list[ArgSpec],
+    snapshots: dict[int, torch.Tensor],
+    device: torch.device,
+    extra: list[tuple[int, bytes]],
+    margin: int,
 ) -> dict[int, torch.Tensor]:
     placed = []
-    nbytes = 0
     for a in members:
         if a.shape is None or a.strides is None or a.storage_offset is None:
             raise ReplayFailure(f"launch {launch.id}: argument {a.name} was recorded without its geometry")
@@ -120,23 +154,47 @@ def _rebuild_group(
             )
         start = a.storage_offset * dtype.itemsize
         placed.append((a, dtype, start, snap))
-        nbytes = max(nbytes, start + span * dtype.itemsize)
-    raw = _fill(nbytes + GUARD_BYTES, [(start, snap) for _a, _dt, start, snap in placed], device)
+    nbytes = margin + storage_size(members) + margin
+    snaps = [(margin + start, snap) for _a, _dt, start, snap in placed]
+    raw = _fill(nbytes, snaps, device, [(margin + pos, data) for pos, data in extra])
     storage = raw.untyped_storage()
     views = {}
     for a, dtype, _start, _snap in placed:
         view = torch.empty(0, dtype=dtype, device=device)
-        view.set_(storage, a.storage_offset, a.shape, a.strides)
+        view.set_(storage, a.storage_offset + margin // dtype.itemsize, a.shape, a.strides)
         views[a.position] = view
     return views
 
 
-def _fill(nbytes: int, pieces: list[tuple[int, torch.Tensor]], device: torch.device) -> torch.Tensor:
+def _fill(
+    nbytes: int,
+    pieces: list[tuple[int, torch.Tensor]],
+    device: torch.device,
+    extra: list[tuple[int, bytes]] | None = None,
+) -> torch.Tensor:
     """A zeroed byte buffer on ``device`` with each snapshot's bytes at its byte offset.
 
     Only the recorded bytes travel: a view deep into a large storage costs its span, not the zeros before it
-    (calloc'd pages on the host, one memset on a GPU).
+    (calloc'd pages on the host, one memset on a GPU). ``extra`` (byte offset, bytes) goes in first, in one
+    indexed copy, so a snapshot always wins over it.
     """
+    if not extra:
+        return _fill_snapshots(nbytes, pieces, device)
+    raw = _fill_snapshots(nbytes, [], device)
+    positions = np.concatenate([pos + np.arange(len(data), dtype=np.int64) for pos, data in extra])
+    values = np.frombuffer(b"".join(data for _pos, data in extra), dtype=np.uint8)
+    keep = (positions >= 0) & (positions < nbytes)
+    raw[torch.from_numpy(positions[keep]).to(device)] = torch.from_numpy(values[keep].copy()).to(device)
+    for start, snap in pieces:
+        if snap.numel():
+            data = snap.contiguous().view(torch.uint8).to(device)
+            raw[start : start + data.numel()].copy_(data)
+    return raw
+
+
+def _fill_snapshots(
+    nbytes: int, pieces: list[tuple[int, torch.Tensor]], device: torch.device
+) -> torch.Tensor:
     if device.type == "cpu":
         # numpy, not torch: torch fills and copies large CPU tensors with its thread pool, whose wake-up alone
         # costs milliseconds on a busy machine, more than a small launch takes to interpret.

@@ -16,7 +16,7 @@ copy SRC DST`` is its face. Invariants:
   error naming the blob; runs copied before it stay copied.
 * **SRC is only read** (opening it may upgrade its schema, as opening any history does).
 
-Runs recorded before revision 0008 got a random uuid from that migration; a row without one (written by
+Runs recorded before revision 0009 got a random uuid from that migration; a row without one (written by
 another tool) is identified by a uuid derived from its host, pid, start time and argv, which is the same on
 every copy.
 """

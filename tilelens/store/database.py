@@ -43,9 +43,10 @@ from tilelens.errors import (
     SchemaStampError,
     SchemaTooNewError,
 )
+from tilelens.store.migrations import migrations_dir
 
 BUSY_TIMEOUT_S = 30.0
-MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
+MIGRATIONS_DIR = migrations_dir()  # inside the package: tilelens._migrations
 _BEGIN_OPTION = "tilelens_begin"
 # Execution option: {BEGIN_OPTION: "IMMEDIATE"} makes a SQLite connection's BEGIN take the write lock at once.
 BEGIN_OPTION = _BEGIN_OPTION

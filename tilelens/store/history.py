@@ -402,6 +402,7 @@ class History:
                     if a.storage_offset is not None or tensor is None
                     else tensor.storage_offset(),
                     "storage_group": a.storage_group,
+                    "storage_bytes": a.storage_bytes,
                     "device": a.device,
                     "value": to_json(a.value),
                     "access": _summary(per_arg.get(a.position)),
@@ -442,6 +443,9 @@ class History:
             "bytes_loaded": s_.bytes_loaded,
             "bytes_stored": s_.bytes_stored,
             "oob_lanes": s_.oob_lanes,
+            "oob_load_lanes": s_.oob_load_lanes,
+            "oob_store_lanes": s_.oob_store_lanes,
+            "dropped_lanes": s_.dropped_lanes,
             "events": s_.events,
             "lanes": s_.lanes,
             "unattributed": _summary(per_arg.get(-1)),

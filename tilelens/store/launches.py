@@ -33,6 +33,7 @@ class ArgSpec:
     value: Any
     before_blob: str | None
     after_blob: str | None
+    storage_bytes: int | None = None  # the recorded allocation's size; None in records before migration 0003
 
 
 @dataclass(frozen=True)
@@ -109,6 +110,7 @@ def load_launch(history: History, launch_id: int) -> LaunchSpec:
                 A.value,
                 A.before_blob,
                 A.after_blob,
+                A.storage_bytes,
             )
             .where(A.launch_id == launch_id)
             .order_by(A.position)
@@ -146,6 +148,7 @@ def load_launch(history: History, launch_id: int) -> LaunchSpec:
                 value=a.value,
                 before_blob=a.before_blob,
                 after_blob=a.after_blob,
+                storage_bytes=a.storage_bytes,
             )
             for a in args
         ],

@@ -170,6 +170,11 @@ class Launch(Base):
     bytes_loaded: Mapped[int] = mapped_column(BigInteger)
     bytes_stored: Mapped[int] = mapped_column(BigInteger)
     oob_lanes: Mapped[int] = mapped_column(BigInteger, index=True)
+    # oob_lanes split by op (loads; stores and atomics) and the store/atomic lanes the recorder kept from being
+    # written (outside every argument's storage); NULL for launches recorded before migration 0003.
+    oob_load_lanes: Mapped[int | None] = mapped_column(BigInteger)
+    oob_store_lanes: Mapped[int | None] = mapped_column(BigInteger)
+    dropped_lanes: Mapped[int | None] = mapped_column(BigInteger)
     events: Mapped[int] = mapped_column(BigInteger)
     lanes: Mapped[int] = mapped_column(BigInteger)
 
@@ -210,6 +215,7 @@ class LaunchArg(Base):
     strides: Mapped[list[Any] | None]
     storage_offset: Mapped[int | None] = mapped_column(BigInteger)
     storage_group: Mapped[int | None] = mapped_column(Integer)
+    storage_bytes: Mapped[int | None] = mapped_column(BigInteger)  # the allocation behind the view
     device: Mapped[str | None] = mapped_column(String(64))
     value: Mapped[Any | None]
     access: Mapped[dict[str, Any] | None]  # this argument's AccessSummary fields; None when not traced

@@ -17,9 +17,7 @@ Reads never create or migrate a history and never import torch, Triton or Alembi
 
 from __future__ import annotations
 
-import datetime as dt
 import functools
-import json
 import re
 import threading
 from collections.abc import Iterator, Sequence
@@ -61,6 +59,10 @@ from tilelens.store.results import (
     RunSummary,
     SourceLine,
     annotated_source,
+    decode_json,
+    decode_time,
+    int_or_none,
+    launch_summary_of,
     oob_event_of,
 )
 
@@ -72,30 +74,17 @@ VIEW_NAMES = ("launch_overview", "oob_launches", "autotune_choices", "run_overvi
 ExportFormat = Literal["parquet", "csv"]
 
 
-# -- value decoding: SQLite hands back text where PostgreSQL hands back objects -------------------------------
-
-
-def _json(value: Any) -> Any:
-    return json.loads(value) if isinstance(value, (str, bytes)) else value
-
-
-def _time(value: Any) -> dt.datetime | None:
-    if value is None:
-        return None
-    if not isinstance(value, dt.datetime):
-        value = dt.datetime.fromisoformat(str(value))
-    return (
-        value.replace(tzinfo=dt.timezone.utc) if value.tzinfo is None else value.astimezone(dt.timezone.utc)
-    )
-
-
 # -- the query object ---------------------------------------------------------------------------------------
+
+# Launch columns added by schema 0003: a history from before it reads NULL, "not split", as do launches
+# recorded before 0003 in an upgraded history.
+SPLIT_FIELDS = ("oob_load_lanes", "oob_store_lanes", "dropped_lanes")
 
 _LAUNCH_SELECT = """
 SELECT l.id, l.run_id, l.seq, l.started_at, l.duration_s, k.module, k.qualname,
        l.grid_x, l.grid_y, l.grid_z, l.config, l.tuning_key, l.role, l.status, l.error, l.backend, l.device,
        l.lanes, l.load_lanes + l.store_lanes + l.atomic_lanes, l.oob_lanes, l.bytes_loaded, l.bytes_stored,
-       {test_nodeid}
+       {fields}
 FROM launches l JOIN kernels k ON k.id = l.kernel_id
 """
 
@@ -111,35 +100,10 @@ SUMMARY_FIELDS = (
     "oob_lanes",
     "events",
     "lanes",
+    "oob_load_lanes",
+    "oob_store_lanes",
+    "dropped_lanes",
 )
-
-
-def _launch_summary(row: Sequence[Any]) -> LaunchSummary:
-    module, qualname = row[5], row[6]
-    return LaunchSummary(
-        id=int(row[0]),
-        run_id=int(row[1]),
-        seq=int(row[2]),
-        started_at=_time(row[3]),  # type: ignore[arg-type]
-        duration_s=float(row[4]),
-        kernel=f"{module}.{qualname}",
-        module=module,
-        qualname=qualname,
-        grid=(int(row[7]), int(row[8]), int(row[9])),
-        config=_json(row[10]) or {},
-        tuning_key=row[11],
-        role=row[12],
-        status=row[13],
-        error=row[14],
-        backend=row[15],
-        device=row[16],
-        lanes=int(row[17]),
-        active_lanes=int(row[18]),
-        oob_lanes=int(row[19]),
-        bytes_loaded=int(row[20]),
-        bytes_stored=int(row[21]),
-        test_nodeid=row[22],
-    )
 
 
 def _like(pattern: str) -> str:
@@ -185,17 +149,23 @@ class HistoryQuery:
         return self.reader.execute(sql, params).rows
 
     @functools.cached_property
+    def _launch_columns(self) -> frozenset[str]:
+        """The columns of ``launches``: reading never migrates, so a history may predate 0003's or 0007's."""
+        return frozenset(self.reader.execute("SELECT * FROM launches WHERE 1 = 0").columns)
+
+    def _launch_fields(self, names: Sequence[str]) -> str:
+        """``l.NAME`` for each of ``names``; NULL for a column this history's schema predates (read as unknown)."""
+        have = self._launch_columns
+        return ", ".join(f"l.{name}" if name in have else f"NULL AS {name}" for name in names)
+
+    @property
     def _has_procs_columns(self) -> bool:
         """Whether the history has revision 0007's columns; an older history is read with NULLs instead."""
-        try:
-            self._rows("SELECT test_nodeid FROM launches WHERE 1 = 0")
-        except Exception:  # noqa: BLE001 - the column is missing: an older, still readable history
-            return False
-        return True
+        return "test_nodeid" in self._launch_columns
 
     @property
     def _launch_select(self) -> str:
-        return _LAUNCH_SELECT.format(test_nodeid="l.test_nodeid" if self._has_procs_columns else "NULL")
+        return _LAUNCH_SELECT.format(fields=self._launch_fields(("test_nodeid", *SPLIT_FIELDS)))
 
     # -- listings -----------------------------------------------------------------------------------------
 
@@ -247,7 +217,7 @@ class HistoryQuery:
         if limit is not None:
             sql += " LIMIT :limit"
             f.params["limit"] = row_limit(limit)
-        return [_launch_summary(r) for r in self._rows(sql, f.params)]
+        return [launch_summary_of(r) for r in self._rows(sql, f.params)]
 
     def runs(
         self,
@@ -315,12 +285,12 @@ class HistoryQuery:
             out.append(
                 RunSummary(
                     id=int(r[0]),
-                    started_at=_time(r[1]),  # type: ignore[arg-type]
-                    finished_at=_time(r[2]),
+                    started_at=decode_time(r[1]),  # type: ignore[arg-type]
+                    finished_at=decode_time(r[2]),
                     status=statuses[r[0]],
                     exit_code=r[4],
                     tag=r[5],
-                    argv=list(_json(r[6]) or []),
+                    argv=list(decode_json(r[6]) or []),
                     cwd=r[7],
                     host=r[8],
                     launches=int(n or 0),
@@ -366,11 +336,11 @@ class HistoryQuery:
         )
         if not rows:
             raise LaunchNotFoundError(f"no launch {launch_id} in history {self.reader.label}")
-        launch = _launch_summary(rows[0])
+        launch = launch_summary_of(rows[0])
         (extra,) = self._rows(
             "SELECT k.id, k.file, k.def_line, k.source_sha256, k.source, l.cache_key, "
             "r.id, r.tag, r.status, r.argv, l.unattributed, l.trace_blob, l.trace_rows, l.trace_bytes, "
-            f"{', '.join('l.' + name for name in SUMMARY_FIELDS)} "
+            f"{self._launch_fields(SUMMARY_FIELDS)} "
             "FROM launches l JOIN kernels k ON k.id = l.kernel_id JOIN runs r ON r.id = l.run_id "
             "WHERE l.id = :id",
             {"id": launch_id},
@@ -385,11 +355,16 @@ class HistoryQuery:
             source_sha256=extra[3],
             source=extra[4],
         )
-        run = {"id": int(extra[6]), "tag": extra[7], "status": extra[8], "argv": list(_json(extra[9]) or [])}
+        run = {
+            "id": int(extra[6]),
+            "tag": extra[7],
+            "status": extra[8],
+            "argv": list(decode_json(extra[9]) or []),
+        }
         if run["status"] == "running":
             run["status"] = self._run_statuses([(run["id"], None, None, "running")])[run["id"]]
-        summary = {name: int(value) for name, value in zip(SUMMARY_FIELDS, extra[14:])}
-        unattributed_summary = _json(extra[10])
+        summary = {name: int_or_none(value) for name, value in zip(SUMMARY_FIELDS, extra[14:])}
+        unattributed_summary = decode_json(extra[10])
         trace_info = (
             {"blob": extra[11], "rows": extra[12], "bytes": extra[13]} if extra[11] is not None else None
         )
@@ -398,7 +373,9 @@ class HistoryQuery:
         # The trace is read only for what the rows do not hold: Parquet means importing pyarrow, a third of
         # this command's time. A recorder that stores ``distinct_elements`` per argument spares it for
         # launches without out-of-bounds lanes.
-        stored = all(_json(r[10]) is None or "distinct_elements" in _json(r[10]) for r in arg_rows)
+        stored = all(
+            decode_json(r[10]) is None or "distinct_elements" in decode_json(r[10]) for r in arg_rows
+        )
         need_trace = source or launch.oob_lanes > 0 or not stored
         trace, trace_error = None, None
         if trace_info is not None and need_trace:
@@ -448,7 +425,7 @@ class HistoryQuery:
         )
 
     def _argument(self, r: Sequence[Any], distinct: dict[int, int] | None) -> ArgumentInfo:
-        access = _json(r[10])
+        access = decode_json(r[10])
         position = int(r[0])
         if distinct is None and access is not None and access.get("distinct_elements") is not None:
             distinct = {position: int(access["distinct_elements"])}
@@ -457,12 +434,12 @@ class HistoryQuery:
             name=r[1],
             kind=r[2],
             dtype=r[3],
-            shape=_json(r[4]),
-            strides=_json(r[5]),
+            shape=decode_json(r[4]),
+            strides=decode_json(r[5]),
             storage_offset=r[6],
             storage_group=r[7],
             device=r[8],
-            value=_json(r[9]),
+            value=decode_json(r[9]),
             before_blob=r[11],
             after_blob=r[12],
             access=(
@@ -482,11 +459,11 @@ class HistoryQuery:
             AutotuneInfo(
                 id=int(r[0]),
                 tuning_key=r[1],
-                configs=_json(r[2]) or [],
-                timings=_json(r[3]),
-                chosen=_json(r[4]) or {},
+                configs=decode_json(r[2]) or [],
+                timings=decode_json(r[3]),
+                chosen=decode_json(r[4]) or {},
                 cache_hit=bool(r[5]),
-                created_at=_time(r[6]),  # type: ignore[arg-type]
+                created_at=decode_time(r[6]),  # type: ignore[arg-type]
             )
             for r in rows
         ]
@@ -507,7 +484,7 @@ class HistoryQuery:
                 max_rel_err=r[5],
                 trace_equal=None if r[6] is None else bool(r[6]),
                 message=r[7],
-                created_at=_time(r[8]),  # type: ignore[arg-type]
+                created_at=decode_time(r[8]),  # type: ignore[arg-type]
             )
             for r in rows
         ]

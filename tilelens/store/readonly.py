@@ -31,11 +31,11 @@ from tilelens.errors import (
     ReadOnlyError,
     SchemaTooNewError,
 )
+from tilelens.store.migrations import versions_dir
 
 VERSION_TABLE = "alembic_version"
 BUSY_TIMEOUT_S = 30.0
-# The store keeps its migrations beside the package; see tilelens.store.database.MIGRATIONS_DIR.
-MIGRATIONS_VERSIONS = Path(__file__).resolve().parents[2] / "migrations" / "versions"
+MIGRATIONS_VERSIONS = versions_dir()  # the package's own (tilelens._migrations), wherever it is installed
 
 
 @dataclass(frozen=True)
@@ -324,7 +324,7 @@ class SQLiteReader(Reader):
         self.label = str(path)
         self.denied: str | None = None
         if not path.exists():
-            raise NoHistoryError(f"no TileLens history at {path}")
+            raise NoHistoryError(location.no_history_message())
         if path.is_dir():
             raise NotAHistoryError(f"{path} is a directory, not a TileLens history")
         self.conn = connect_read_only(path, self.label)

@@ -8,6 +8,8 @@ frozen, dataclasses: generating their methods is a measurable part of a 0.3 s co
 from __future__ import annotations
 
 import datetime as dt
+import json
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -15,6 +17,23 @@ from typing import Any
 
 def _iso(value: dt.datetime | None) -> str | None:
     return value.isoformat() if value is not None else None
+
+
+# -- value decoding: SQLite hands back text where PostgreSQL hands back objects -------------------------------
+
+
+def decode_json(value: Any) -> Any:
+    return json.loads(value) if isinstance(value, (str, bytes)) else value
+
+
+def decode_time(value: Any) -> dt.datetime | None:
+    if value is None:
+        return None
+    if not isinstance(value, dt.datetime):
+        value = dt.datetime.fromisoformat(str(value))
+    return (
+        value.replace(tzinfo=dt.timezone.utc) if value.tzinfo is None else value.astimezone(dt.timezone.utc)
+    )
 
 
 # -- results ------------------------------------------------------------------------------------------------
@@ -46,6 +65,11 @@ class LaunchSummary:
     bytes_loaded: int
     bytes_stored: int
     test_nodeid: str | None = None  # the pytest test it ran in (pytest --tilelens, tilelens record -m pytest)
+    # oob_lanes split into loads and stores (atomics count as stores), and the store lanes the recorder kept
+    # from being written (outside every argument's memory); None for launches recorded before they were kept.
+    oob_load_lanes: int | None = None
+    oob_store_lanes: int | None = None
+    dropped_lanes: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -187,6 +211,9 @@ class OobEvent:
     active: int
     oob_lanes: int
     offsets: tuple[int, int] | None  # smallest and largest element offset of the out-of-bounds lanes
+    # Of oob_lanes, those outside every argument's memory: a store or atomic never wrote them, a load read
+    # them without touching memory (see tilelens.core.bounds); the rest lay in some argument's storage.
+    stray_lanes: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -245,7 +272,7 @@ class LaunchDetail:
     launch: LaunchSummary
     run: dict[str, Any]
     kernel: KernelInfo
-    summary: dict[str, int]
+    summary: dict[str, int | None]  # the launch's access totals; the oob split is None in older records
     args: list[ArgumentInfo]
     unattributed: AccessStats | None  # lanes that fell in no argument's memory
     trace: dict[str, Any] | None  # blob, rows, bytes
@@ -302,6 +329,7 @@ def oob_event_of(row: dict[str, Any], names: dict[int, str], kernel: KernelInfo)
         active=int(row["active"]),
         oob_lanes=int(row["oob"]),
         offsets=(int(offsets[0]), int(offsets[1])) if offsets is not None else None,
+        stray_lanes=int(row.get("stray") or 0),
     )
 
 
@@ -321,3 +349,39 @@ def annotated_source(kernel: KernelInfo, counts: dict[int, Any]) -> list[SourceL
         c = counts[line]
         out.append(SourceLine(line, None, c.load_lanes, c.store_lanes, c.atomic_lanes))
     return out
+
+
+def launch_summary_of(row: Sequence[Any]) -> LaunchSummary:
+    """One row of the query's launch SELECT (``tilelens.store.query``) as a :class:`LaunchSummary`."""
+    module, qualname = row[5], row[6]
+    return LaunchSummary(
+        id=int(row[0]),
+        run_id=int(row[1]),
+        seq=int(row[2]),
+        started_at=decode_time(row[3]),  # type: ignore[arg-type]
+        duration_s=float(row[4]),
+        kernel=f"{module}.{qualname}",
+        module=module,
+        qualname=qualname,
+        grid=(int(row[7]), int(row[8]), int(row[9])),
+        config=decode_json(row[10]) or {},
+        tuning_key=row[11],
+        role=row[12],
+        status=row[13],
+        error=row[14],
+        backend=row[15],
+        device=row[16],
+        lanes=int(row[17]),
+        active_lanes=int(row[18]),
+        oob_lanes=int(row[19]),
+        bytes_loaded=int(row[20]),
+        bytes_stored=int(row[21]),
+        test_nodeid=row[22],
+        oob_load_lanes=int_or_none(row[23]),
+        oob_store_lanes=int_or_none(row[24]),
+        dropped_lanes=int_or_none(row[25]),
+    )
+
+
+def int_or_none(value: Any) -> int | None:
+    return None if value is None else int(value)

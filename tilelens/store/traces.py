@@ -39,6 +39,13 @@ TRACE_SCHEMA = pa.schema(
         pa.field("lanes", pa.int32()),
         pa.field("active", pa.int32()),
         pa.field("oob", pa.int32()),
+        # Active lanes outside every argument's storage (a subset of oob): stores and atomics never wrote
+        # them, loads never dereferenced them (see tilelens.core.bounds). Packed bits; null = none.
+        pa.field("stray_mask", pa.binary()),
+        pa.field("stray", pa.int32()),
+        # What the out-of-bounds lanes of a load or atomic read: their raw bytes (elem_bytes each) in lane
+        # order (the order of oob_mask's set bits); null for stores and events without such lanes.
+        pa.field("oob_values", pa.binary()),
     ]
 )
 

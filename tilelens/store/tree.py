@@ -38,6 +38,9 @@ class TreeSummary:
     launches_per_kernel: Counter[str] = field(default_factory=Counter)
     errors: int = 0
     oob_lanes: int = 0
+    oob_load_lanes: int = 0  # oob_lanes of loads, and of stores and atomics (unknown before schema 0003: 0)
+    oob_store_lanes: int = 0
+    dropped_lanes: int = 0  # store/atomic lanes outside every argument's memory, never written
     tests: list[TestCounts] = field(default_factory=list)  # per pytest node id, in node-id order
 
     @property
@@ -55,10 +58,11 @@ def run_tree(history: Any, run_id: int) -> TreeSummary:
     with history.engine.connect() as conn:
         ids = [int(r[0]) for r in conn.execute(text(f"{_TREE} SELECT id FROM tree ORDER BY id"), params)]
         summary = TreeSummary(run_ids=ids)
-        for name, n, errors, oob in conn.execute(
+        for name, n, errors, oob, loaded, stored, dropped in conn.execute(
             text(
                 f"{_TREE} SELECT k.module || '.' || k.qualname, COUNT(*), "
-                "SUM(CASE WHEN l.status = 'error' THEN 1 ELSE 0 END), SUM(l.oob_lanes) "
+                "SUM(CASE WHEN l.status = 'error' THEN 1 ELSE 0 END), SUM(l.oob_lanes), "
+                "SUM(l.oob_load_lanes), SUM(l.oob_store_lanes), SUM(l.dropped_lanes) "
                 "FROM launches l JOIN kernels k ON k.id = l.kernel_id "
                 "WHERE l.run_id IN (SELECT id FROM tree) GROUP BY k.module, k.qualname"
             ),
@@ -67,6 +71,9 @@ def run_tree(history: Any, run_id: int) -> TreeSummary:
             summary.launches_per_kernel[name] += int(n)
             summary.errors += int(errors or 0)
             summary.oob_lanes += int(oob or 0)
+            summary.oob_load_lanes += int(loaded or 0)
+            summary.oob_store_lanes += int(stored or 0)
+            summary.dropped_lanes += int(dropped or 0)
         for nodeid, n, kernels, oob in conn.execute(
             text(
                 f"{_TREE} SELECT l.test_nodeid, COUNT(*), COUNT(DISTINCT l.kernel_id), SUM(l.oob_lanes) "

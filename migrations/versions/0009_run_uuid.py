@@ -4,8 +4,8 @@ Ids are allocated by each database and differ between histories; ``tilelens db c
 column instead (copying twice adds nothing). New runs get a random UUID when they begin; runs recorded before
 this revision get one here, once, so they too keep it through every later copy.
 
-Revision ID: 0008
-Revises: 0007
+Revision ID: 0009
+Revises: 0008
 Create Date: 2026-11-30
 """
 
@@ -17,8 +17,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0008"
-down_revision: str | Sequence[str] | None = "0007"
+revision: str = "0009"
+down_revision: str | Sequence[str] | None = "0008"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
