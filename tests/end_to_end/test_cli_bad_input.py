@@ -11,6 +11,13 @@ import pytest
 
 from tests.end_to_end.conftest import EXAMPLES, Recorded, one_line_error, tilelens, tilelens_in_process
 
+
+@pytest.fixture
+def examples_history(examples_recording: Recorded) -> Recorded:
+    """SQLite only: these tests check damaged SQLite files, their pragmas and bytes."""
+    return examples_recording
+
+
 BEYOND = "99999999999999999999"  # past SQLite's 64-bit integers
 
 

@@ -23,6 +23,12 @@ import pytest
 from tests.end_to_end.conftest import Recorded, one_line_error, tilelens_argv, tilelens_in_process
 
 
+@pytest.fixture
+def examples_history(examples_recording: Recorded) -> Recorded:
+    """SQLite only: these tests check SQLite files on read-only media, WAL files, bytes on disk."""
+    return examples_recording
+
+
 def snapshot(folder: Path) -> dict[str, str]:
     """Every file under ``folder`` (names and content hashes): what "nothing changed" means."""
     return {

@@ -66,7 +66,8 @@ def test_csv_of_a_counted_result(examples_history: Recorded) -> None:
 
 
 def test_json_is_streamed_exactly_as_one_document(examples_history: Recorded) -> None:
-    query = "SELECT id, qualname, NULL AS empty, x'00ff' AS raw FROM kernels ORDER BY id"
+    raw = "x'00ff'" if examples_history.backend == "sqlite" else "'\\x00ff'::bytea"  # bytes literals differ
+    query = f"SELECT id, qualname, NULL AS empty, {raw} AS raw FROM kernels ORDER BY id"
     out = examples_history.main("sql", query, "--format", "json")
     rows = examples_history.rows("SELECT id, qualname FROM kernels ORDER BY id")
     expected = [{"id": i, "qualname": q, "empty": None, "raw": "00ff"} for i, q in rows]

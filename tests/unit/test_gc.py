@@ -26,6 +26,13 @@ from tilelens.store import History
 from tilelens.store import gc as gc_module
 from tilelens.store.models import AutotuneEventRow, Blob, Launch, LaunchArg, Replay, Run
 
+
+@pytest.fixture
+def history_url(tmp_path: Path) -> str:
+    """SQLite only: these tests check SQLite's own behaviour (id reuse, PRAGMA integrity_check in the audit)."""
+    return str(tmp_path / "history" / "tilelens.db")
+
+
 DAY = 86400.0
 
 

@@ -22,6 +22,12 @@ from tilelens.store import liveness as lv
 from tilelens.store.models import Run
 
 
+@pytest.fixture
+def history_url(tmp_path: Path) -> str:
+    """SQLite only: these tests check SQLite's own behaviour (the file's bytes)."""
+    return str(tmp_path / "history" / "tilelens.db")
+
+
 def _exited_pid() -> int:
     """The pid of a process that has exited and been reaped (nothing lives under it now, almost surely)."""
     proc = subprocess.Popen([sys.executable, "-c", "pass"])

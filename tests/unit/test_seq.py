@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
@@ -13,6 +14,12 @@ from tests import store_helpers
 from tilelens.config import Location
 from tilelens.store import History, database
 from tilelens.store.models import Launch
+
+
+@pytest.fixture
+def history_url(tmp_path: Path) -> str:
+    """SQLite only: these tests check SQLite's own behaviour (its constraint message, the file)."""
+    return str(tmp_path / "history" / "tilelens.db")
 
 
 def _seqs(h: History, run: int) -> list[tuple[int, int]]:
