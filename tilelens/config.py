@@ -256,7 +256,9 @@ class Settings:
     blobs: str | None = _option(None, "path")  # blob folder
     tag: str | None = _option(None)  # label of recorded runs
     autotune: str = _option("first", choices=("first", "all"))  # autotune policy of recordings
-    on_oob: str = _option("record", choices=("record", "raise"))  # out-of-bounds policy (tilelens.core.bounds)
+    on_oob: str = _option(
+        "record", choices=("record", "raise")
+    )  # out-of-bounds policy (tilelens.core.bounds)
     pyproject: Path | None = field(default=None, compare=False)  # the file [tool.tilelens] came from
 
 

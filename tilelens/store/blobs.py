@@ -232,7 +232,9 @@ class BlobStore:
         intact = on_disk == size and (sha in self._intact or _same_content(path, view))
         # A reused file gets mtime now so gc leaves it alone; one this user may not touch is written anew.
         if not (intact and _refresh(path)):
-            self._write_atomic(path, view)  # missing, truncated, corrupt or not ours: the right bytes, atomically
+            self._write_atomic(
+                path, view
+            )  # missing, truncated, corrupt or not ours: the right bytes, atomically
         self._intact.add(sha)
         return BlobRef(sha, kind, size, rows)
 
