@@ -320,9 +320,9 @@ def find_pyproject(start: Path, *, home: str | Path | None = None) -> tuple[Path
 
 def _parse_toml(text: str, path: Path) -> dict[str, Any]:
     try:
-        import tomllib
+        import tomllib  # type: ignore[import-not-found,unused-ignore]  # stdlib from 3.11; mypy checks as 3.10
     except ModuleNotFoundError:  # Python 3.10: the same parser, as the tomli package
-        import tomli as tomllib  # type: ignore[no-redef]
+        import tomli as tomllib  # type: ignore[no-redef,unused-ignore]
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

@@ -21,7 +21,7 @@ import re
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -129,7 +129,7 @@ class _RecentTensors:
             return None
         for other, ref in reversed(self._by_geometry.get(self._key(t, kind), ())):
             if np.array_equal(raw, other):
-                return ref
+                return cast("BlobRef | None", ref)
         return None
 
     def add(self, t: Any, ref: BlobRef) -> None:
