@@ -271,7 +271,9 @@ class Settings:
     blobs: str | None = _option(None, "path")  # blob folder
     tag: str | None = _option(None)  # label of recorded runs
     autotune: str = _option("first", choices=("first", "all"))  # autotune policy of recordings
-    on_oob: str = _option("record", choices=("record", "raise"))  # out-of-bounds policy (tilelens.core.bounds)
+    on_oob: str = _option(
+        "record", choices=("record", "raise")
+    )  # out-of-bounds policy (tilelens.core.bounds)
     pyproject: Path | None = field(default=None, compare=False)  # the file [tool.tilelens] came from
 
 
@@ -333,9 +335,9 @@ def find_pyproject(start: Path, *, home: str | Path | None = None) -> tuple[Path
 
 def _parse_toml(text: str, path: Path) -> dict[str, Any]:
     try:
-        import tomllib
+        import tomllib  # type: ignore[import-not-found,unused-ignore]  # stdlib from 3.11; mypy checks as 3.10
     except ModuleNotFoundError:  # Python 3.10: the same parser, as the tomli package
-        import tomli as tomllib  # type: ignore[no-redef]
+        import tomli as tomllib  # type: ignore[no-redef,unused-ignore]
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

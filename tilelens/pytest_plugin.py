@@ -121,7 +121,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         rec = recording_session.active()
     if rec is None or getattr(rec, "run_id", None) is None:
         return
-    tree = api.run_tree(rec.history, rec.run_id)
+    # A run_id (checked above) means a recording, not a bare Sink.
+    tree = api.run_tree(rec.history, rec.run_id)  # type: ignore[union-attr]
     config.stash[_TREE] = (rec, tree)
     if config.getoption("tilelens_fail_on_oob") and tree.oob_lanes and session.exitstatus == 0:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED

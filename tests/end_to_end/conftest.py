@@ -144,7 +144,10 @@ def examples_history(
     server = request.getfixturevalue("postgres_server")
     url = server.url(server.create_database("examples"))
     blobs = tmp_path_factory.mktemp("examples-postgresql") / "blobs"
-    with History.open(str(examples_recording.db), examples_recording.blobs) as src, History.open(url, blobs) as dst:
+    with (
+        History.open(str(examples_recording.db), examples_recording.blobs) as src,
+        History.open(url, blobs) as dst,
+    ):
         copy_history(src, dst)
         label = dst.label
     recorded = Recorded(url, blobs, label, "postgresql", examples_recording.proc, 0, {})

@@ -54,7 +54,9 @@ def test_examples_recorded_with_output_passing_through(examples_recording: Recor
     ]
     assert proc.stdout.splitlines()[2].startswith("autotuned_matmul: (64, 48) @ (48, 40), config")
     err = proc.stderr
-    assert f"run {examples_recording.run_id}: 8 launches of 5 kernels, 0 errors, 56 out-of-bounds lanes" in err
+    assert (
+        f"run {examples_recording.run_id}: 8 launches of 5 kernels, 0 errors, 56 out-of-bounds lanes" in err
+    )
     for line in (
         "3  autotuned_matmul.matmul_kernel",
         "2  heuristics_scale.scale_kernel",

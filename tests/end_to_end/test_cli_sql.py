@@ -124,15 +124,21 @@ def test_several_statements_and_bad_sql(examples_history: Recorded) -> None:
     line = one_line_error(examples_history.main("sql", "SELECT 1 FROM runs; SELECT 2"))
     assert line == "tilelens: error: SQL error: one statement at a time"
     line = one_line_error(examples_history.main("sql", "SELEC 1"))
-    assert line == {
-        "sqlite": 'tilelens: error: SQL error: near "SELEC": syntax error',
-        "postgresql": 'tilelens: error: SQL error: syntax error at or near "SELEC"',
-    }[examples_history.backend]
+    assert (
+        line
+        == {
+            "sqlite": 'tilelens: error: SQL error: near "SELEC": syntax error',
+            "postgresql": 'tilelens: error: SQL error: syntax error at or near "SELEC"',
+        }[examples_history.backend]
+    )
     line = one_line_error(examples_history.main("sql", "SELECT nope FROM launches"))
-    assert line == {
-        "sqlite": "tilelens: error: SQL error: no such column: nope",
-        "postgresql": 'tilelens: error: SQL error: column "nope" does not exist',
-    }[examples_history.backend]
+    assert (
+        line
+        == {
+            "sqlite": "tilelens: error: SQL error: no such column: nope",
+            "postgresql": 'tilelens: error: SQL error: column "nope" does not exist',
+        }[examples_history.backend]
+    )
 
 
 def test_reading_pragmas_are_allowed(examples_recording: Recorded) -> None:

@@ -13,7 +13,8 @@ from __future__ import annotations
 import bisect
 import sys
 from dataclasses import dataclass
-from typing import Any
+from types import FrameType
+from typing import Any, cast
 
 import numpy as np
 import pyarrow as pa
@@ -149,7 +150,7 @@ class _FrameFilter:
         self._verdict: dict[str, bool] = {}
 
     def line(self) -> int:
-        f = sys._getframe(3)
+        f: FrameType | None = sys._getframe(3)
         verdict = self._verdict
         while f is not None:
             fname = f.f_code.co_filename
@@ -333,7 +334,7 @@ class AccessCollector:
         c["elem_bytes"].append(elem_bytes)
         c["shape"].append(addrs.shape)
         c["base"].append(rel0 // ebytes)
-        c["mask"].append(None if all_active else np.packbits(mask.ravel()).tobytes())
+        c["mask"].append(None if all_active else np.packbits(cast("np.ndarray", mask).ravel()).tobytes())
         c["oob_mask"].append(oob_bits)
         c["lanes"].append(lanes)
         c["active"].append(active)

@@ -26,7 +26,7 @@ from __future__ import annotations
 import bisect
 import os
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import numpy as np
 
@@ -119,7 +119,7 @@ class StorageTable:
         below = np.where(idx >= 0, a - self.np_ends[np.maximum(idx, 0)].astype(np.float64), np.inf)
         nxt = np.minimum(idx + 1, len(self.starts) - 1)
         above = np.where(idx + 1 < len(self.starts), self.np_starts[nxt].astype(np.float64) - a, np.inf)
-        return np.maximum(np.minimum(np.maximum(below, 0.0), np.maximum(above, 0.0)), 0.0)
+        return cast("np.ndarray", np.maximum(np.minimum(np.maximum(below, 0.0), np.maximum(above, 0.0)), 0.0))
 
 
 class _ProcessMemory:

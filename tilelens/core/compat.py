@@ -5,17 +5,21 @@ Other modules import Triton internals only through here, so a new Triton release
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
-import triton
-import triton.language as tl
-from triton import knobs
+# `X as X` and the `tl` assignment mark these as re-exported (mypy's no_implicit_reexport): other modules
+# reach Triton only through this one.
+import triton as triton
+import triton.language as _tl
+from triton import knobs as knobs
 from triton.runtime import autotuner as _autotuner
 from triton.runtime import interpreter as _interpreter
 from triton.runtime import jit as _jit
 
 TRITON_VERSION: tuple[int, int] = tuple(int(p) for p in triton.__version__.split(".")[:2])  # type: ignore[assignment]
 SUPPORTED = (3, 6) <= TRITON_VERSION < (3, 10)
+
+tl = _tl
 
 JITFunction = _jit.JITFunction
 KernelInterface = _jit.KernelInterface
@@ -67,7 +71,7 @@ def jit_source(fn: Any) -> str:
     src = getattr(fn, "src", None)
     if src is None:
         src = getattr(fn, "_src", "")
-    return src
+    return cast(str, src)
 
 
 def runtime_interpret_scope() -> Any:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import inspect
 import os
-from typing import Any
+from typing import Any, cast
 
 from tilelens.core import compat
 from tilelens.core.interpreter import current_launch, shadow_jit
@@ -59,7 +59,7 @@ def file_sha256(path: str) -> str | None:
 
 def _file(pyfn: Any) -> str:
     name = pyfn.__code__.co_filename
-    return name if name.startswith("<") else os.path.abspath(name)
+    return cast(str, name if name.startswith("<") else os.path.abspath(name))
 
 
 def _def_line(pyfn: Any) -> int:

@@ -42,7 +42,7 @@ import threading
 import types
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -214,7 +214,7 @@ def _access_hooks(originals: dict[str, Callable[..., Any]]) -> dict[str, Callabl
 
     # Only the leading parameters are named: the cache/eviction parameters after them differ between Triton
     # releases (3.9 folded them into one cache_policy), and are passed through untouched.
-    def create_masked_load(self, ptrs, mask, *rest, **kw):
+    def create_masked_load(self: Any, ptrs: Any, mask: Any, *rest: Any, **kw: Any) -> Any:
         launch = current_launch()
         if launch is None:
             return load(self, ptrs, mask, *rest, **kw)
@@ -225,7 +225,7 @@ def _access_hooks(originals: dict[str, Callable[..., Any]]) -> dict[str, Callabl
         stray = None if storage is None else storage.stray(addrs, active, eb)
         if stray is not None:
             ret = load(self, ptrs, with_data(mask, _without(active, stray)), *rest, **kw)
-            ret.data = bounds.read_stray(ret.data, addrs, stray, eb, storage)
+            ret.data = bounds.read_stray(ret.data, addrs, stray, eb, cast("bounds.StorageTable", storage))
         else:
             ret = load(self, ptrs, mask, *rest, **kw)
         if launch.reads is not None:
@@ -233,7 +233,7 @@ def _access_hooks(originals: dict[str, Callable[..., Any]]) -> dict[str, Callabl
         collector.record(LOAD, addrs, active, eb, self.grid_idx, ret.data, stray)
         return ret
 
-    def create_masked_store(self, ptrs, value, mask, *rest, **kw):
+    def create_masked_store(self: Any, ptrs: Any, value: Any, mask: Any, *rest: Any, **kw: Any) -> Any:
         launch = current_launch()
         if launch is None:
             return store(self, ptrs, value, mask, *rest, **kw)
@@ -247,7 +247,9 @@ def _access_hooks(originals: dict[str, Callable[..., Any]]) -> dict[str, Callabl
             mask = with_data(mask, _without(active, stray))
         return store(self, ptrs, value, mask, *rest, **kw)
 
-    def create_atomic_rmw(self, rmwOp, ptr, val, mask, *rest, **kw):  # noqa: N803 (Triton's name)
+    def create_atomic_rmw(  # noqa: N803 (Triton's name)
+        self: Any, rmwOp: Any, ptr: Any, val: Any, mask: Any, *rest: Any, **kw: Any
+    ) -> Any:
         launch = current_launch()
         if launch is None:
             return rmw(self, rmwOp, ptr, val, mask, *rest, **kw)
@@ -267,7 +269,7 @@ def _access_hooks(originals: dict[str, Callable[..., Any]]) -> dict[str, Callabl
         collector.record(op, addrs, active, eb, self.grid_idx, ret.data, stray)
         return ret
 
-    def create_atomic_cas(self, ptr, *rest, **kw):
+    def create_atomic_cas(self: Any, ptr: Any, *rest: Any, **kw: Any) -> Any:
         launch = current_launch()
         if launch is None:
             return cas(self, ptr, *rest, **kw)
@@ -298,7 +300,7 @@ def _access_hooks(originals: dict[str, Callable[..., Any]]) -> dict[str, Callabl
 
 def _without(active: np.ndarray, stray: np.ndarray) -> np.ndarray:
     """The mask ``active`` with the stray lanes cleared, in the mask's own shape."""
-    return np.broadcast_to(np.asarray(active, dtype=bool), stray.shape) & ~stray
+    return cast("np.ndarray", np.broadcast_to(np.asarray(active, dtype=bool), stray.shape) & ~stray)
 
 
 def _semantic_patches(patcher: _Patcher) -> None:
@@ -348,7 +350,7 @@ def _patch_lang_with_libdevice(original: Callable[..., Any]) -> Callable[..., An
     get their libdevice references resolved too; all of it is undone when the launch ends.
     """
 
-    def _patch_lang(fn):
+    def _patch_lang(fn: Any) -> Any:
         launch = current_launch()
         if launch is not None and launch.gluon is not None:
             # Gluon code may not name triton.language at all (the stock function asserts it does); the tl
@@ -376,7 +378,7 @@ def _patch_lang_with_libdevice(original: Callable[..., Any]) -> Callable[..., An
 
 
 def _jit_call(original: Callable[..., Any]) -> Callable[..., Any]:
-    def __call__(self, *args, **kwargs):
+    def __call__(self: Any, *args: Any, **kwargs: Any) -> Any:
         launch = current_launch()
         if launch is None:
             return original(self, *args, **kwargs)
@@ -525,10 +527,10 @@ def interception_patches(route: LaunchRouter) -> Iterator[None]:
     """
     patcher = _Patcher()
 
-    def layered(cls: type, kind: str) -> Callable[..., Any]:
+    def layered(cls: Any, kind: str) -> Callable[..., Any]:  # cls: one of Triton's (untyped) classes
         original = cls.run
 
-        def run(self, *args, **kwargs):
+        def run(self: Any, *args: Any, **kwargs: Any) -> Any:
             if getattr(self, "_tilelens_trace", None) is not None or current_launch() is not None:
                 return original(self, *args, **kwargs)
             if kwargs.get("warmup"):
@@ -553,7 +555,7 @@ def original_run(cls: type) -> Callable[..., Any]:
     for klass in cls.__mro__:
         if "run" in vars(klass):
             run = vars(klass)["run"]
-            return getattr(run, "__wrapped__", run)
+            return cast("Callable[..., Any]", getattr(run, "__wrapped__", run))
     raise AttributeError(f"{cls.__name__} has no run method")
 
 

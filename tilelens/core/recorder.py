@@ -17,7 +17,7 @@ from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, cast
 
 from tilelens.core import children, compat, session, testid
 from tilelens.core.bounds import OobPolicy, resolve_policy
@@ -236,7 +236,7 @@ class Recording:
             self.dropped_lanes += rec.summary.dropped_lanes
         if self.on_launch is not None:
             self.on_launch(rec, launch_id)
-        return launch_id
+        return cast(int, launch_id)
 
     def write_autotune_event(self, event: AutotuneEvent, launch_id: int | None) -> None:
         with self._lock:

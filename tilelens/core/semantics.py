@@ -34,7 +34,7 @@ import math
 import os
 import types
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -77,7 +77,7 @@ _BF16_NAN = np.uint16(0x7FFF)
 
 def bf16_to_f32(bits: np.ndarray) -> np.ndarray:
     """Exact: a bf16 value is the upper half of the fp32 with the same bits."""
-    return (np.asarray(bits).astype(np.uint32) << np.uint32(16)).view(np.float32)
+    return cast("np.ndarray", (np.asarray(bits).astype(np.uint32) << np.uint32(16)).view(np.float32))
 
 
 def _f32_bits_to_bf16(bits: np.ndarray) -> np.ndarray:
@@ -270,7 +270,7 @@ class UnsupportedConstruct(NotImplementedError):
 def _f64(fn: Callable[..., Any]) -> Callable[..., np.ndarray]:
     def run(*args: np.ndarray) -> np.ndarray:
         with np.errstate(all="ignore"):
-            return fn(*[np.asarray(a, dtype=np.float64) for a in args])
+            return cast("np.ndarray", fn(*[np.asarray(a, dtype=np.float64) for a in args]))
 
     return run
 
@@ -285,7 +285,7 @@ def _per_element(fn: Callable[..., float]) -> Callable[..., np.ndarray]:
 
 
 def _round_half_away(x: np.ndarray) -> np.ndarray:
-    return np.copysign(np.floor(np.abs(x) + 0.5), x)
+    return cast("np.ndarray", np.copysign(np.floor(np.abs(x) + 0.5), x))
 
 
 def _safe_gamma(x: float) -> float:
@@ -542,7 +542,7 @@ def _root_cause(exc: BaseException) -> BaseException:
     return exc
 
 
-def _kernel_frame(exc: BaseException) -> tuple[str, int] | None:
+def _kernel_frame(exc: BaseException | None) -> tuple[str, int] | None:
     """The innermost frame of user code (a kernel or one of its helpers) along the exception chain."""
     chain = []
     seen = set()

@@ -71,7 +71,7 @@ class MemorySink:
         self.autotune_events.append(event)
 
 
-class _InterpretedLeaf(compat.KernelInterface):
+class _InterpretedLeaf(compat.KernelInterface):  # type: ignore[misc]  # Triton is untyped (Any)
     """The end of a traced chain: runs the kernel in the interpreter; ``.fn`` is the user's JITFunction.
 
     Attributes it does not define are forwarded to the interpreted function, so code that reads
@@ -248,7 +248,7 @@ def unpack_kernel(kernel: Any, *, in_place: bool = True) -> tuple[Any, list[Any]
     return (layers[0] if layers else leaf), layers, leaf
 
 
-class TritonTrace(compat.KernelInterface):
+class TritonTrace(compat.KernelInterface):  # type: ignore[misc]  # Triton is untyped (Any)
     """A traced Triton kernel: launch it like the original (``traced[grid](...)``), every launch is recorded.
 
     Inside a ``tilelens.record()`` block launches go to that recording's history; outside, to ``records``

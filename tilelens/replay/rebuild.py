@@ -161,7 +161,8 @@ def _rebuild_group(
     views = {}
     for a, dtype, _start, _snap in placed:
         view = torch.empty(0, dtype=dtype, device=device)
-        view.set_(storage, a.storage_offset + margin // dtype.itemsize, a.shape, a.strides)
+        # placed holds only arguments with a layout: offset, shape and strides are set.
+        view.set_(storage, a.storage_offset + margin // dtype.itemsize, a.shape, a.strides)  # type: ignore[operator,arg-type]
         views[a.position] = view
     return views
 
@@ -207,8 +208,8 @@ def _fill_snapshots(
     raw = torch.zeros(nbytes, dtype=torch.uint8, device=device)
     for start, snap in pieces:
         if snap.numel():
-            data = snap.contiguous().view(torch.uint8)
-            raw[start : start + data.numel()].copy_(data)
+            chunk = snap.contiguous().view(torch.uint8)
+            raw[start : start + chunk.numel()].copy_(chunk)
     return raw
 
 

@@ -21,7 +21,7 @@ import re
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -129,7 +129,7 @@ class _RecentTensors:
             return None
         for other, ref in reversed(self._by_geometry.get(self._key(t, kind), ())):
             if np.array_equal(raw, other):
-                return ref
+                return cast("BlobRef | None", ref)
         return None
 
     def add(self, t: Any, ref: BlobRef) -> None:
@@ -232,7 +232,9 @@ class BlobStore:
         intact = on_disk == size and (sha in self._intact or _same_content(path, view))
         # A reused file gets mtime now so gc leaves it alone; one this user may not touch is written anew.
         if not (intact and _refresh(path)):
-            self._write_atomic(path, view)  # missing, truncated, corrupt or not ours: the right bytes, atomically
+            self._write_atomic(
+                path, view
+            )  # missing, truncated, corrupt or not ours: the right bytes, atomically
         self._intact.add(sha)
         return BlobRef(sha, kind, size, rows)
 

@@ -199,7 +199,8 @@ def insert_ignore(
         if dialect == "sqlite":
             from sqlalchemy.dialects.sqlite import insert
         else:
-            from sqlalchemy.dialects.postgresql import insert
+            # The same on_conflict_do_nothing API under a second (dialect-specific) return type.
+            from sqlalchemy.dialects.postgresql import insert  # type: ignore[assignment]
         session.execute(insert(table).on_conflict_do_nothing(index_elements=list(keys)), list(rows))
         return
     if dialect in ("mysql", "mariadb"):
@@ -315,7 +316,7 @@ def ensure_schema(
 
     with translate_errors(label), engine.connect() as conn:
         sqlite = is_sqlite(conn)
-        raw = conn.connection.driver_connection
+        raw: Any = conn.connection.driver_connection  # the DBAPI connection; open while conn is
         if sqlite:
             # SQLite cannot alter tables in place; batch migrations copy, drop and rename them. With foreign
             # keys on, the drop would cascade-delete child rows, and the rename would fail on any view that

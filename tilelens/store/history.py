@@ -16,9 +16,9 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
-from sqlalchemy import Engine, func, insert, select, update
+from sqlalchemy import CursorResult, Engine, Table, func, insert, select, update
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.orm import Session
 
@@ -359,7 +359,7 @@ class History:
         if status not in FINISHED_RUN_STATUSES:
             raise UsageError(f"a finished run's status is one of {FINISHED_RUN_STATUSES}, not {status!r}")
         with database.write_session(self.engine) as s:
-            result = s.execute(
+            result: CursorResult[Any] = s.execute(  # type: ignore[assignment]  # an UPDATE's Result is a CursorResult
                 update(Run)
                 .where(Run.id == run_id)
                 .values(status=status, exit_code=exit_code, finished_at=utcnow())
@@ -465,10 +465,15 @@ class History:
                     if attempt:  # the seq was taken: the next free one, under this transaction's write lock
                         last = s.execute(select(func.max(Launch.seq)).where(Launch.run_id == run_id)).scalar()
                         launch["seq"] = 0 if last is None else last + 1
-                    result = s.execute(insert(Launch.__table__), launch)  # parameters: cached SQL
-                    launch_id = int(result.inserted_primary_key[0])
+                    result = cast(  # parameters: cached SQL
+                        CursorResult[Any], s.execute(insert(cast(Table, Launch.__table__)), launch)
+                    )
+                    launch_id = int(result.inserted_primary_key[0])  # type: ignore[index]  # one row inserted
                     if args:
-                        s.execute(insert(LaunchArg.__table__), [{**a, "launch_id": launch_id} for a in args])
+                        s.execute(
+                            insert(cast(Table, LaunchArg.__table__)),
+                            [{**a, "launch_id": launch_id} for a in args],
+                        )
                 break
             except sa_exc.IntegrityError as exc:
                 # Asking first would cost a query per launch; a taken seq is rare (forked children).
@@ -528,7 +533,8 @@ class History:
             "created_at": created_at or utcnow(),
         }
         with database.write_session(self.engine) as s:
-            return int(s.execute(insert(Replay.__table__), row).inserted_primary_key[0])
+            result = cast(CursorResult[Any], s.execute(insert(cast(Table, Replay.__table__)), row))
+            return int(result.inserted_primary_key[0])  # type: ignore[index]  # a one-row INSERT has its key
 
     # -- helpers -------------------------------------------------------------------------------------------
 
@@ -538,7 +544,7 @@ class History:
             {"sha256": r.sha256, "kind": r.kind, "size": r.size, "rows": r.rows, "created_at": now}
             for r in refs
         ]
-        database.insert_ignore(s, Blob.__table__, rows, keys=("sha256",))
+        database.insert_ignore(s, cast(Table, Blob.__table__), rows, keys=("sha256",))
 
     def _kernel_id(self, s: Session, k: KernelIdentity) -> int:
         # Kernel rows are never changed or deleted, so an id seen in a committed write stays right.
@@ -557,7 +563,7 @@ class History:
             "created_at": utcnow(),
         }
         keys = ("module", "qualname", "source_sha256")
-        database.insert_ignore(s, Kernel.__table__, [row], keys=keys)
+        database.insert_ignore(s, cast(Table, Kernel.__table__), [row], keys=keys)
         return s.execute(
             select(Kernel.id).where(
                 Kernel.module == k.module,

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pyarrow as pa
@@ -52,7 +52,7 @@ def _column(table: pa.Table, name: str) -> pa.Array:
 
 
 def _numpy(table: pa.Table, name: str, dtype: Any) -> np.ndarray:
-    return _column(table, name).to_numpy(zero_copy_only=False).astype(dtype, copy=False)
+    return cast("np.ndarray", _column(table, name).to_numpy(zero_copy_only=False).astype(dtype, copy=False))
 
 
 def _validity(arr: pa.Array) -> np.ndarray:
@@ -80,9 +80,11 @@ def _flatten(arr: pa.Array) -> np.ndarray:
     lengths = _list_lengths(arr)
     values = arr.values.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
     if lengths.sum() == offsets[-1] - offsets[0]:  # no null list hides values: one contiguous slice
-        return values[offsets[0] : offsets[-1]]
+        return cast("np.ndarray", values[offsets[0] : offsets[-1]])
     starts = np.repeat(offsets[:-1], lengths)
-    return values[starts + np.arange(starts.size) - np.repeat(_exclusive_cumsum(lengths), lengths)]
+    return cast(
+        "np.ndarray", values[starts + np.arange(starts.size) - np.repeat(_exclusive_cumsum(lengths), lengths)]
+    )
 
 
 def _padded(col: pa.Array, n: int, width: int, fill: int) -> np.ndarray:

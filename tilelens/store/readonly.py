@@ -339,7 +339,7 @@ class SQLiteReader(Reader):
             self.revisions = tuple(current)
             self.conn.execute("PRAGMA query_only = ON")
             if hasattr(self.conn, "setlimit"):  # Python 3.11+: no attached databases at all
-                self.conn.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
+                self.conn.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)  # type: ignore[attr-defined,unused-ignore]  # 3.11+
             self.conn.set_authorizer(self._authorize)
         except BaseException:
             self.conn.close()

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 
 def _iso(value: dt.datetime | None) -> str | None:
@@ -31,8 +31,11 @@ def decode_time(value: Any) -> dt.datetime | None:
         return None
     if not isinstance(value, dt.datetime):
         value = dt.datetime.fromisoformat(str(value))
+    moment = cast(dt.datetime, value)
     return (
-        value.replace(tzinfo=dt.timezone.utc) if value.tzinfo is None else value.astimezone(dt.timezone.utc)
+        moment.replace(tzinfo=dt.timezone.utc)
+        if moment.tzinfo is None
+        else moment.astimezone(dt.timezone.utc)
     )
 
 
@@ -145,7 +148,7 @@ class AccessStats:
 
     @classmethod
     def of(cls, summary: dict[str, Any], distinct: int | None) -> AccessStats:
-        get = lambda key: int(summary.get(key) or 0)  # noqa: E731
+        get: Callable[[str], int] = lambda key: int(summary.get(key) or 0)  # noqa: E731
         return cls(
             loads=get("loads"),
             stores=get("stores"),

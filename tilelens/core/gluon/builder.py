@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -117,7 +117,7 @@ class GluonSimBuilder(NvidiaOps):
 
     @property
     def program(self) -> tuple[int, int, int]:
-        return tuple(self._base.grid_idx)  # type: ignore[return-value]
+        return tuple(self._base.grid_idx)
 
     # -- types and layouts --------------------------------------------------------------------------------
 
@@ -162,7 +162,7 @@ class GluonSimBuilder(NvidiaOps):
         view = self.state.shared(self.program).allocate(ty.element, ty.shape)
         if isinstance(value, TensorHandle):
             self.create_local_store(view, value)
-        return view
+        return cast("SharedView", view)
 
     def create_local_dealloc(self, view: Any) -> None:
         pass

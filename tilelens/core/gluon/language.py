@@ -101,7 +101,7 @@ def is_gluon_builtin(value: Any) -> bool:
 
 def _replacement(name: str, value: Any) -> Callable[..., Any] | type | None:
     if value is compat.tl.core.static_range:
-        return _range  # type: ignore[return-value]
+        return _range
     if not compat.is_builtin(value):
         return None
     special = _BY_NAME.get(name)

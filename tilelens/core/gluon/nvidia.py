@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -40,7 +40,7 @@ class SimDescriptor:
 
     @property
     def itemsize(self) -> int:
-        return max(1, self.element.primitive_bitwidth // 8)
+        return cast(int, max(1, self.element.primitive_bitwidth // 8))
 
     @property
     def box_bytes(self) -> int:
@@ -196,7 +196,7 @@ class NvidiaOps:
             other = TensorHandle(
                 np.full(desc.block_shape, np.nan, dtype=np.float32).astype(np_dtype), desc.element
             )
-        return compat.interpreter_masked_load(self._base, ptrs, mask, other).data
+        return cast("np.ndarray", compat.interpreter_masked_load(self._base, ptrs, mask, other).data)
 
     # -- wgmma (Hopper) --------------------------------------------------------------------------------------
 
@@ -216,7 +216,7 @@ class NvidiaOps:
         memory = self.state.tensor_memory.get(0)
         if memory is None or memory.program != self.program:
             memory = self.state.tensor_memory[0] = SharedMemory(self.program, space="tensor")
-        return memory
+        return cast("SharedMemory", memory)
 
     def create_tmem_alloc(self, ty: Any, value: Any = None) -> SharedView:
         view = self._tensor_memory().allocate(ty.element, ty.shape)
@@ -279,7 +279,7 @@ class NvidiaOps:
 
     def _load_shared(self, view: SharedView) -> np.ndarray:
         self.state.trace(SHARED_LOAD, view, self.program)  # (tensor memory is not traced)
-        return view.array.copy()
+        return cast("np.ndarray", view.array.copy())
 
     def _store_shared(self, view: SharedView, values: np.ndarray) -> None:
         self.state.trace(SHARED_STORE, view, self.program)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -47,7 +47,7 @@ class GluonLaunchState:
         found = self.shared(program).barriers.get(view.address)
         if found is None:
             raise BarrierError(f"mbarrier at shared address {view.address} is used before mbarrier.init")
-        return found
+        return cast("Barrier", found)
 
     def init_barrier(self, view: SharedView, count: int, program: tuple[int, int, int]) -> None:
         self.shared(program).barriers[view.address] = Barrier(count, count)
