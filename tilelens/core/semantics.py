@@ -86,7 +86,8 @@ def _f32_bits_to_bf16(bits: np.ndarray) -> np.ndarray:
     # can carry past 32 bits, and they are replaced below.
     rounded = (bits + (np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1)))) >> np.uint32(16)
     nan = (bits & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000)
-    return np.where(nan, _BF16_NAN, rounded.astype(np.uint16)).astype(np.uint16)
+    result: np.ndarray = np.where(nan, _BF16_NAN, rounded.astype(np.uint16)).astype(np.uint16)
+    return result
 
 
 def to_bf16(values: Any) -> np.ndarray:

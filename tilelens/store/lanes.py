@@ -69,7 +69,7 @@ def _validity(arr: pa.Array) -> np.ndarray:
 
 def _list_lengths(arr: pa.Array) -> np.ndarray:
     """Length of every list (0 for a null one)."""
-    lengths = np.diff(arr.offsets.to_numpy(zero_copy_only=False)).astype(np.int64)
+    lengths: np.ndarray = np.diff(arr.offsets.to_numpy(zero_copy_only=False)).astype(np.int64)
     lengths[~_validity(arr)] = 0
     return lengths
 
