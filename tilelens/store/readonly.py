@@ -195,7 +195,9 @@ class Reader:
     revisions: tuple[str, ...] = ()  # the schema revisions stamped in the history
 
     def execute(self, sql: str, params: Mapping[str, Any] | None = None) -> Result:
-        raise NotImplementedError
+        """Run one statement and return all its rows (``stream``, collected)."""
+        with self.stream(sql, params) as rows:
+            return Result(rows.columns, list(rows))
 
     def stream(
         self,
@@ -380,10 +382,6 @@ class SQLiteReader(Reader):
             self.denied = what
         return sqlite3.SQLITE_DENY
 
-    def execute(self, sql: str, params: Mapping[str, Any] | None = None) -> Result:
-        with self.stream(sql, params) as rows:
-            return Result(rows.columns, list(rows))
-
     def stream(
         self,
         sql: str,
@@ -476,10 +474,6 @@ class PostgresReader(Reader):
             self.gate.close()
             raise
 
-    def execute(self, sql: str, params: Mapping[str, Any] | None = None) -> Result:
-        with self.stream(sql, params) as rows:
-            return Result(rows.columns, list(rows))
-
     def stream(
         self,
         sql: str,
@@ -526,10 +520,6 @@ class EngineReader(Reader):
         except BaseException:
             self.close()
             raise
-
-    def execute(self, sql: str, params: Mapping[str, Any] | None = None) -> Result:
-        with self.stream(sql, params) as rows:
-            return Result(rows.columns, list(rows))
 
     def stream(
         self,
