@@ -37,6 +37,10 @@ _HOMES: dict[str, str] = {
     "LaunchDetail": "tilelens.store.results",
     "LaunchSummary": "tilelens.store.results",
     "RunSummary": "tilelens.store.results",
+    "Heatmap": "tilelens.store.heatmaps",
+    "LaunchHeatmaps": "tilelens.store.heatmaps",
+    "launch_heatmaps": "tilelens.store.heatmaps",
+    "write_heatmaps": "tilelens.reporters.heatmaps",  # matplotlib for PNG, when called
     # writing, migrating, replaying: Alembic; replays also torch and Triton
     "History": "tilelens.store.history",
     "HistoryStatus": "tilelens.store.history",

@@ -24,7 +24,8 @@ HELP = (
     "Examples:\n\n"
     "  tilelens show 42\n\n"
     "  tilelens show 42 --source\n\n"
-    "  tilelens show 42 --json | jq '.args[] | {name, access}'\n"
+    "  tilelens show 42 --json | jq '.args[] | {name, access}'\n\n"
+    "  tilelens show 42 --heatmap launch42.png --heatmap-by program\n"
 )
 
 
@@ -40,10 +41,25 @@ def show(
         10, "--oob-events", min=0, metavar="N", help="Show at most N out-of-bounds events."
     ),
     as_json: bool = JSON_OPTION,
+    heatmap: str | None = typer.Option(
+        None,
+        "--heatmap",
+        metavar="FILE",
+        help="Also draw each tensor argument's elements into FILE (.png or .svg).",
+    ),
+    heatmap_by: str = typer.Option("access", "--heatmap-by", help="Colour cells by: access or program."),
+    heatmap_width: int | None = typer.Option(
+        None, "--heatmap-width", min=1, metavar="N", help="Fold 1-D tensors into rows of N elements."
+    ),
 ) -> None:
     st = state(ctx)
     with api.open_query(st.db, st.blobs) as q:
         detail = q.launch(launch_id, oob_events=oob_events, source=source)
+        maps = api.launch_heatmaps(q, launch_id, width=heatmap_width) if heatmap is not None else None
+    if heatmap is not None and maps is not None:
+        title = f"launch {launch_id}  {detail.kernel.name}  grid {render.grid(detail.launch.grid)}"
+        api.write_heatmaps(maps, heatmap, title=title, by=heatmap_by)
+        render.err().print(escape(f"heatmap written to {heatmap}"), markup=False)
     if as_json:
         print_json(detail.as_dict())
         return

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from tilelens.store.query import HistoryQuery
 
 BAND_ROWS = 2  # rows of cells past the last element (lanes further out are counted, not drawn)
-DEFAULT_MAX_CELLS = 1 << 20
+DEFAULT_MAX_CELLS = 1 << 18  # 512 x 512: a picture of at most a few megapixels
 
 # Cell categories, what a picture colours in "access" mode (tilelens.reporters.palette names their colours).
 UNTOUCHED, MASKED, READ, WRITE, READ_WRITE, ATOMIC, OOB, BAND = range(8)
