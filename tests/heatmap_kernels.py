@@ -31,3 +31,16 @@ with knobs.runtime.scope():
         mask = offs < n
         v = tl.load(x_ptr + offs, mask=mask, other=0)
         tl.atomic_add(bins_ptr + v, 1, mask=mask)
+
+
+def _hostile_copy(x_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) + 1, mask=offs < n)
+
+
+# A kernel whose recorded name is markup: every page and picture must show it as text.
+HOSTILE_NAME = "<script>window.__pwned=1</script>&amp;<img src=x onerror=alert(1)>"
+_hostile_copy.__qualname__ = HOSTILE_NAME
+with knobs.runtime.scope():
+    knobs.runtime.interpret = False
+    hostile = triton.jit(_hostile_copy)

@@ -41,13 +41,8 @@ def cell_text(p: Panel, row: int, col: int, grid: tuple[int, int, int], kinds: t
     """What one cell holds, in words (the SVG tooltip; the web page's hover says the same)."""
     h = p.heatmap
     first = (row * h.bin_rows) * h.elements_per_row + col * h.bin_cols
-    where = "element" if h.inside[row, col] else "past the end, offset +"
-    index = first if h.inside[row, col] else first - h.numel
-    text = (
-        f"{where} {index}"
-        if h.bin_rows == h.bin_cols == 1
-        else f"{where} {index} (cell of {h.bin_rows}x{h.bin_cols})"
-    )
+    where = f"element {first}" if h.inside[row, col] else f"past the end +{first - h.numel}"
+    text = where if h.bin_rows == h.bin_cols == 1 else f"{where} (cell of {h.bin_rows}x{h.bin_cols})"
     counts = [
         f"{name} {int(a[row, col])}"
         for name, a in (
