@@ -111,6 +111,10 @@ class LaunchNotFoundError(HistoryError):
     """No launch with that id in the history."""
 
 
+class KernelNotFoundError(HistoryError):
+    """No kernel with that id in the history."""
+
+
 class RunNotFoundError(HistoryError):
     """No run with that id in the history (or no run at all)."""
 

@@ -201,7 +201,8 @@ class _Cells:
 
     def cell(self, flat: np.ndarray) -> np.ndarray:
         r, c = np.divmod(flat, self.cols)
-        return (r // self.bin_r) * self.cell_cols + c // self.bin_c
+        out: np.ndarray = (r // self.bin_r) * self.cell_cols + c // self.bin_c
+        return out
 
 
 def heatmaps_of(

@@ -1,0 +1,46 @@
+"""``tilelens serve``: browse a history in a local web app (read-only; loopback unless told otherwise)."""
+
+from __future__ import annotations
+
+import typer
+
+from tilelens import api
+from tilelens.commands import render
+from tilelens.commands.common import state
+from tilelens.commands.escape import escape
+from tilelens.errors import UsageError
+
+HELP = (
+    "Serve a read-only web app over the history: runs, their launches (filters as `ls`), each launch with "
+    "its source, per-line lane counts, arguments, interactive heatmaps, out-of-bounds events and replays, "
+    "and each kernel across its versions. Needs the `serve` extra (starlette, uvicorn).\n\n"
+    "Examples:\n\n"
+    "  tilelens serve\n\n"
+    "  tilelens --db runs/nightly.db serve --port 9000\n"
+)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("serve", help=HELP)(serve)
+
+
+def serve(
+    ctx: typer.Context,
+    host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on (default: loopback only)."),
+    port: int = typer.Option(8765, "--port", min=0, max=65535, help="TCP port (0: any free port)."),
+) -> None:
+    try:
+        import uvicorn
+
+        from tilelens.web.app import create_app
+    except ImportError as exc:
+        raise UsageError(
+            f"tilelens serve needs the serve extra (pip install 'tilelens[serve]'): {exc}"
+        ) from exc
+    location = state(ctx).location()
+    with api.open_query(location=location) as q:  # a missing or unreadable history fails here, as one line
+        label = q.reader.label
+    shown = f"[{host}]" if ":" in host else host
+    render.err().print(escape(f"tilelens: serving {label} read-only at http://{shown}:{port}/ (Ctrl-C stops)"),
+                       markup=False)  # fmt: skip
+    uvicorn.run(create_app(location), host=host, port=port, log_level="warning", access_log=False)
