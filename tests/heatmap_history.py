@@ -11,6 +11,8 @@ Launches, in order (ids 1..5 in a fresh history):
 4. ``every_third[(3,)](x, yt, 24, BLOCK=4)``: as 1, into ``yt``, a 4 x 6 transposed view (strides (1, 4)).
 5. ``hostile[(1,)](v, 5, BLOCK=8)``: a kernel whose qualname is HTML (``heatmap_kernels.HOSTILE_NAME``), in a run
    tagged ``<b>tag</b>``.
+6. ``every_third_v2[(3,)](x, y, 24, BLOCK=4)`` in that run: a second version of ``every_third`` (same name,
+   another source).
 """
 
 from __future__ import annotations
@@ -51,5 +53,6 @@ def record_history(folder: Path) -> HeatmapHistory:
         hk.every_third[(3,)](x, yt, 24, BLOCK=4)
     with tilelens.record(str(db), blobs, tag=HOSTILE_TAG) as rec2:
         hk.hostile[(1,)](v, 5, BLOCK=8)
+        hk.every_third_v2[(3,)](x, y, 24, BLOCK=4)
     assert ys.canaries_intact() and bins.tolist() == [1, 2, 0, 3] and v.tolist() == [1] * 5
     return HeatmapHistory(db, blobs, [*rec.launch_ids, *rec2.launch_ids])

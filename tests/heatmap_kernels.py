@@ -38,9 +38,19 @@ def _hostile_copy(x_ptr, n, BLOCK: tl.constexpr):
     tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) + 1, mask=offs < n)
 
 
+def _every_third_v2(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = 3 * i < n
+    tl.store(y_ptr + 3 * i, tl.load(x_ptr + 3 * i, mask=mask) + 2.0, mask=mask)
+
+
+# A second version of every_third (same module and name, another source): the kernel page shows both.
+_every_third_v2.__qualname__ = "every_third"
+
 # A kernel whose recorded name is markup: every page and picture must show it as text.
 HOSTILE_NAME = "<script>window.__pwned=1</script>&amp;<img src=x onerror=alert(1)>"
 _hostile_copy.__qualname__ = HOSTILE_NAME
 with knobs.runtime.scope():
     knobs.runtime.interpret = False
     hostile = triton.jit(_hostile_copy)
+    every_third_v2 = triton.jit(_every_third_v2)

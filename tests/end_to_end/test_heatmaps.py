@@ -182,11 +182,7 @@ def test_svg_has_one_rect_per_cell_with_what_it_holds(hist: HeatmapHistory, tmp_
     )
     assert cells[(3, 3)].find("s:title", ns).text.startswith("element 21: writes 1; first program (1, 0, 0)")
     assert cells[(4, 3)].get("fill") == CATEGORY_COLORS[MASKED]
-    assert (
-        cells[(4, 3)]
-        .find("s:title", ns)
-        .text.startswith("past the end +3: masked 1; first program (2")
-    )
+    assert cells[(4, 3)].find("s:title", ns).text.startswith("past the end +3: masked 1; first program (2")
     assert cells[(0, 1)].get("fill") == CATEGORY_COLORS[UNTOUCHED]
     assert cells[(5, 1)].get("fill") == CATEGORY_COLORS[BAND]
     assert len(root.findall("s:rect[@class='legend']", ns)) == len(lay.legend)

@@ -1,0 +1,168 @@
+"""``tilelens serve``'s web app through starlette's TestClient: every page and endpoint, 404s, filters,
+escaping of hostile names, and that serving never writes to the history."""
+
+from __future__ import annotations
+
+import hashlib
+import html
+from pathlib import Path
+
+import pytest
+from starlette.testclient import TestClient
+
+from tests import heatmap_kernels as hk
+from tests.end_to_end.conftest import one_line_error, tilelens_in_process
+from tests.heatmap_history import HOSTILE_TAG, HeatmapHistory, record_history
+from tilelens.config import resolve_location
+from tilelens.reporters.palette import CATEGORY_COLORS
+from tilelens.store.heatmaps import OOB, WRITE
+from tilelens.web.app import create_app
+
+
+@pytest.fixture(scope="module")
+def hist(tmp_path_factory: pytest.TempPathFactory) -> HeatmapHistory:
+    return record_history(tmp_path_factory.mktemp("serve"))
+
+
+@pytest.fixture(scope="module")
+def client(hist: HeatmapHistory) -> TestClient:
+    return TestClient(create_app(resolve_location(str(hist.db), hist.blobs, env={})))
+
+
+def launch_links(text: str) -> list[int]:
+    import re
+
+    return [int(m) for m in re.findall(r'<a href="/launches/(\d+)">', text)]
+
+
+def test_runs_page_links_every_run_and_escapes_tags(client: TestClient) -> None:
+    r = client.get("/")
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/html")
+    assert '<a href="/runs/1">1</a>' in r.text and '<a href="/runs/2">2</a>' in r.text
+    assert HOSTILE_TAG not in r.text and html.escape(HOSTILE_TAG) in r.text
+    assert "default-src 'self'" in r.headers["content-security-policy"]
+
+
+def test_launches_of_a_run_with_the_filters_of_ls(client: TestClient, hist: HeatmapHistory) -> None:
+    ids = hist.ids
+    assert launch_links(client.get("/runs/1").text) == [ids[3], ids[2], ids[1], ids[0]]
+    assert launch_links(client.get("/runs/1?kernel=every_third").text) == [ids[3], ids[0]]
+    assert launch_links(client.get("/runs/1?oob=1").text) == [ids[1]]
+    assert launch_links(client.get("/launches?kernel=*histogram").text) == [ids[2]]
+    assert launch_links(
+        client.get("/launches?tag=" + HOSTILE_TAG.replace("<", "%3C").replace(">", "%3E")).text
+    ) == [
+        ids[5],
+        ids[4],
+    ]
+    assert launch_links(client.get("/launches?status=ok&oob=1").text) == [ids[1]]
+    bad = client.get("/launches?status=exploded")
+    assert bad.status_code == 400 and "launch status must be one of" in bad.text
+    missing = client.get("/runs/99")
+    assert missing.status_code == 404 and "no run 99" in missing.text
+
+
+def test_launch_page_has_source_counts_arguments_oob_events_and_heatmaps(
+    client: TestClient, hist: HeatmapHistory
+) -> None:
+    r = client.get(f"/launches/{hist.ids[1]}")
+    assert r.status_code == 200
+    lines = Path(hk.__file__).read_text().splitlines()
+    store = next(i for i, t in enumerate(lines, 1) if "tl.store(y_ptr + offs, v)" in t)
+    load = next(i for i, t in enumerate(lines, 1) if "v = tl.load(x_ptr + offs, mask=offs < n" in t)
+    # per-line active lanes: 20 loaded (lanes 20..31 are masked off), 32 stored (12 of them out of bounds)
+    assert f'<tr class="hot" id="line-{load}"><td class="n">{load}</td><td class="n">20</td>' in r.text
+    assert (
+        f'<tr class="hot" id="line-{store}"><td class="n">{store}</td><td class="n"></td><td class="n">32</td>'
+        in r.text
+    )
+    assert "<td>BLOCK=16</td>" in r.text and "<td>(2, 1, 1)</td>" in r.text
+    assert "<td>0 loads, 2 stores, 0 atomics, 12 oob lanes</td>" in r.text
+    assert (
+        "<h2>out-of-bounds events (first 1 of 1)</h2>" in r.text
+        and "<td>12 of 16</td><td>20..31</td>" in r.text
+    )
+    assert f'<div id="heatmaps" data-launch="{hist.ids[1]}">' in r.text
+    assert '<script src="/static/heatmap.js"></script>' in r.text
+    js = client.get("/static/heatmap.js")
+    assert (
+        js.status_code == 200
+        and "getContext" in js.text
+        and js.headers["content-type"].startswith("text/javascript")
+    )
+
+
+def test_heatmap_json_feeds_the_page(client: TestClient, hist: HeatmapHistory) -> None:
+    data = client.get(f"/api/launches/{hist.ids[1]}/heatmaps").json()
+    assert (
+        data["grid"] == [2, 1, 1] and data["kinds"] == ["load", "store", "atomic"] and data["trace"] is True
+    )
+    y = data["heatmaps"][1]
+    assert (y["name"], y["rows"], y["cols"], y["band_rows"]) == ("y_ptr", 3, 8, 1)
+    assert y["writes"] == [1] * 20 + [0] * 12 and y["oob"] == [0] * 20 + [1] * 12
+    assert y["program"] == [0] * 16 + [1] * 16
+    colors = data["colors"]
+    assert colors[y["color"]["access"][0]] == CATEGORY_COLORS[WRITE]
+    assert colors[y["color"]["access"][20]] == CATEGORY_COLORS[OOB]
+    narrow = client.get(f"/api/launches/{hist.ids[1]}/heatmaps?width=5").json()["heatmaps"][1]
+    assert (narrow["cols"], narrow["oob_outside"]) == (5, 2)
+    assert client.get(f"/api/launches/{hist.ids[1]}/heatmaps?width=x").status_code == 400
+    detail = client.get(f"/api/launches/{hist.ids[1]}").json()
+    assert detail["id"] == hist.ids[1] and detail["oob_lanes"] == 12
+
+
+def test_not_found(client: TestClient) -> None:
+    for url in ("/launches/999", "/kernels/999", "/nowhere", "/launches/abc", "/runs/-1"):
+        r = client.get(url)
+        assert r.status_code == 404, url
+        assert r.headers["content-type"].startswith("text/html")
+    r = client.get("/api/launches/999/heatmaps")
+    assert (
+        r.status_code == 404
+        and r.json() == {"error": r.json()["error"]}
+        and "no launch 999" in r.json()["error"]
+    )
+    assert client.post("/launches/1").status_code == 405
+
+
+def test_a_hostile_kernel_name_stays_text_everywhere(client: TestClient, hist: HeatmapHistory) -> None:
+    escaped = html.escape(hk.HOSTILE_NAME)
+    page = client.get(f"/launches/{hist.ids[4]}").text
+    kernel_id = int(page.split('<a href="/kernels/')[1].split('"')[0])
+    for url in (f"/launches/{hist.ids[4]}", "/runs/2", f"/kernels/{kernel_id}", "/launches"):
+        text = client.get(url).text
+        assert "<script>window" not in text and "<img src=x" not in text, url
+        assert escaped in text, url
+    assert client.get(f"/api/launches/{hist.ids[4]}/heatmaps").json()["heatmaps"][0]["name"] == "x_ptr"
+
+
+def test_kernel_page_across_versions(client: TestClient, hist: HeatmapHistory) -> None:
+    page = client.get(f"/launches/{hist.ids[0]}").text
+    kernel_id = int(page.split('<a href="/kernels/')[1].split('"')[0])
+    text = client.get(f"/kernels/{kernel_id}").text
+    assert "<h1>kernel tests.heatmap_kernels.every_third</h1>" in text
+    assert text.count("<h2>version ") == 2 and "tl.load(x_ptr + 3 * i, mask=mask) + 2.0" in text
+    # version 1: launches 1 and 4, the last is 4; version 2: launch 6
+    assert f'<a href="/launches/{hist.ids[3]}">{hist.ids[3]}</a>' in text
+    assert f'<a href="/launches/{hist.ids[5]}">{hist.ids[5]}</a>' in text
+    assert '<a href="/launches?kernel=tests.heatmap_kernels.every_third">' in text
+
+
+def test_serving_never_writes_to_the_history(hist: HeatmapHistory, client: TestClient) -> None:
+    before = hashlib.sha256(hist.db.read_bytes()).hexdigest()
+    files = sorted(p.name for p in hist.db.parent.iterdir())
+    for url in (
+        "/",
+        "/runs/1",
+        f"/launches/{hist.ids[1]}",
+        f"/api/launches/{hist.ids[0]}/heatmaps",
+        "/launches",
+    ):
+        assert client.get(url).status_code == 200
+    assert hashlib.sha256(hist.db.read_bytes()).hexdigest() == before
+    assert sorted(p.name for p in hist.db.parent.iterdir()) == files
+
+
+def test_serve_without_a_history_is_one_line(tmp_path: Path) -> None:
+    res = tilelens_in_process("--db", tmp_path / "none.db", "serve", "--port", "0")
+    assert one_line_error(res) == f"tilelens: error: no TileLens history at {tmp_path / 'none.db'}"
