@@ -39,7 +39,7 @@ def e(value: Any) -> str:
 
 def page(title: str, body: str) -> str:
     return (
-        '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
+        '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><link rel="icon" href="data:,">'
         f"<title>{e(title)} · TileLens</title><style>{STYLE}</style></head><body>"
         '<p><a href="/">runs</a> · <a href="/launches">launches</a></p>'
         f"<h1>{e(title)}</h1>{body}</body></html>"
