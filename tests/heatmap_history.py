@@ -25,9 +25,25 @@ HOSTILE_TAG = "<b>tag</b>"
 
 @dataclass(frozen=True)
 class HeatmapHistory:
-    db: Path
+    db: Path | str  # the SQLite file, or a PostgreSQL URL (a copy: see on_postgres)
     blobs: Path
-    ids: list[int]
+    ids: list[int]  # launch ids, in the order above
+    runs: list[int]  # the two runs' ids
+
+
+def on_postgres(hist: HeatmapHistory, url: str, blobs: Path) -> HeatmapHistory:
+    """A copy of ``hist`` in the empty PostgreSQL database ``url`` (ids as the copy numbered them)."""
+    from tilelens.config import resolve_location
+    from tilelens.store import History
+    from tilelens.store.copy import copy_history
+    from tilelens.store.readonly import open_reader
+
+    with History.open(str(hist.db), hist.blobs) as src, History.open(url, blobs) as dst:
+        copy_history(src, dst)
+    with open_reader(resolve_location(url, blobs, env={})) as reader:
+        ids = [int(r[0]) for r in reader.execute("SELECT id FROM launches ORDER BY id").rows]
+        runs = [int(r[0]) for r in reader.execute("SELECT id FROM runs ORDER BY id").rows]
+    return HeatmapHistory(url, blobs, ids, runs)
 
 
 def record_history(folder: Path) -> HeatmapHistory:
@@ -55,4 +71,4 @@ def record_history(folder: Path) -> HeatmapHistory:
         hk.hostile[(1,)](v, 5, BLOCK=8)
         hk.every_third_v2[(3,)](x, y, 24, BLOCK=4)
     assert ys.canaries_intact() and bins.tolist() == [1, 2, 0, 3] and v.tolist() == [1] * 5
-    return HeatmapHistory(db, blobs, [*rec.launch_ids, *rec2.launch_ids])
+    return HeatmapHistory(db, blobs, [*rec.launch_ids, *rec2.launch_ids], [rec.run_id, rec2.run_id])

@@ -12,7 +12,8 @@ from starlette.testclient import TestClient
 
 from tests import heatmap_kernels as hk
 from tests.end_to_end.conftest import one_line_error, tilelens_in_process
-from tests.heatmap_history import HOSTILE_TAG, HeatmapHistory, record_history
+from tests.conftest import BACKENDS
+from tests.heatmap_history import HOSTILE_TAG, HeatmapHistory, on_postgres, record_history
 from tilelens.config import resolve_location
 from tilelens.reporters.palette import CATEGORY_COLORS
 from tilelens.store.heatmaps import OOB, WRITE
@@ -20,8 +21,20 @@ from tilelens.web.app import create_app
 
 
 @pytest.fixture(scope="module")
-def hist(tmp_path_factory: pytest.TempPathFactory) -> HeatmapHistory:
+def recorded(tmp_path_factory: pytest.TempPathFactory) -> HeatmapHistory:
     return record_history(tmp_path_factory.mktemp("serve"))
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def hist(
+    request: pytest.FixtureRequest, recorded: HeatmapHistory, tmp_path_factory: pytest.TempPathFactory
+) -> HeatmapHistory:
+    """The recorded history on each backend (PostgreSQL: a copy, as tests/end_to_end/conftest.py makes)."""
+    if request.param == "sqlite":
+        return recorded
+    server = request.getfixturevalue("postgres_server")
+    url = server.url(server.create_database("serve"))
+    return on_postgres(recorded, url, tmp_path_factory.mktemp("serve-postgresql") / "blobs")
 
 
 @pytest.fixture(scope="module")
@@ -35,19 +48,20 @@ def launch_links(text: str) -> list[int]:
     return [int(m) for m in re.findall(r'<a href="/launches/(\d+)">', text)]
 
 
-def test_runs_page_links_every_run_and_escapes_tags(client: TestClient) -> None:
+def test_runs_page_links_every_run_and_escapes_tags(client: TestClient, hist: HeatmapHistory) -> None:
     r = client.get("/")
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/html")
-    assert '<a href="/runs/1">1</a>' in r.text and '<a href="/runs/2">2</a>' in r.text
+    for run in hist.runs:
+        assert f'<a href="/runs/{run}">{run}</a>' in r.text
     assert HOSTILE_TAG not in r.text and html.escape(HOSTILE_TAG) in r.text
     assert "default-src 'self'" in r.headers["content-security-policy"]
 
 
 def test_launches_of_a_run_with_the_filters_of_ls(client: TestClient, hist: HeatmapHistory) -> None:
-    ids = hist.ids
-    assert launch_links(client.get("/runs/1").text) == [ids[3], ids[2], ids[1], ids[0]]
-    assert launch_links(client.get("/runs/1?kernel=every_third").text) == [ids[3], ids[0]]
-    assert launch_links(client.get("/runs/1?oob=1").text) == [ids[1]]
+    ids, run = hist.ids, hist.runs[0]
+    assert launch_links(client.get(f"/runs/{run}").text) == [ids[3], ids[2], ids[1], ids[0]]
+    assert launch_links(client.get(f"/runs/{run}?kernel=every_third").text) == [ids[3], ids[0]]
+    assert launch_links(client.get(f"/runs/{run}?oob=1").text) == [ids[1]]
     assert launch_links(client.get("/launches?kernel=*histogram").text) == [ids[2]]
     assert launch_links(
         client.get("/launches?tag=" + HOSTILE_TAG.replace("<", "%3C").replace(">", "%3E")).text
@@ -58,8 +72,8 @@ def test_launches_of_a_run_with_the_filters_of_ls(client: TestClient, hist: Heat
     assert launch_links(client.get("/launches?status=ok&oob=1").text) == [ids[1]]
     bad = client.get("/launches?status=exploded")
     assert bad.status_code == 400 and "launch status must be one of" in bad.text
-    missing = client.get("/runs/99")
-    assert missing.status_code == 404 and "no run 99" in missing.text
+    missing = client.get("/runs/9999")
+    assert missing.status_code == 404 and "no run 9999" in missing.text
 
 
 def test_launch_page_has_source_counts_arguments_oob_events_and_heatmaps(
@@ -112,7 +126,14 @@ def test_heatmap_json_feeds_the_page(client: TestClient, hist: HeatmapHistory) -
 
 
 def test_not_found(client: TestClient) -> None:
-    for url in ("/launches/999", "/kernels/999", "/nowhere", "/launches/abc", "/runs/-1"):
+    for url in (
+        "/launches/999",
+        "/kernels/999",
+        "/launches/99999999999999999999",
+        "/nowhere",
+        "/launches/abc",
+        "/runs/-1",
+    ):
         r = client.get(url)
         assert r.status_code == 404, url
         assert r.headers["content-type"].startswith("text/html")
@@ -129,7 +150,7 @@ def test_a_hostile_kernel_name_stays_text_everywhere(client: TestClient, hist: H
     escaped = html.escape(hk.HOSTILE_NAME)
     page = client.get(f"/launches/{hist.ids[4]}").text
     kernel_id = int(page.split('<a href="/kernels/')[1].split('"')[0])
-    for url in (f"/launches/{hist.ids[4]}", "/runs/2", f"/kernels/{kernel_id}", "/launches"):
+    for url in (f"/launches/{hist.ids[4]}", f"/runs/{hist.runs[1]}", f"/kernels/{kernel_id}", "/launches"):
         text = client.get(url).text
         assert "<script>window" not in text and "<img src=x" not in text, url
         assert escaped in text, url
@@ -149,6 +170,8 @@ def test_kernel_page_across_versions(client: TestClient, hist: HeatmapHistory) -
 
 
 def test_serving_never_writes_to_the_history(hist: HeatmapHistory, client: TestClient) -> None:
+    if not isinstance(hist.db, Path):
+        pytest.skip("a file's bytes: SQLite (PostgreSQL reads run in read-only transactions, tests/unit)")
     before = hashlib.sha256(hist.db.read_bytes()).hexdigest()
     files = sorted(p.name for p in hist.db.parent.iterdir())
     for url in (

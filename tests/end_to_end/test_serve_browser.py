@@ -136,8 +136,9 @@ def test_pages_load_and_link_through(browser: object, server: str, hist: Heatmap
     p = Page(browser, server)
     p.goto("/")
     assert p.page.title() == "runs · TileLens"
-    p.page.click("a[href='/runs/1']")
-    assert p.page.title() == "launches of run 1 · TileLens"
+    run = hist.runs[0]
+    p.page.click(f"a[href='/runs/{run}']")
+    assert p.page.title() == f"launches of run {run} · TileLens"
     assert p.page.locator("table tr").count() == 1 + 4
     p.page.fill("input[name=kernel]", "every_third")
     p.page.click("button[type=submit]")
@@ -180,7 +181,7 @@ def test_heatmaps_render_and_hover_says_what_happened(
 
 def test_a_hostile_kernel_name_runs_no_script(browser: object, server: str, hist: HeatmapHistory) -> None:
     p = Page(browser, server)
-    for path in (f"/launches/{hist.ids[4]}", "/runs/2", "/launches"):
+    for path in (f"/launches/{hist.ids[4]}", f"/runs/{hist.runs[1]}", "/launches"):
         p.goto(path)
         assert p.page.evaluate("window.__pwned === undefined")
         assert p.page.locator("img").count() == 0
