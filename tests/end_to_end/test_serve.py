@@ -176,7 +176,7 @@ def test_serving_never_writes_to_the_history(hist: HeatmapHistory, client: TestC
     files = sorted(p.name for p in hist.db.parent.iterdir())
     for url in (
         "/",
-        "/runs/1",
+        f"/runs/{hist.runs[0]}",
         f"/launches/{hist.ids[1]}",
         f"/api/launches/{hist.ids[0]}/heatmaps",
         "/launches",
