@@ -41,6 +41,7 @@ _HOMES: dict[str, str] = {
     "LaunchHeatmaps": "tilelens.store.heatmaps",
     "launch_heatmaps": "tilelens.store.heatmaps",
     "write_heatmaps": "tilelens.reporters.heatmaps",  # matplotlib for PNG, when called
+    "max_cells_for": "tilelens.reporters.heatmaps",
     "KernelVersion": "tilelens.store.kernels",
     "kernel_versions": "tilelens.store.kernels",
     # writing, migrating, replaying: Alembic; replays also torch and Triton

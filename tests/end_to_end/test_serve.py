@@ -11,8 +11,8 @@ import pytest
 from starlette.testclient import TestClient
 
 from tests import heatmap_kernels as hk
-from tests.end_to_end.conftest import one_line_error, tilelens_in_process
 from tests.conftest import BACKENDS
+from tests.end_to_end.conftest import one_line_error, tilelens_in_process
 from tests.heatmap_history import HOSTILE_TAG, HeatmapHistory, on_postgres, record_history
 from tilelens.config import resolve_location
 from tilelens.reporters.palette import CATEGORY_COLORS

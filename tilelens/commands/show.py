@@ -55,11 +55,13 @@ def show(
     st = state(ctx)
     with api.open_query(st.db, st.blobs) as q:
         detail = q.launch(launch_id, oob_events=oob_events, source=source)
-        maps = api.launch_heatmaps(q, launch_id, width=heatmap_width) if heatmap is not None else None
-    if heatmap is not None and maps is not None:
-        title = f"launch {launch_id}  {detail.kernel.name}  grid {render.grid(detail.launch.grid)}"
-        api.write_heatmaps(maps, heatmap, title=title, by=heatmap_by)
-        render.err().print(escape(f"heatmap written to {heatmap}"), markup=False)
+        if heatmap is not None:  # drawn before anything is printed: a bad file name prints nothing
+            maps = api.launch_heatmaps(
+                q, launch_id, width=heatmap_width, max_cells=api.max_cells_for(heatmap)
+            )
+            title = f"launch {launch_id}  {detail.kernel.name}  grid {render.grid(detail.launch.grid)}"
+            api.write_heatmaps(maps, heatmap, title=title, by=heatmap_by)
+            render.err().print(escape(f"heatmap written to {heatmap}"), markup=False)
     if as_json:
         print_json(detail.as_dict())
         return

@@ -13,6 +13,18 @@ if TYPE_CHECKING:
     from tilelens.store.heatmaps import LaunchHeatmaps
 
 FORMATS = (".png", ".svg")
+# Cells per argument each format draws before the data step bins elements together: a PNG pixel block is
+# cheap, an SVG rect with its tooltip is ~600 bytes (16384 cells: about 10 MB of SVG).
+MAX_CELLS = {".png": 1 << 18, ".svg": 1 << 14}
+
+
+def max_cells_for(path: str | Path) -> int:
+    """How many cells per argument a picture at ``path`` should have (pass to ``launch_heatmaps``)."""
+    return MAX_CELLS.get(_suffix(path), MAX_CELLS[".png"])
+
+
+def _suffix(path: str | Path) -> str:
+    return Path(path).suffix.lower()
 
 
 def heatmap_layout(maps: LaunchHeatmaps, *, title: str | None = None, by: str = "access") -> Layout:
@@ -26,7 +38,7 @@ def write_heatmaps(
     maps: LaunchHeatmaps, path: str | Path, *, title: str | None = None, by: str = "access"
 ) -> Layout:
     """Draw ``maps`` into ``path`` (``.png`` or ``.svg``); returns the layout (where each cell was drawn)."""
-    suffix = Path(path).suffix.lower()
+    suffix = _suffix(path)
     if suffix not in FORMATS:
         raise UsageError(f"a heatmap file ends in {' or '.join(FORMATS)}, not {Path(path).name!r}")
     lay = heatmap_layout(maps, title=title, by=by)
