@@ -216,3 +216,23 @@ def test_ls_and_show_never_import_matplotlib_or_the_web_stack(hist: HeatmapHisto
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.endswith("clean\n")
+
+
+def test_every_active_lane_is_counted_once_as_show_counts_it(hist: HeatmapHistory) -> None:
+    with api.open_query(str(hist.db), hist.blobs) as q:
+        for launch_id in hist.ids:
+            detail = q.launch(launch_id)
+            data = api.launch_heatmaps(q, launch_id)
+            access = {a.name: a.access for a in detail.args if a.access is not None}
+            for h in data.heatmaps:
+                drawn = h.reads.sum() + h.writes.sum() + h.atomics.sum() + h.oob.sum()
+                assert drawn + h.oob_outside + h.unmapped == access[h.name].active_lanes, (launch_id, h.name)
+                assert h.oob.sum() + h.oob_outside == access[h.name].oob_lanes
+                assert (
+                    h.reads.sum() <= access[h.name].load_lanes
+                    and h.writes.sum() <= access[h.name].store_lanes
+                )
+
+
+def test_each_format_bins_at_its_own_size() -> None:
+    assert (api.max_cells_for("a.png"), api.max_cells_for("a.SVG")) == (1 << 18, 1 << 14)

@@ -75,7 +75,7 @@ class Heatmap:
     kind: np.ndarray  # index into KINDS of first_row's op, -1 none
     line: np.ndarray  # kernel source line of first_row, -1 none
     oob_outside: int = 0  # out-of-bounds lanes before the first element or past the band
-    masked_outside: int = 0  # masked-off lanes before the first element or past the band
+    masked_outside: int = 0  # masked-off lanes before the first element, past the band or in a view's gap
     unmapped: int = (
         0  # active in-bounds lanes on no element of this view (a gap of a strided view, a neighbour)
     )
