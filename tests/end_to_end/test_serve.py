@@ -189,3 +189,60 @@ def test_serving_never_writes_to_the_history(hist: HeatmapHistory, client: TestC
 def test_serve_without_a_history_is_one_line(tmp_path: Path) -> None:
     res = tilelens_in_process("--db", tmp_path / "none.db", "serve", "--port", "0")
     assert one_line_error(res) == f"tilelens: error: no TileLens history at {tmp_path / 'none.db'}"
+
+
+def test_the_serve_command_serves_until_interrupted(recorded: HeatmapHistory) -> None:
+    import selectors
+    import signal
+    import subprocess
+    import urllib.request
+
+    from tests.end_to_end.conftest import tilelens_argv
+
+    argv = [
+        *tilelens_argv(),
+        "--db",
+        str(recorded.db),
+        "--blobs",
+        str(recorded.blobs),
+        "serve",
+        "--port",
+        "0",
+    ]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        sel = selectors.DefaultSelector()
+        sel.register(proc.stderr, selectors.EVENT_READ)
+        assert sel.select(timeout=300), "no address printed"
+        line = proc.stderr.readline()
+        prefix = f"tilelens: serving {recorded.db} read-only at http://127.0.0.1:"
+        assert line.startswith(prefix) and line.endswith("/ (Ctrl-C stops)\n"), line
+        url = line[
+            len("tilelens: serving ") + len(str(recorded.db)) + len(" read-only at ") : -len(
+                " (Ctrl-C stops)\n"
+            )
+        ]
+        with urllib.request.urlopen(url + f"launches/{recorded.ids[1]}") as r:  # the socket listens already
+            assert r.status == 200 and b"unmasked_tail" in r.read()
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    # uvicorn shuts down, then hands the SIGINT back: the status of a program Ctrl-C ended, as `record`'s.
+    assert proc.returncode == 130, err
+    assert out == "" and err == "", err
+
+
+def test_an_address_in_use_is_one_line(recorded: HeatmapHistory) -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        res = tilelens_in_process("--db", recorded.db, "--blobs", recorded.blobs, "serve", "--port", port)
+    assert (
+        one_line_error(res) == f"tilelens: error: cannot listen on 127.0.0.1:{port}: Address already in use"
+    )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import socket
+
 import typer
 
 from tilelens import api
@@ -40,7 +42,24 @@ def serve(
     location = state(ctx).location()
     with api.open_query(location=location) as q:  # a missing or unreadable history fails here, as one line
         label = q.reader.label
+    sock = _listen(host, port)
+    bound = sock.getsockname()[1]
     shown = f"[{host}]" if ":" in host else host
-    render.err().print(escape(f"tilelens: serving {label} read-only at http://{shown}:{port}/ (Ctrl-C stops)"),
+    render.err().print(escape(f"tilelens: serving {label} read-only at http://{shown}:{bound}/ (Ctrl-C stops)"),
                        markup=False)  # fmt: skip
-    uvicorn.run(create_app(location), host=host, port=port, log_level="warning", access_log=False)
+    server = uvicorn.Server(uvicorn.Config(create_app(location), log_level="warning", access_log=False))
+    server.run(sockets=[sock])
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """A listening socket on ``host``:``port`` (0: a free port), so that the address printed is the real one
+    and an address in use is one line, exit 2, before anything is served."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        sock = socket.socket(family, kind, proto)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(128)
+    except OSError as exc:
+        raise UsageError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
+    return sock
