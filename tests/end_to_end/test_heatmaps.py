@@ -178,9 +178,13 @@ def test_svg_has_one_rect_per_cell_with_what_it_holds(hist: HeatmapHistory, tmp_
     store_line = line_of("tl.store(y_ptr + 3 * i")
     assert (
         r.find("s:title", ns).text
-        == f"element 3: writes 1; first program (0, 0, 0), store at line {store_line}"
+        == f"element 3 [0, 3]: writes 1; first program (0, 0, 0), store at line {store_line}"
     )
-    assert cells[(3, 3)].find("s:title", ns).text.startswith("element 21: writes 1; first program (1, 0, 0)")
+    assert (
+        cells[(3, 3)]
+        .find("s:title", ns)
+        .text.startswith("element 21 [3, 3]: writes 1; first program (1, 0, 0)")
+    )
     assert cells[(4, 3)].get("fill") == CATEGORY_COLORS[MASKED]
     assert cells[(4, 3)].find("s:title", ns).text.startswith("past the end +3: masked 1; first program (2")
     assert cells[(0, 1)].get("fill") == CATEGORY_COLORS[UNTOUCHED]

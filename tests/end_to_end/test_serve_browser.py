@@ -176,6 +176,17 @@ def test_heatmaps_render_and_hover_says_what_happened(
     assert p.pixel("y_ptr", 0, 0) == rgb(PROGRAM_COLORS[0])
     assert p.pixel("y_ptr", 2, 0) == rgb(PROGRAM_COLORS[1])
     assert p.pixel("y_ptr", 2, 4) == rgb(CATEGORY_COLORS[OOB])
+    # a 2-D tensor: the hover names the element's row and column too
+    p.goto(f"/launches/{hist.ids[0]}")
+    third = next(i for i, t in enumerate(lines, 1) if "tl.store(y_ptr + 3 * i" in t)
+    assert (
+        p.hover("y_ptr", 3, 3)
+        == f"y_ptr: element 21 [3, 3]: writes 1; first program (1, 0, 0), store at line {third}"
+    )
+    assert (
+        p.hover("y_ptr", 4, 3)
+        == f"y_ptr: past the end +3: masked 1; first program (2, 0, 0), store at line {third}"
+    )
     p.close()
 
 

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING
 from xml.sax.saxutils import escape as _escape
 from xml.sax.saxutils import quoteattr as _quoteattr
 
+import numpy as np
+
 from tilelens.reporters.heatmap_layout import SWATCH, Layout, Panel
 from tilelens.reporters.palette import BACKGROUND, INK, cell_colors, color_table
 
@@ -41,7 +43,12 @@ def cell_text(p: Panel, row: int, col: int, grid: tuple[int, int, int], kinds: t
     """What one cell holds, in words (the SVG tooltip; the web page's hover says the same)."""
     h = p.heatmap
     first = (row * h.bin_rows) * h.elements_per_row + col * h.bin_cols
-    where = f"element {first}" if h.inside[row, col] else f"past the end +{first - h.numel}"
+    if h.inside[row, col]:
+        where = f"element {first}"
+        if len(h.shape) > 1:  # and its index in the tensor's own dimensions
+            where += " [" + ", ".join(str(int(i)) for i in np.unravel_index(first, h.shape)) + "]"
+    else:
+        where = f"past the end +{first - h.numel}"
     text = where if h.bin_rows == h.bin_cols == 1 else f"{where} (cell of {h.bin_rows}x{h.bin_cols})"
     counts = [
         f"{name} {int(a[row, col])}"

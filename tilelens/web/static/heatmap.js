@@ -13,6 +13,15 @@
     const first = r * h.bin_rows * h.elements_per_row + c * h.bin_cols;
     const i = r * h.cols + c;
     let text = h.inside[i] ? "element " + first : "past the end +" + (first - h.numel);
+    if (h.inside[i] && h.shape.length > 1) {
+      const index = [];
+      let rest = first;
+      for (let d = h.shape.length - 1; d >= 0; d--) {
+        index.unshift(rest % h.shape[d]);
+        rest = Math.floor(rest / h.shape[d]);
+      }
+      text += " [" + index.join(", ") + "]";
+    }
     if (h.bin_rows !== 1 || h.bin_cols !== 1) text += " (cell of " + h.bin_rows + "x" + h.bin_cols + ")";
     const counts = [["reads", h.reads], ["writes", h.writes], ["atomics", h.atomics], ["masked", h.masked],
                     ["oob", h.oob]].filter(([, a]) => a[i]).map(([n, a]) => n + " " + a[i]);
