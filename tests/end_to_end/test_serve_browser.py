@@ -187,6 +187,9 @@ def test_heatmaps_render_and_hover_says_what_happened(
         p.hover("y_ptr", 4, 3)
         == f"y_ptr: past the end +3: masked 1; first program (2, 0, 0), store at line {third}"
     )
+    cell = p.canvas("y_ptr")["cell"]
+    p.page.locator("canvas[data-arg='y_ptr']").click(position={"x": 3 * cell + 2, "y": 3 * cell + 2})
+    assert p.page.evaluate("location.hash") == f"#line-{third}"
     p.close()
 
 

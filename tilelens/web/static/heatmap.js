@@ -1,6 +1,7 @@
 // TileLens heatmaps: draws each tensor argument's cells on a canvas from /api/launches/ID/heatmaps and
-// shows what is under the pointer. Same geometry as the PNG/SVG renderer: square cells of `cell` pixels,
-// min(24, floor(960 / cols)) at least 1. Every text from the history goes in as textContent, never as HTML.
+// shows what is under the pointer; a click goes to the source line of the cell's first access. Same geometry
+// as the PNG/SVG renderer: square cells of `cell` pixels, min(24, floor(960 / cols)) at least 1.
+// Every text from the history goes in as textContent, never as HTML.
 "use strict";
 (function () {
   const root = document.getElementById("heatmaps");
@@ -75,6 +76,13 @@
         tip.style.display = "block";
       });
       canvas.addEventListener("mouseleave", () => { tip.style.display = "none"; });
+      canvas.addEventListener("click", (ev) => {  // to the source line of the cell's first access
+        const box = canvas.getBoundingClientRect();
+        const c = Math.floor((ev.clientX - box.left) / cell);
+        const r = Math.floor((ev.clientY - box.top) / cell);
+        const line = r >= 0 && c >= 0 && r < rows && c < h.cols ? h.line[r * h.cols + c] : -1;
+        if (line >= 0) location.hash = "line-" + line;
+      });
       root.appendChild(caption);
       root.appendChild(canvas);
     }
