@@ -37,6 +37,11 @@ _HOMES: dict[str, str] = {
     "LaunchDetail": "tilelens.store.results",
     "LaunchSummary": "tilelens.store.results",
     "RunSummary": "tilelens.store.results",
+    "diff_launches": "tilelens.store.diff",
+    "LaunchDiff": "tilelens.store.diff",
+    "diff_versions": "tilelens.store.versiondiff",
+    "VersionDiff": "tilelens.store.versiondiff",
+    "TensorDiff": "tilelens.store.tensordiff",
     # writing, migrating, replaying: Alembic; replays also torch and Triton
     "History": "tilelens.store.history",
     "HistoryStatus": "tilelens.store.history",

@@ -20,6 +20,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "tilelens.commands.db",
     "tilelens.commands.replay",
     "tilelens.commands.gc",
+    "tilelens.commands.diff",
 )
 
 
