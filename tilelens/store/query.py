@@ -69,9 +69,12 @@ from tilelens.store.results import (
 if TYPE_CHECKING:
     import pyarrow as pa
 
+    from tilelens.store.catalog import TableInfo
+
 EXPORT_FORMATS = ("parquet", "csv")
 VIEW_NAMES = ("launch_overview", "oob_launches", "autotune_choices", "run_overview")
 ExportFormat = Literal["parquet", "csv"]
+_TRACE_EVENTS = re.compile(r"\btrace_events\b", re.IGNORECASE)
 
 
 # -- the query object ---------------------------------------------------------------------------------------
@@ -541,34 +544,18 @@ class HistoryQuery:
         device or a file descriptor is written through and never replaced."""
         if format not in EXPORT_FORMATS:
             raise UsageError(f"export format must be one of {', '.join(EXPORT_FORMATS)}, not {format!r}")
-        from tilelens.store import lanes
-        from tilelens.store.outfile import open_output
+        from tilelens.store.outfile import write_lanes
 
-        batches = self.lane_batches(launch_id)
-        rows = 0
-        try:
-            with open_output(path) as sink:
-                if format == "parquet":
-                    import pyarrow.parquet as pq
-
-                    with pq.ParquetWriter(sink, lanes.LANE_SCHEMA, compression="zstd") as writer:
-                        for batch in batches:
-                            writer.write_batch(batch)
-                            rows += batch.num_rows
-                else:
-                    import pyarrow.csv as pcsv
-
-                    with pcsv.CSVWriter(sink, lanes.LANE_SCHEMA) as writer:
-                        for batch in batches:
-                            writer.write_batch(batch)
-                            rows += batch.num_rows
-        except BrokenPipeError:  # the reader left (`-o - | head`): not a failure to write, the caller's call
-            raise
-        except OSError as exc:  # no permission, no space (/dev/full), a name too long
-            raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from exc
+        rows = write_lanes(self.lane_batches(launch_id), path, format)
         return ExportResult(path=Path(path), format=format, rows=rows)
 
     # -- SQL ----------------------------------------------------------------------------------------------
+
+    def tables(self) -> list[TableInfo]:
+        """The tables and views a query can name, with their columns, and ``trace_events``."""
+        from tilelens.store.catalog import tables
+
+        return tables(self.reader)
 
     def sql(self, query: str, *, timeout: float | None = None) -> Result:
         """One read-only statement (the views of migration 0002 included); writes raise ReadOnlyError."""
@@ -585,6 +572,10 @@ class HistoryQuery:
         """
         if timeout is not None and not timeout > 0:
             raise UsageError(f"a query timeout is a positive number of seconds, not {timeout!r}")
+        if _TRACE_EVENTS.search(query):  # across traces: DuckDB, see tilelens.store.tracesql
+            from tilelens.store import tracesql
+
+            return tracesql.stream(self, query, timeout=timeout, cancel=cancel)
         try:
             return self.reader.stream(query, timeout=timeout, cancel=cancel)
         except QueryError as exc:
