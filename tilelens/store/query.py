@@ -161,6 +161,12 @@ class HistoryQuery:
         have = self._launch_columns
         return ", ".join(f"l.{name}" if name in have else f"NULL AS {name}" for name in names)
 
+    @functools.cached_property
+    def _arg_distinct(self) -> str:
+        """``distinct_elements`` where the history has migration 0011's column, else NULL (computed from traces)."""
+        have = self.reader.execute("SELECT * FROM launch_args WHERE 1 = 0").columns
+        return "distinct_elements" if "distinct_elements" in have else "NULL"
+
     @property
     def _has_procs_columns(self) -> bool:
         """Whether the history has revision 0007's columns; an older history is read with NULLs instead."""
@@ -372,13 +378,11 @@ class HistoryQuery:
             {"blob": extra[11], "rows": extra[12], "bytes": extra[13]} if extra[11] is not None else None
         )
 
-        arg_rows = self._rows(_ARGS_SELECT, {"id": launch_id})
+        arg_rows = self._rows(_ARGS_SELECT.format(distinct=self._arg_distinct), {"id": launch_id})
         # The trace is read only for what the rows do not hold: Parquet means importing pyarrow, a third of
-        # this command's time. A recorder that stores ``distinct_elements`` per argument spares it for
-        # launches without out-of-bounds lanes.
-        stored = all(
-            decode_json(r[10]) is None or "distinct_elements" in decode_json(r[10]) for r in arg_rows
-        )
+        # this command's time. Launches recorded since migration 0011 store each argument's distinct elements
+        # (column 13), which spares it for those without out-of-bounds lanes.
+        stored = all(r[10] is None or r[13] is not None for r in arg_rows)
         need_trace = source or launch.oob_lanes > 0 or not stored
         trace, trace_error = None, None
         if trace_info is not None and need_trace:
@@ -430,8 +434,8 @@ class HistoryQuery:
     def _argument(self, r: Sequence[Any], distinct: dict[int, int] | None) -> ArgumentInfo:
         access = decode_json(r[10])
         position = int(r[0])
-        if distinct is None and access is not None and access.get("distinct_elements") is not None:
-            distinct = {position: int(access["distinct_elements"])}
+        if distinct is None and r[13] is not None:
+            distinct = {position: int(r[13])}
         return ArgumentInfo(
             position=position,
             name=r[1],
@@ -598,7 +602,7 @@ class HistoryQuery:
 
 _ARGS_SELECT = (
     "SELECT position, name, kind, dtype, shape, strides, storage_offset, storage_group, device, value, "
-    "access, before_blob, after_blob FROM launch_args WHERE launch_id = :id ORDER BY position"
+    "access, before_blob, after_blob, {distinct} FROM launch_args WHERE launch_id = :id ORDER BY position"
 )
 _ARG_NAMES = "SELECT position, name FROM launch_args WHERE launch_id = :id"
 
