@@ -42,6 +42,7 @@ _HOMES: dict[str, str] = {
     "diff_versions": "tilelens.store.versiondiff",
     "VersionDiff": "tilelens.store.versiondiff",
     "TensorDiff": "tilelens.store.tensordiff",
+    "TableInfo": "tilelens.store.catalog",
     # writing, migrating, replaying: Alembic; replays also torch and Triton
     "History": "tilelens.store.history",
     "HistoryStatus": "tilelens.store.history",

@@ -21,6 +21,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "tilelens.commands.replay",
     "tilelens.commands.gc",
     "tilelens.commands.diff",
+    "tilelens.commands.tables",
 )
 
 

@@ -589,7 +589,7 @@ def _distinct_elements(trace: pa.Table | None) -> dict[int, int] | None:
 
     None (``show`` then computes it from the trace) for a trace without the lane columns, such as a test's.
     """
-    if trace is None or not _LANE_COLUMNS <= set(trace.column_names):
+    if trace is None or not set(trace.column_names) >= _LANE_COLUMNS:
         return None
     from tilelens.store.lanes import distinct_elements
 
