@@ -17,7 +17,7 @@ from tilelens import api
 from tilelens.commands import sql_table
 from tilelens.commands.common import state
 from tilelens.commands.escape import escape
-from tilelens.errors import QueryInterruptedError
+from tilelens.errors import QueryInterruptedError, UsageError
 
 HELP = (
     "Run one read-only SQL query over the history.\n\n"
@@ -58,6 +58,8 @@ def sql(
         raise typer.BadParameter("must be a positive number of seconds", param_hint="--timeout")
     if query == "-":
         query = sys.stdin.read()
+        if not query.strip():
+            raise UsageError("no query on standard input")
     st = state(ctx)
     with api.open_query(st.db, st.blobs) as q, _ctrl_c() as cancel:
         try:
