@@ -177,3 +177,25 @@ def test_result_to_arrow_and_pandas(recorded_sqlite: tuple[str, Path]) -> None:
     frame = plain.to_pandas()
     assert list(frame["kernel"]) == ["__main__.fill_kernel", "__main__.shift_kernel"]
     assert list(frame["n"]) == [2, 2] and list(frame["zero"]) == [0.0, 0.0]
+
+
+HEAVY = "SELECT count(*) FROM trace_events a, trace_events b, trace_events c, trace_events d"  # 768^4 rows
+
+
+def test_a_trace_query_stops_at_its_timeout_and_on_ctrl_c(recorded_sqlite: tuple[str, Path]) -> None:
+    import threading
+
+    from tilelens import open_query
+    from tilelens.errors import QueryInterruptedError
+
+    db, blobs = recorded_sqlite
+    line = one_line_error(tilelens_in_process("--db", db, "--blobs", blobs, "sql", "--timeout", "0.2", HEAVY))
+    assert line == "tilelens: error: query stopped: it ran past its 0.2 s timeout"
+    cancel = threading.Event()
+    cancel.set()  # Ctrl-C already pressed: the statement is interrupted at the watcher's first look
+    with (
+        open_query(db, blobs) as q,
+        pytest.raises(QueryInterruptedError, match="query interrupted"),
+        q.sql_stream(HEAVY, cancel=cancel) as rows,
+    ):
+        list(rows)
