@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as dt
+import io
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,7 +14,6 @@ from pathlib import Path
 import pytest
 
 from tests import store_helpers
-from tests.end_to_end.conftest import tilelens_in_process
 from tilelens.commands.ls_table import short_time, shorten
 from tilelens.store import History
 
@@ -46,11 +48,24 @@ def history(tmp_path: Path, utc: None) -> tuple[list[object], dt.datetime]:
     return ["--db", tmp_path / "h.db", "--blobs", tmp_path / "blobs"], now
 
 
+class Terminal(io.StringIO):
+    """Standard output as a terminal of ``COLUMNS`` columns (a pipe gets 240 whatever ``COLUMNS`` says)."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
 def _ls(where: list[object], columns: int, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    from tilelens.cli import main
+
     monkeypatch.setenv("COLUMNS", str(columns))
-    out = tilelens_in_process(*where, "ls")
-    assert out.returncode == 0, out.stderr
-    return [line.rstrip() for line in out.stdout.splitlines()]
+    out = Terminal()
+    with contextlib.redirect_stdout(out):
+        assert main([str(a) for a in [*where, "ls"]]) == 0
+    return [ANSI.sub("", line).rstrip() for line in out.getvalue().splitlines()]
 
 
 def test_ls_at_80_columns(history: tuple[list[object], dt.datetime], monkeypatch: pytest.MonkeyPatch) -> None:

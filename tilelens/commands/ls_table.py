@@ -4,7 +4,8 @@ The compact layout keeps a row on one line at 80 columns: times are short (``HH:
 this year, the date before), grids lose their trailing 1s (``4x2``), the lane headers are short, columns are
 closer, kernel names are whole or shortened from the module side (``…vector_add.add_kernel``, never the
 kernel's own name), and the config folds onto more lines within its cell.
-The width is the terminal's, or ``COLUMNS`` (see :func:`tilelens.commands.render.out`).
+The width is the terminal's (``COLUMNS`` where set); a pipe gets 240 columns, the full layout
+(:func:`tilelens.commands.render.out`).
 """
 
 from __future__ import annotations

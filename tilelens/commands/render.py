@@ -9,7 +9,6 @@ every command turns stored values into output.
 from __future__ import annotations
 
 import datetime as dt
-import os
 import sys
 from typing import Any
 
@@ -21,9 +20,8 @@ from tilelens.records import PROBLEMS
 
 
 def out() -> Console:
-    """stdout; a pipe gets wide lines instead of rich's 80-column default, so tables are not squeezed,
-    unless ``COLUMNS`` sets the width (as it does on a terminal)."""
-    width = None if sys.stdout.isatty() or os.environ.get("COLUMNS", "").isdigit() else 240
+    """stdout; a pipe gets wide lines instead of rich's 80-column default, so tables are not squeezed."""
+    width = None if sys.stdout.isatty() else 240
     return Console(file=sys.stdout, highlight=False, emoji=False, width=width, soft_wrap=False)
 
 
