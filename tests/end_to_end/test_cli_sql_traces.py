@@ -199,3 +199,17 @@ def test_a_trace_query_stops_at_its_timeout_and_on_ctrl_c(recorded_sqlite: tuple
         q.sql_stream(HEAVY, cancel=cancel) as rows,
     ):
         list(rows)
+
+
+def test_the_readme_query_answers_with_the_hand_computed_rows(recorded_sqlite: tuple[str, Path]) -> None:
+    import re
+
+    from tests.end_to_end.conftest import ROOT
+
+    section = (ROOT / "README.md").read_text().split("## SQL across traces", 1)[1].split("\n## ", 1)[0]
+    (query,) = re.findall(r"```sql\n(.*?)```", section, re.DOTALL)
+    db, blobs = recorded_sqlite
+    assert _rows(["--db", db, "--blobs", blobs], query) == [
+        {"run_id": 1, "line": LOAD_LINE, "oob_lanes": 8},
+        {"run_id": 2, "line": LOAD_LINE, "oob_lanes": 8},
+    ]
