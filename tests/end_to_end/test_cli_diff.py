@@ -104,10 +104,15 @@ def test_an_edited_kernel_shows_its_source_diff_and_the_first_differing_event(re
     assert (first["index"], first["pid"], first["op"], first["line"], first["field"]) == (
         7, [3, 0, 0], "store", 10, "mask",
     )  # fmt: skip
+    # Program 3 covers elements 96..127: its lane 3 (element 99) was stored, and is masked off after the edit.
+    assert (first["lane"], first["lane_a"], first["lane_b"]) == (
+        3, {"offset": 99, "active": True, "oob": False}, {"offset": 99, "active": False, "oob": False},
+    )  # fmt: skip
     text = tilelens_in_process(*recorded, "diff", 1, 4).stdout
     assert "+    tl.store(out_ptr + offs, x * 2, mask=offs < n - 1)" in text
     assert "out_ptr: 1 of 100 elements differ; first [99]: 198.0 -> 0.0" in text
     assert "first difference at event 7: pid (3, 0, 0) store line 10, mask:" in text
+    assert "first lane that differs: 3: offset 99 active -> offset 99 masked off" in text
 
 
 def test_two_kernel_versions_side_by_side(recorded: list[object]) -> None:

@@ -66,6 +66,18 @@ def print_launch_diff(d: LaunchDiff) -> None:
             f"{e.index}: {where}{e.op} line {e.line}, {e.field}: {_value(e.a)} -> {_value(e.b)}"
         )
         _line(console, "trace", text, "yellow")
+        if e.lane is not None and e.lane_a is not None and e.lane_b is not None:
+            _line(
+                console,
+                "",
+                f"first lane that differs: {e.lane}: {_lane(e.lane_a)} -> {_lane(e.lane_b)}",
+                "yellow",
+            )
+
+
+def _lane(lane: dict[str, Any]) -> str:
+    state = "active" if lane["active"] else "masked off"
+    return f"offset {lane['offset']} {state}" + (", out of bounds" if lane["oob"] else "")
 
 
 def _output(o: TensorDiff) -> str:

@@ -54,6 +54,11 @@ class EventDiff:
     field: str
     a: Any
     b: Any
+    # When the event's lanes differ (offsets, mask or out-of-bounds bits) and both have the same block shape:
+    # the first lane that differs, and what it was in each trace: {offset, active, oob}.
+    lane: int | None = None
+    lane_a: dict[str, Any] | None = None
+    lane_b: dict[str, Any] | None = None
 
 
 @dataclass
@@ -282,4 +287,30 @@ def _shown(value: Any) -> Any:
 def _event_diff(index: int, ra: dict[str, Any], rb: dict[str, Any], name: str, *values: Any) -> EventDiff:
     x, y = values if values else (ra.get(name), rb.get(name))
     pid = (ra["pid_x"], ra["pid_y"], ra["pid_z"]) if "pid_x" in ra else None
-    return EventDiff(index, pid, ra.get("op"), ra.get("line"), name, _shown(x), _shown(y))
+    out = EventDiff(index, pid, ra.get("op"), ra.get("line"), name, _shown(x), _shown(y))
+    if name in LANE_FIELDS and not values:
+        _first_lane(out, ra, rb)
+    return out
+
+
+LANE_FIELDS = ("base", "strides", "offsets", "mask", "oob_mask")
+
+
+def _first_lane(out: EventDiff, ra: dict[str, Any], rb: dict[str, Any]) -> None:
+    """Fill in the first lane whose offset, mask bit or out-of-bounds bit differs (same block shape only)."""
+    import numpy as np
+
+    from tilelens.store.traces import lane_mask, lane_offsets, lane_oob
+
+    if ra.get("shape") != rb.get("shape") or ra.get("shape") is None:
+        return
+    lanes = [
+        (lane_offsets(r).reshape(-1), lane_mask(r).reshape(-1), lane_oob(r).reshape(-1)) for r in (ra, rb)
+    ]
+    (oa, ma, xa), (ob, mb, xb) = lanes
+    differs = np.flatnonzero((oa != ob) | (ma != mb) | (xa != xb))
+    if differs.size:
+        i = int(differs[0])
+        out.lane = i
+        out.lane_a = {"offset": int(oa[i]), "active": bool(ma[i]), "oob": bool(xa[i])}
+        out.lane_b = {"offset": int(ob[i]), "active": bool(mb[i]), "oob": bool(xb[i])}
