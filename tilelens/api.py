@@ -44,6 +44,12 @@ _HOMES: dict[str, str] = {
     "max_cells_for": "tilelens.reporters.heatmaps",
     "KernelVersion": "tilelens.store.kernels",
     "kernel_versions": "tilelens.store.kernels",
+    "diff_launches": "tilelens.store.diff",
+    "LaunchDiff": "tilelens.store.diff",
+    "diff_versions": "tilelens.store.versiondiff",
+    "VersionDiff": "tilelens.store.versiondiff",
+    "TensorDiff": "tilelens.store.tensordiff",
+    "TableInfo": "tilelens.store.catalog",
     # writing, migrating, replaying: Alembic; replays also torch and Triton
     "History": "tilelens.store.history",
     "HistoryStatus": "tilelens.store.history",

@@ -81,8 +81,8 @@ def test_a_long_table_prints_rows_as_they_come(examples_history: Recorded) -> No
     query = f"WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < {n}) SELECT x, 'v' || x AS v FROM c"
     out = examples_history.main("sql", query)
     lines = out.stdout.splitlines()
-    # widths from the first 1000 rows: "1000" and "v1000"; later rows are just as wide here
-    assert lines[:3] == ["x     v", "────  ─────", "1     v1"]
+    # widths from the first 1000 rows: "1000" and "v1000"; later rows are just as wide here; numbers to the right
+    assert lines[:3] == ["   x  v", "────  ─────", "   1  v1"]
     assert lines[-1] == "1500  v1500" and len(lines) == n + 2
     assert out.stderr == f"({n} rows)\n"
 

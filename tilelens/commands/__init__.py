@@ -21,6 +21,8 @@ COMMAND_MODULES: tuple[str, ...] = (
     "tilelens.commands.replay",
     "tilelens.commands.gc",
     "tilelens.commands.serve",
+    "tilelens.commands.diff",
+    "tilelens.commands.tables",
 )
 
 

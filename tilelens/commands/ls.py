@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from tilelens import api
-from tilelens.commands import render
+from tilelens.commands import ls_table, render
 from tilelens.commands.common import JSON_OPTION, print_json, state
 from tilelens.records import LAUNCH_STATUSES, RUN_STATUSES
 
@@ -66,43 +66,7 @@ def ls(
     if as_json:
         print_json([r.as_dict() for r in launch_rows])
     else:
-        _print_launches(launch_rows)
-
-
-def _print_launches(rows: list) -> None:
-    from rich import box
-    from rich.table import Table
-
-    console = render.out()
-    if not rows:
-        console.print("no launches match", style="dim")
-        return
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
-    table.add_column("id", justify="right")
-    table.add_column("time")
-    table.add_column("kernel")
-    table.add_column("grid")
-    table.add_column("config")
-    table.add_column("active lanes", justify="right")
-    table.add_column("oob lanes", justify="right")
-    table.add_column("status")
-    tests = any(r.test_nodeid for r in rows)
-    if tests:
-        table.add_column("test")
-    for r in rows:
-        test = [render.cell(r.test_nodeid or "")] if tests else []
-        table.add_row(
-            render.cell(r.id),
-            render.cell(render.local_time(r.started_at)),
-            render.cell(r.kernel),
-            render.cell(render.grid(r.grid)),
-            render.cell(render.config(r.config)),
-            render.cell(render.count(r.active_lanes)),
-            render.cell(render.count(r.oob_lanes), "bold red" if r.oob_lanes else ""),
-            render.status(r.status, r.role),
-            *test,
-        )
-    console.print(table)
+        ls_table.print_launches(launch_rows)
 
 
 def _print_runs(rows: list) -> None:

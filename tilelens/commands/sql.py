@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import csv
-import itertools
 import json
 import signal
 import sys
@@ -15,22 +14,27 @@ from typing import Any
 import typer
 
 from tilelens import api
-from tilelens.commands import render
+from tilelens.commands import sql_table
 from tilelens.commands.common import state
 from tilelens.commands.escape import escape
-from tilelens.errors import QueryInterruptedError
+from tilelens.errors import QueryInterruptedError, UsageError
 
 HELP = (
     "Run one read-only SQL query over the history.\n\n"
     "The database itself refuses writes (INSERT, UPDATE, DELETE, DROP, ATTACH, PRAGMA "
     "assignments...): such a statement fails with a one-line message and changes nothing. Besides "
     "the tables (runs, kernels, launches, launch_args, autotune_events, replays, blobs) there are "
-    "views: launch_overview, oob_launches, autotune_choices and run_overview (see README.md).\n\n"
+    "views: launch_overview, oob_launches, autotune_choices and run_overview (see README.md; "
+    "`tilelens tables` lists them with their columns). A query that names trace_events reads every "
+    "lane of every recorded trace (the columns of `tilelens export`) and can join them with the tables "
+    "and views (DuckDB, the duckdb extra).\n\n"
+    "QUERY - reads the query from standard input.\n\n"
     "Rows are printed as they come, so a huge result needs no memory; Ctrl-C stops a query at once "
     "(exit 130), and --timeout SECONDS stops one that runs too long.\n\n"
     "Examples:\n\n"
     '  tilelens sql "SELECT kernel, count(*) FROM launch_overview GROUP BY kernel"\n\n'
-    '  tilelens sql "SELECT * FROM oob_launches ORDER BY launch_id DESC LIMIT 5" --format json\n'
+    '  tilelens sql "SELECT * FROM oob_launches ORDER BY launch_id DESC LIMIT 5" --format json\n\n'
+    "  tilelens sql - < query.sql\n"
 )
 
 
@@ -40,7 +44,9 @@ def register(app: typer.Typer) -> None:
 
 def sql(
     ctx: typer.Context,
-    query: str = typer.Argument(..., metavar="QUERY", help="One SQL statement (SELECT, WITH ...)."),
+    query: str = typer.Argument(
+        ..., metavar="QUERY", help="One SQL statement (SELECT, WITH ...); - reads stdin."
+    ),
     fmt: str = typer.Option("table", "--format", "-f", metavar="FORMAT", help="table, csv or json."),
     timeout: float | None = typer.Option(
         None, "--timeout", metavar="SECONDS", help="Stop the query if it runs longer than this."
@@ -50,6 +56,10 @@ def sql(
         raise typer.BadParameter("must be one of table, csv, json", param_hint="--format")
     if timeout is not None and not timeout > 0:
         raise typer.BadParameter("must be a positive number of seconds", param_hint="--timeout")
+    if query == "-":
+        query = sys.stdin.read()
+        if not query.strip():
+            raise UsageError("no query on standard input")
     st = state(ctx)
     with api.open_query(st.db, st.blobs) as q, _ctrl_c() as cancel:
         try:
@@ -64,7 +74,7 @@ def sql(
                     writer.writerow([shown(c) for c in rows.columns])
                     writer.writerows([shown(v) for v in row] for row in rows)
                 else:
-                    _print_table(rows.columns, iter(rows))
+                    sql_table.print_table(rows.columns, iter(rows))
         except KeyboardInterrupt:  # a second Ctrl-C, while Python code ran
             raise QueryInterruptedError("query interrupted") from None
 
@@ -114,54 +124,3 @@ def _print_json(columns: list[str], rows: Iterable[tuple[Any, ...]]) -> None:
         out.write(("[\n" if first else ",\n") + "\n".join("  " + line for line in text.splitlines()))
         first = False
     out.write("[]\n" if first else "\n]\n")
-
-
-# Up to this many rows make a table sized to its content; a longer result is printed as its rows come, with
-# the column widths of its first TABLE_ROWS rows (a longer value widens its own line only; none is cut).
-TABLE_ROWS = 1000
-
-
-def _print_table(columns: list[str], rows: Iterator[tuple[Any, ...]]) -> None:
-    first = list(itertools.islice(rows, TABLE_ROWS + 1))
-    if len(first) <= TABLE_ROWS:
-        _rich_table(columns, first)
-        count = len(first)
-    else:
-        count = _streamed_table(columns, itertools.chain(first, rows), first)
-    noun = "row" if count == 1 else "rows"
-    render.err().print(f"({count} {noun})", style="dim", markup=False)
-
-
-def _rich_table(columns: list[str], rows: list[tuple[Any, ...]]) -> None:
-    from rich import box
-    from rich.table import Table
-
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
-    for name in columns:
-        table.add_column(render.cell(name))
-    for row in rows:
-        table.add_row(*(render.cell(_plain(v)) for v in row))
-    render.out().print(table)
-
-
-def _streamed_table(
-    columns: list[str], rows: Iterator[tuple[Any, ...]], sample: list[tuple[Any, ...]]
-) -> int:
-    def text(value: Any) -> str:
-        return render.cell(_plain(value)).plain
-
-    widths = [len(text(name)) for name in columns]
-    for row in sample:
-        widths = [max(w, len(text(v))) for w, v in zip(widths, row)]
-    out = sys.stdout
-
-    def line(cells: Iterable[str]) -> str:
-        return "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip() + "\n"
-
-    out.write(line(text(name) for name in columns))
-    out.write("  ".join("─" * w for w in widths) + "\n")
-    count = 0
-    for row in rows:
-        out.write(line(text(v) for v in row))
-        count += 1
-    return count

@@ -59,6 +59,8 @@ from tilelens.store.models import (
 from tilelens.store.traces import TRACE_WRITE_OPTIONS
 
 if TYPE_CHECKING:
+    import pyarrow as pa
+
     from tilelens.store.gc import GcReport
 
 
@@ -381,6 +383,7 @@ class History:
             return ref.sha256
 
         per_arg = getattr(rec, "per_arg", None) or {}
+        distinct = _distinct_elements(rec.trace)
         # Plain rows through SQLAlchemy Core: ORM objects cost more than the SQL itself at this size, and
         # this runs once per recorded launch.
         args: list[dict[str, Any]] = []
@@ -406,6 +409,11 @@ class History:
                     "device": a.device,
                     "value": to_json(a.value),
                     "access": _summary(per_arg.get(a.position)),
+                    "distinct_elements": (
+                        distinct.get(a.position, 0)
+                        if distinct is not None and a.position in per_arg
+                        else None
+                    ),
                     "before_blob": before,
                     "after_blob": after,
                 }
@@ -571,6 +579,21 @@ class History:
                 Kernel.source_sha256 == k.source_sha256,
             )
         ).scalar_one()
+
+
+_LANE_COLUMNS = {"arg", "lanes", "shape", "strides", "base", "offsets", "mask", "oob_mask"}
+
+
+def _distinct_elements(trace: pa.Table | None) -> dict[int, int] | None:
+    """Per argument, the distinct elements its lanes touched: stored so that ``show`` need not decode traces.
+
+    None (``show`` then computes it from the trace) for a trace without the lane columns, such as a test's.
+    """
+    if trace is None or not set(trace.column_names) >= _LANE_COLUMNS:
+        return None
+    from tilelens.store.lanes import distinct_elements
+
+    return distinct_elements(trace)
 
 
 def _summary(summary: AccessSummary | None) -> dict[str, int] | None:

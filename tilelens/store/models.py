@@ -219,6 +219,9 @@ class LaunchArg(Base):
     device: Mapped[str | None] = mapped_column(String(64))
     value: Mapped[Any | None]
     access: Mapped[dict[str, Any] | None]  # this argument's AccessSummary fields; None when not traced
+    # Distinct elements its active in-bounds lanes touched (migration 0011); None when not traced, or recorded
+    # before 0011 (then computed from the trace when shown).
+    distinct_elements: Mapped[int | None] = mapped_column(BigInteger)
     before_blob: Mapped[str | None] = mapped_column(ForeignKey("blobs.sha256"))
     after_blob: Mapped[str | None] = mapped_column(
         ForeignKey("blobs.sha256")

@@ -27,7 +27,12 @@ import stat
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
+
+from tilelens.errors import UsageError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 STDOUT = "-"
 MAX_LINKS = 40  # as the kernel's ELOOP limit
@@ -141,3 +146,33 @@ def _atomic(target: str) -> Iterator[BinaryIO]:
         with contextlib.suppress(OSError):  # the failure being reported may be the file system's
             Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def write_lanes(batches: Iterator[pa.RecordBatch], path: str | Path, format: str) -> int:
+    """Write lane batches (``tilelens.store.lanes.LANE_SCHEMA``) as Parquet or CSV by :func:`open_output`'s
+    rules; returns the rows written. A write error is one :class:`UsageError`; a closed pipe stays a
+    ``BrokenPipeError`` for the caller (``| head`` is no failure)."""
+    from tilelens.store import lanes
+
+    rows = 0
+    try:
+        with open_output(path) as sink:
+            if format == "parquet":
+                import pyarrow.parquet as pq
+
+                with pq.ParquetWriter(sink, lanes.LANE_SCHEMA, compression="zstd") as writer:
+                    for batch in batches:
+                        writer.write_batch(batch)
+                        rows += batch.num_rows
+            else:
+                import pyarrow.csv as pcsv
+
+                with pcsv.CSVWriter(sink, lanes.LANE_SCHEMA) as writer:
+                    for batch in batches:
+                        writer.write_batch(batch)
+                        rows += batch.num_rows
+    except BrokenPipeError:
+        raise
+    except OSError as exc:  # no permission, no space (/dev/full), a name too long
+        raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from exc
+    return rows

@@ -69,9 +69,12 @@ from tilelens.store.results import (
 if TYPE_CHECKING:
     import pyarrow as pa
 
+    from tilelens.store.catalog import TableInfo
+
 EXPORT_FORMATS = ("parquet", "csv")
 VIEW_NAMES = ("launch_overview", "oob_launches", "autotune_choices", "run_overview")
 ExportFormat = Literal["parquet", "csv"]
+_TRACE_EVENTS = re.compile(r"\btrace_events\b", re.IGNORECASE)
 
 
 # -- the query object ---------------------------------------------------------------------------------------
@@ -157,6 +160,12 @@ class HistoryQuery:
         """``l.NAME`` for each of ``names``; NULL for a column this history's schema predates (read as unknown)."""
         have = self._launch_columns
         return ", ".join(f"l.{name}" if name in have else f"NULL AS {name}" for name in names)
+
+    @functools.cached_property
+    def _arg_distinct(self) -> str:
+        """``distinct_elements`` where the history has migration 0011's column, else NULL (computed from traces)."""
+        have = self.reader.execute("SELECT * FROM launch_args WHERE 1 = 0").columns
+        return "distinct_elements" if "distinct_elements" in have else "NULL"
 
     @property
     def _has_procs_columns(self) -> bool:
@@ -369,13 +378,11 @@ class HistoryQuery:
             {"blob": extra[11], "rows": extra[12], "bytes": extra[13]} if extra[11] is not None else None
         )
 
-        arg_rows = self._rows(_ARGS_SELECT, {"id": launch_id})
+        arg_rows = self._rows(_ARGS_SELECT.format(distinct=self._arg_distinct), {"id": launch_id})
         # The trace is read only for what the rows do not hold: Parquet means importing pyarrow, a third of
-        # this command's time. A recorder that stores ``distinct_elements`` per argument spares it for
-        # launches without out-of-bounds lanes.
-        stored = all(
-            decode_json(r[10]) is None or "distinct_elements" in decode_json(r[10]) for r in arg_rows
-        )
+        # this command's time. Launches recorded since migration 0011 store each argument's distinct elements
+        # (column 13), which spares it for those without out-of-bounds lanes.
+        stored = all(r[10] is None or r[13] is not None for r in arg_rows)
         need_trace = source or launch.oob_lanes > 0 or not stored
         trace, trace_error = None, None
         if trace_info is not None and need_trace:
@@ -427,8 +434,8 @@ class HistoryQuery:
     def _argument(self, r: Sequence[Any], distinct: dict[int, int] | None) -> ArgumentInfo:
         access = decode_json(r[10])
         position = int(r[0])
-        if distinct is None and access is not None and access.get("distinct_elements") is not None:
-            distinct = {position: int(access["distinct_elements"])}
+        if distinct is None and r[13] is not None:
+            distinct = {position: int(r[13])}
         return ArgumentInfo(
             position=position,
             name=r[1],
@@ -541,34 +548,18 @@ class HistoryQuery:
         device or a file descriptor is written through and never replaced."""
         if format not in EXPORT_FORMATS:
             raise UsageError(f"export format must be one of {', '.join(EXPORT_FORMATS)}, not {format!r}")
-        from tilelens.store import lanes
-        from tilelens.store.outfile import open_output
+        from tilelens.store.outfile import write_lanes
 
-        batches = self.lane_batches(launch_id)
-        rows = 0
-        try:
-            with open_output(path) as sink:
-                if format == "parquet":
-                    import pyarrow.parquet as pq
-
-                    with pq.ParquetWriter(sink, lanes.LANE_SCHEMA, compression="zstd") as writer:
-                        for batch in batches:
-                            writer.write_batch(batch)
-                            rows += batch.num_rows
-                else:
-                    import pyarrow.csv as pcsv
-
-                    with pcsv.CSVWriter(sink, lanes.LANE_SCHEMA) as writer:
-                        for batch in batches:
-                            writer.write_batch(batch)
-                            rows += batch.num_rows
-        except BrokenPipeError:  # the reader left (`-o - | head`): not a failure to write, the caller's call
-            raise
-        except OSError as exc:  # no permission, no space (/dev/full), a name too long
-            raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from exc
+        rows = write_lanes(self.lane_batches(launch_id), path, format)
         return ExportResult(path=Path(path), format=format, rows=rows)
 
     # -- SQL ----------------------------------------------------------------------------------------------
+
+    def tables(self) -> list[TableInfo]:
+        """The tables and views a query can name, with their columns, and ``trace_events``."""
+        from tilelens.store.catalog import tables
+
+        return tables(self.reader)
 
     def sql(self, query: str, *, timeout: float | None = None) -> Result:
         """One read-only statement (the views of migration 0002 included); writes raise ReadOnlyError."""
@@ -585,6 +576,10 @@ class HistoryQuery:
         """
         if timeout is not None and not timeout > 0:
             raise UsageError(f"a query timeout is a positive number of seconds, not {timeout!r}")
+        if _TRACE_EVENTS.search(query):  # across traces: DuckDB, see tilelens.store.tracesql
+            from tilelens.store import tracesql
+
+            return tracesql.stream(self, query, timeout=timeout, cancel=cancel)
         try:
             return self.reader.stream(query, timeout=timeout, cancel=cancel)
         except QueryError as exc:
@@ -607,7 +602,7 @@ class HistoryQuery:
 
 _ARGS_SELECT = (
     "SELECT position, name, kind, dtype, shape, strides, storage_offset, storage_group, device, value, "
-    "access, before_blob, after_blob FROM launch_args WHERE launch_id = :id ORDER BY position"
+    "access, before_blob, after_blob, {distinct} FROM launch_args WHERE launch_id = :id ORDER BY position"
 )
 _ARG_NAMES = "SELECT position, name FROM launch_args WHERE launch_id = :id"
 

@@ -18,7 +18,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tilelens.config import Location
 from tilelens.errors import (
@@ -33,6 +33,10 @@ from tilelens.errors import (
 )
 from tilelens.store.migrations import versions_dir
 
+if TYPE_CHECKING:
+    import pandas as pd
+    import pyarrow as pa
+
 VERSION_TABLE = "alembic_version"
 BUSY_TIMEOUT_S = 30.0
 MIGRATIONS_VERSIONS = versions_dir()  # the package's own (tilelens._migrations), wherever it is installed
@@ -40,8 +44,31 @@ MIGRATIONS_VERSIONS = versions_dir()  # the package's own (tilelens._migrations)
 
 @dataclass(frozen=True)
 class Result:
+    """A query's columns and all its rows, as the driver returned them."""
+
     columns: list[str]
     rows: list[tuple[Any, ...]]
+
+    def to_arrow(self) -> pa.Table:
+        """The rows as a ``pyarrow.Table``: types inferred per column; a column of mixed kinds is text."""
+        return arrow_table(self.columns, self.rows)
+
+    def to_pandas(self) -> pd.DataFrame:
+        """The rows as a ``pandas.DataFrame`` (pandas is imported here, and needed only here)."""
+        return self.to_arrow().to_pandas()
+
+
+def arrow_table(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> pa.Table:
+    import pyarrow as pa
+
+    def column(values: list[Any]) -> pa.Array:
+        try:
+            return pa.array(values)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):  # SQLite lets a column mix kinds
+            return pa.array([None if v is None else str(v) for v in values], pa.string())
+
+    values = list(zip(*rows)) if rows else [() for _ in columns]
+    return pa.Table.from_arrays([column(list(v)) for v in values], names=list(columns))
 
 
 class RowStream:

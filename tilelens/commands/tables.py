@@ -1,0 +1,53 @@
+"""``tilelens tables``: the tables and views a query can name, with their columns."""
+
+from __future__ import annotations
+
+import typer
+
+from tilelens import api
+from tilelens.commands import render
+from tilelens.commands.common import JSON_OPTION, print_json, state
+from tilelens.errors import UsageError
+
+HELP = (
+    "List the tables and views of the history that `tilelens sql` can query, with their columns and "
+    "types, and trace_events (every lane of every recorded trace).\n\n"
+    "Examples:\n\n"
+    "  tilelens tables\n\n"
+    "  tilelens tables launch_overview\n\n"
+    "  tilelens tables --json\n"
+)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("tables", help=HELP)(tables)
+
+
+def tables(
+    ctx: typer.Context,
+    name: str | None = typer.Argument(None, metavar="[NAME]", help="Only this table or view."),
+    as_json: bool = JSON_OPTION,
+) -> None:
+    st = state(ctx)
+    with api.open_query(st.db, st.blobs) as q:
+        found = q.tables()
+    if name is not None:
+        found = [t for t in found if t.name == name]
+        if not found:
+            raise UsageError(f"no table or view named {name!r} (`tilelens tables` lists them)")
+    if as_json:
+        print_json([t.as_dict() for t in found])
+        return
+    from rich.text import Text
+
+    console = render.out()
+    for i, table in enumerate(found):
+        if i:
+            console.print()
+        title = Text(table.name, style="bold")
+        title.append(f"  {table.kind}, {len(table.columns)} columns", style="dim")
+        console.print(title)
+        for column in table.columns:
+            line = Text(f"  {render.cell(column.name).plain:<20}")
+            line.append(render.cell(column.type).plain, style="dim")
+            console.print(line)
