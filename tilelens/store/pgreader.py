@@ -206,10 +206,14 @@ class PostgresGate:
         except libpq.LibpqError as exc:
             raise connect_failure(label, exc) from exc
         try:
-            self._superuser = self.conn.scalar("SELECT rolsuper FROM pg_roles WHERE rolname = current_user")
-            self._can_drop_privileges = self._superuser == "t" and (
-                self.conn.scalar("SELECT to_regrole('pg_read_all_data') IS NOT NULL") == "t"
+            result = self.conn.run(
+                "SELECT rolsuper, to_regrole('pg_read_all_data') IS NOT NULL FROM pg_roles "
+                "WHERE rolname = current_user"
             )
+            roles = result.rows()
+            result.clear()
+            self._superuser = bool(roles) and roles[0][0] == "t"
+            self._can_drop_privileges = self._superuser and roles[0][1] == "t"
             self.begin()
         except libpq.LibpqError as exc:
             self.conn.close()
@@ -232,8 +236,9 @@ class PostgresGate:
 
     def tables_and_revisions(self, version_table: str) -> tuple[set[str], list[str]]:
         result = self.conn.run(
-            "SELECT table_name FROM information_schema.tables "
-            "WHERE table_schema = current_schema() AND table_type = 'BASE TABLE'"
+            # pg_catalog, not information_schema.tables: the same names, a tenth of the time
+            "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'p')"
         )
         tables = {r[0] for r in result.rows()}
         result.clear()
