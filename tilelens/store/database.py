@@ -48,6 +48,10 @@ from tilelens.store.migrations import migrations_dir
 BUSY_TIMEOUT_S = 30.0
 MIGRATIONS_DIR = migrations_dir()  # inside the package: tilelens._migrations
 _BEGIN_OPTION = "tilelens_begin"
+# PostgreSQL advisory lock key held while a history's schema is created or upgraded (any constant both
+# openers agree on; "TLSCHEMA" in ASCII): two recorders opening one fresh database would otherwise both
+# create the tables, and the second fail.
+_MIGRATION_LOCK = 0x544C534348454D41
 # Execution option: {BEGIN_OPTION: "IMMEDIATE"} makes a SQLite connection's BEGIN take the write lock at once.
 BEGIN_OPTION = _BEGIN_OPTION
 VERSION_TABLE = "alembic_version"
@@ -328,6 +332,8 @@ def ensure_schema(
         try:
             conn.execution_options(**{_BEGIN_OPTION: "IMMEDIATE"})
             with conn.begin():
+                if conn.dialect.name == "postgresql":  # SQLite's IMMEDIATE queues concurrent openers already
+                    conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({_MIGRATION_LOCK})")
                 state = _state(conn, script, label)
                 if state.foreign_tables:
                     raise NotAHistoryError(f"{label} is a database of another program")
