@@ -262,6 +262,7 @@ def _copy_run(source: _SourceRun, src: History, dst: History, report: CopyReport
 
     with dst.session(write=True) as s:
         _lock_run(s, identity)
+        database.hold_blob_rows(s)  # a concurrent gc cannot take the blob rows this copy finds
         delta = _delta(s, source, identity)  # again: a copy racing this one may have added rows meanwhile
         if delta.unchanged:
             report.runs_unchanged += 1

@@ -33,6 +33,7 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, Engine, Table, create_engine, event, func, inspect, select, table
 from sqlalchemy import exc as sa_exc
+from sqlalchemy import text as sa_text
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
 
@@ -190,6 +191,18 @@ def write_session(engine: Engine) -> Iterator[Session]:
 
 
 # -- dialect-specific statements -------------------------------------------------------------------------
+
+
+def hold_blob_rows(session: Session) -> None:
+    """PostgreSQL: mark this write transaction as one that names blob rows, before it reads any.
+
+    ``gc`` deletes unreferenced blob rows under ``LOCK TABLE blobs IN SHARE MODE``, which waits for every
+    transaction holding this (ROW EXCLUSIVE, what an INSERT takes; writers do not wait on each other) and
+    holds off new ones: a blob row a writer found cannot go before it commits. SQLite's write lock does
+    the same by itself.
+    """
+    if session.get_bind().dialect.name == "postgresql":
+        session.execute(sa_text("LOCK TABLE blobs IN ROW EXCLUSIVE MODE"))
 
 
 def insert_ignore(

@@ -150,10 +150,12 @@ def collect(
     with _write_transaction(history, dry_run) as conn:
         if conn.dialect.name == "postgresql":
             # SQLite's write lock (BEGIN IMMEDIATE) keeps writers from committing between the look below and
-            # the delete; on PostgreSQL a writer could commit a launch naming a doomed blob in between, and
-            # the delete would fail on its foreign key. So writers' new launches and arguments wait here until
-            # this short transaction ends (SHARE waits for those being written now, and holds off the next).
-            conn.exec_driver_sql("LOCK TABLE launches, launch_args IN SHARE MODE")
+            # the delete; on PostgreSQL a writer could commit a launch naming a doomed blob in between (the
+            # delete then fails on its foreign key), or find the blob row, then lose it to this delete (its
+            # insert fails). Every writer's transaction that names blobs starts by writing to ``blobs`` (its
+            # rows, ON CONFLICT DO NOTHING, or :func:`database.hold_blob_rows`), so SHARE on ``blobs``, taken
+            # first, waits for those being written now and holds off the next until this one ends.
+            conn.exec_driver_sql("LOCK TABLE blobs, launches, launch_args IN SHARE MODE")
         # Not the blobs that launches created since the plan's snapshot (less the grace period) name: a
         # writer may have committed them after it, or be about to.
         # A dry run deleted nothing: the doomed runs' own launches are still there, and do not count.
