@@ -125,3 +125,18 @@ def autotune_event(k: KernelIdentity | None = None) -> AutotuneEvent:
         chosen=configs[1],
         timings=[[0.5, 0.4, 0.6], [0.2, 0.1, 0.3]],
     )
+
+
+def dump_rows(engine: Any) -> list[str]:
+    """Every row of every table of a history (SQLite or PostgreSQL), in a stable order: what "nothing was
+    changed" compares."""
+    import sqlalchemy as sa
+
+    out: list[str] = []
+    with engine.connect() as conn:
+        meta = sa.MetaData()
+        meta.reflect(conn)
+        for table in sorted(meta.tables.values(), key=lambda t: t.name):
+            rows = conn.execute(sa.select(table)).fetchall()
+            out += sorted(f"{table.name} {tuple(r)!r}" for r in rows)
+    return out

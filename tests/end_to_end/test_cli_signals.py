@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import json
 import signal
-import sqlite3
 import subprocess
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 
 from tests.end_to_end.conftest import tilelens, tilelens_argv
 from tests.end_to_end.test_cli_record import KERNEL, write
@@ -34,12 +34,11 @@ finally:
 """
 
 
-def _record(tmp_path: Path, mode: str) -> tuple[subprocess.Popen[str], Path]:
+def _record(tmp_path: Path, mode: str, db: str) -> tuple[subprocess.Popen[str], str]:
     write(tmp_path / "kernels.py", KERNEL)
     script = write(tmp_path / "prog.py", PROGRAM)
-    db = tmp_path / "h.db"
     proc = subprocess.Popen(
-        [*tilelens_argv(), "--db", str(db), "record", str(script), mode],
+        [*tilelens_argv(), "--db", db, "record", str(script), mode],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -53,18 +52,23 @@ def _record(tmp_path: Path, mode: str) -> tuple[subprocess.Popen[str], Path]:
     return proc, db
 
 
-def _run_row(db: Path) -> tuple[str, int | None, int]:
-    with sqlite3.connect(db) as conn:
-        ((status, exit_code),) = conn.execute("SELECT status, exit_code FROM runs").fetchall()
-        (launches,) = conn.execute("SELECT count(*) FROM launches").fetchone()
+def _run_row(db: str) -> tuple[str, int | None, int]:
+    """The stored row, read past TileLens (SQLite file or PostgreSQL database)."""
+    engine = sa.create_engine(db if "://" in db else f"sqlite:///{db}")
+    try:
+        with engine.connect() as conn:
+            ((status, exit_code),) = conn.execute(sa.text("SELECT status, exit_code FROM runs")).fetchall()
+            launches = conn.execute(sa.text("SELECT count(*) FROM launches")).scalar_one()
+    finally:
+        engine.dispose()
     return status, exit_code, launches
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
 def test_sigterm_and_sighup_finish_the_run_then_end_by_the_signal(
-    tmp_path: Path, sig: signal.Signals
+    tmp_path: Path, history_url: str, sig: signal.Signals
 ) -> None:
-    proc, db = _record(tmp_path, "wait")
+    proc, db = _record(tmp_path, "wait", history_url)
     proc.send_signal(sig)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == -sig  # ended by the signal itself, as without TileLens
@@ -77,8 +81,10 @@ def test_sigterm_and_sighup_finish_the_run_then_end_by_the_signal(
 
 
 @pytest.mark.parametrize("how", ["SIGKILL", "os._exit"])
-def test_killed_runs_show_as_lost_and_the_next_writer_stores_it(tmp_path: Path, how: str) -> None:
-    proc, db = _record(tmp_path, "exit" if how == "os._exit" else "wait")
+def test_killed_runs_show_as_lost_and_the_next_writer_stores_it(
+    tmp_path: Path, history_url: str, how: str
+) -> None:
+    proc, db = _record(tmp_path, "exit" if how == "os._exit" else "wait", history_url)
     if how == "SIGKILL":
         proc.send_signal(signal.SIGKILL)
     out, err = proc.communicate(timeout=120)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -255,3 +256,58 @@ def test_cli_copy_is_one_line_and_json(
         and len(err.splitlines()) == 1
     )
     assert not (tmp_path / "nothing.db").exists()  # copying never creates its source
+
+
+# Two real `tilelens db copy` processes, their imports done, released onto the copy at the same moment.
+RACER = """
+import os, sys, time
+from tilelens.cli import main
+import tilelens.store.copy, tilelens.store.history  # noqa: F401  # loaded before the start line
+go = sys.argv[1]
+while not os.path.exists(go):
+    time.sleep(0.001)
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_two_copies_racing_into_one_history_copy_each_run_once(
+    tmp_path: Path, request: pytest.FixtureRequest, backend: str
+) -> None:
+    import subprocess
+    import sys
+
+    src_url = new_history_url("sqlite", tmp_path / "src", request)
+    dst_url = new_history_url(backend, tmp_path / "dst", request)
+    with History.open(src_url, tmp_path / "src" / "blobs") as src:
+        runs = [_record(src, f"race-{i}", launches=12, seed=i) for i in range(4)]
+        expected = content(src)
+    History.open(dst_url, tmp_path / "dst" / "blobs").close()  # DST exists: the race is the copy's
+    go = tmp_path / "go"
+    argv = ["db", "copy", src_url, dst_url, "--src-blobs", str(tmp_path / "src" / "blobs")]
+    argv += ["--dst-blobs", str(tmp_path / "dst" / "blobs"), "--json"]
+    root = Path(__file__).resolve().parents[2]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", RACER, str(go), *argv],
+            cwd=root,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    time.sleep(3)  # both past their imports (a slow machine only makes this test pass without racing)
+    go.touch()
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert [(p.returncode, err) for p, (_, err) in zip(procs, outs)] == [(0, ""), (0, "")]
+    reports = [json.loads(out) for out, _ in outs]
+    # Each run was copied by exactly one of the two; the other found it there ("unchanged").
+    copied = sorted(src_id for r in reports for src_id, _ in r["runs_copied"])
+    assert copied == runs
+    assert sum(r["runs_unchanged"] for r in reports) == len(runs)
+    assert sum(r["launches"] for r in reports) == 12 * len(runs)
+    with History.open(dst_url, tmp_path / "dst" / "blobs") as dst:
+        assert content(dst) == expected  # every row once, the same as SRC's
+        for sha in dst.blobs.root.rglob("*"):
+            assert not sha.name.endswith(".tmp")

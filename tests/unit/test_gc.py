@@ -6,7 +6,6 @@ import datetime as dt
 import json
 import os
 import random
-import sqlite3
 import subprocess
 import sys
 import time
@@ -26,20 +25,13 @@ from tilelens.store import History
 from tilelens.store import gc as gc_module
 from tilelens.store.models import AutotuneEventRow, Blob, Launch, LaunchArg, Replay, Run
 
-
-@pytest.fixture
-def history_url(tmp_path: Path) -> str:
-    """SQLite only: these tests check SQLite's own behaviour (id reuse, PRAGMA integrity_check in the audit)."""
-    return str(tmp_path / "history" / "tilelens.db")
-
-
 DAY = 86400.0
 
 
-def _writer(db: Path, count: int, seed: int, distinct: int) -> subprocess.Popen[str]:
+def _writer(db: str, count: int, seed: int, distinct: int) -> subprocess.Popen[str]:
     """tests/store_writer.py: launch i stores the same tensors as launch i % distinct of any such writer."""
     return subprocess.Popen(
-        [sys.executable, "-m", "tests.store_writer", str(db), str(count), str(seed), str(distinct)],
+        [sys.executable, "-m", "tests.store_writer", db, str(count), str(seed), str(distinct)],
         cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -60,10 +52,8 @@ def _files(h: History) -> dict[str, int]:
 
 
 def _dump(h: History) -> list[str]:
-    path = h.location.sqlite_path
-    assert path is not None
-    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as conn:
-        return list(conn.iterdump())
+    """Every row of every table, in a stable order (either backend)."""
+    return store_helpers.dump_rows(h.engine)
 
 
 def _run(h: History, *, days: float = 0.0, tag: str | None = None, x: torch.Tensor | None = None) -> int:
@@ -256,25 +246,33 @@ def test_a_launch_committed_after_the_plan_keeps_its_blobs(
             _age(path, 40 * DAY)
     delete_runs = gc_module._delete_runs
     late: list[int] = []
+    late_run: list[int] = []
 
     def then_a_writer_commits(*args: object) -> None:
         delete_runs(*args)  # type: ignore[arg-type]
-        run = history.begin_run(store_helpers.run_info())
-        late.append(history.write_launch(run, store_helpers.launch(x, trace=store_helpers.trace_table(4))))
+        late_run.append(history.begin_run(store_helpers.run_info()))
+        late.append(
+            history.write_launch(late_run[0], store_helpers.launch(x, trace=store_helpers.trace_table(4)))
+        )
 
     monkeypatch.setattr(gc_module, "_delete_runs", then_a_writer_commits)
     report = history.gc(older_than=dt.timedelta(days=30))
-    # SQLite reused both ids: the new run is the deleted run's number, its launch the deleted launch's.
-    assert report.run_ids == [doomed] and late == [doomed_launch]
-    assert len(_blobs_of(history, doomed)) == 3  # x, the unchanged zeros, the trace: reused from the old run
+    assert report.run_ids == [doomed]
+    if history.engine.dialect.name == "sqlite":  # SQLite reused both ids: the deleted run's and launch's
+        assert (late_run, late) == ([doomed], [doomed_launch])
+    else:  # PostgreSQL's sequences never give an id twice
+        assert late_run[0] > doomed and late[0] > doomed_launch
+    assert (
+        len(_blobs_of(history, late_run[0])) == 3
+    )  # x, the unchanged zeros, the trace: reused from the old run
     assert report.blob_rows == report.blob_files == 1  # only the old run's own output
     _check_every_reference(history)
 
 
-def test_killed_writers_leftovers_are_collected(tmp_path: Path) -> None:
-    db = tmp_path / "h.db"
+def test_killed_writers_leftovers_are_collected(history_url: str) -> None:
+    db = history_url
     _kill_at_random_moments(db, 2, random.Random(os.getpid()), first_seed=50)
-    with History.open(str(db)) as h:
+    with History.open(db) as h:
         launches = _check_every_reference(h)
         before = _files(h)
         report = h.gc(grace=dt.timedelta(0))  # nobody is writing any more
@@ -287,10 +285,10 @@ def test_killed_writers_leftovers_are_collected(tmp_path: Path) -> None:
         assert _check_every_reference(h) == launches
 
 
-def test_gc_while_a_writer_records_keeps_every_blob_it_references(tmp_path: Path) -> None:
+def test_gc_while_a_writer_records_keeps_every_blob_it_references(history_url: str) -> None:
     """A writer reusing the blobs of an old run while gc removes that run, again and again."""
-    db, distinct = tmp_path / "h.db", 8
-    with History.open(str(db)) as h:
+    db, distinct = history_url, 8
+    with History.open(db) as h:
         info = store_helpers.run_info(tag="old")
         info.started_at = utcnow() - dt.timedelta(days=40)
         old = h.begin_run(info)
@@ -315,9 +313,9 @@ def test_gc_while_a_writer_records_keeps_every_blob_it_references(tmp_path: Path
             assert [(r.tag, r.status) for r in s.scalars(select(Run))] == [("writer-1", "ok")]
 
 
-def test_cli(tmp_path: Path) -> None:
-    db = tmp_path / "h.db"
-    with History.open(str(db)) as h:
+def test_cli(history_url: str) -> None:
+    db = history_url
+    with History.open(db) as h:
         _run(h, days=40)
         _run(h, days=1, tag="t")
     location = ["--db", db]  # blobs: TILELENS_BLOBS, as for History.open above

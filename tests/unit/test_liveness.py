@@ -22,12 +22,6 @@ from tilelens.store import liveness as lv
 from tilelens.store.models import Run
 
 
-@pytest.fixture
-def history_url(tmp_path: Path) -> str:
-    """SQLite only: these tests check SQLite's own behaviour (the file's bytes)."""
-    return str(tmp_path / "history" / "tilelens.db")
-
-
 def _exited_pid() -> int:
     """The pid of a process that has exited and been reaped (nothing lives under it now, almost surely)."""
     proc = subprocess.Popen([sys.executable, "-c", "pass"])
@@ -111,8 +105,11 @@ def test_dead_runs_show_as_lost_and_the_next_writer_stores_it(history_location: 
     stored[legacy] = "running"
     lost = {killed, reused, legacy}
 
-    # Readers show it at once, and write nothing.
-    before = history_location.sqlite_path.read_bytes()  # type: ignore[union-attr]
+    # Readers show it at once, and write nothing (SQLite: not a byte of the file; either: not a row).
+    engine = sa.create_engine(history_location.db_url)
+    rows_before = store_helpers.dump_rows(engine)
+    path = history_location.sqlite_path
+    before = path.read_bytes() if path is not None else None
     with open_query(location=history_location) as q:
         shown = {r.id: r.status for r in q.runs()}
         assert {r.id for r in q.runs(status="lost")} == lost
@@ -120,9 +117,12 @@ def test_dead_runs_show_as_lost_and_the_next_writer_stores_it(history_location: 
         assert {r.id for r in q.runs(status="running", limit=1)} == {other_host}  # newest first, after filter
     assert shown == {**stored, **{i: "lost" for i in lost}}
     assert _statuses(history_location) == stored
-    assert history_location.sqlite_path.read_bytes() == before  # type: ignore[union-attr]
     out = tilelens_in_process("--db", history_location.db_url, "ls", "--runs", "--json")
     assert {r["id"]: r["status"] for r in json.loads(out.stdout)} == shown
+    assert store_helpers.dump_rows(engine) == rows_before
+    engine.dispose()
+    if path is not None:
+        assert path.read_bytes() == before
 
     # The next writer stores it; the view then agrees.
     with History.open(location=history_location) as h:

@@ -14,6 +14,8 @@ copy SRC DST`` is its face. Invariants:
   hash checked, as every read does) and written into DST's folder unless DST has it; then the run's rows go in
   one transaction. A missing or corrupt blob stops the copy before any row of its run is written, with an
   error naming the blob; runs copied before it stay copied.
+* **Safe to race.** Two copies of one run into one DST (two ``tilelens db copy`` at once) queue on the run
+  (:func:`_lock_run`): the second reads DST again under the lock, finds the first's rows and adds nothing.
 * **SRC is only read** (opening it may upgrade its schema, as opening any history does).
 
 Runs recorded before revision 0009 got a random uuid from that migration; a row without one (written by
@@ -28,7 +30,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, cast
 
-from sqlalchemy import Table, insert, select, update
+from sqlalchemy import Table, func, insert, select, update
 from sqlalchemy.orm import Session
 
 from tilelens.errors import BlobCorruptError, RunNotFoundError
@@ -162,44 +164,81 @@ def copy_history(src: History, dst: History, runs: Sequence[int] | None = None) 
     return report
 
 
-def _copy_run(source: _SourceRun, src: History, dst: History, report: CopyReport) -> None:
-    identity = run_identity(source.run)
-    with dst.session() as s:
-        existing = s.execute(
-            select(Run.id, *[RUNS.c[c] for c in _RUN_STATE]).where(Run.uuid == identity)
-        ).first()
-        dst_launches = (
-            []
-            if existing is None
-            else list(s.scalars(select(Launch.id).where(Launch.run_id == existing[0]).order_by(Launch.id)))
+@dataclass
+class _Delta:
+    """What DST lacks of one SRC run: read once optimistically, then again under the run's lock."""
+
+    existing: tuple[Any, ...] | None  # DST's (run id, status, exit_code, finished_at), or None
+    dst_launches: list[int]
+    new_launches: list[dict[str, Any]]
+    new_args: list[dict[str, Any]]
+    new_events: list[dict[str, Any]]
+    new_replays: list[dict[str, Any]]
+    state: dict[str, Any]
+    state_changed: bool
+
+    @property
+    def unchanged(self) -> bool:
+        return self.existing is not None and not (
+            self.new_launches or self.new_events or self.new_replays or self.state_changed
         )
-        dst_events = (
-            0
-            if existing is None
-            else len(
-                list(s.scalars(select(AutotuneEventRow.id).where(AutotuneEventRow.run_id == existing[0])))
-            )
+
+    @property
+    def needed(self) -> set[str]:
+        """The blobs the new rows name."""
+        shas = {r["trace_blob"] for r in self.new_launches} | {a["before_blob"] for a in self.new_args}
+        shas |= {a["after_blob"] for a in self.new_args}
+        shas.discard(None)
+        return shas
+
+
+def _delta(s: Session, source: _SourceRun, identity: str) -> _Delta:
+    existing = s.execute(select(Run.id, *[RUNS.c[c] for c in _RUN_STATE]).where(Run.uuid == identity)).first()
+    dst_launches: list[int] = []
+    dst_events = 0
+    dst_replays: list[dict[str, Any]] = []
+    if existing is not None:
+        dst_launches = list(
+            s.scalars(select(Launch.id).where(Launch.run_id == existing[0]).order_by(Launch.id))
         )
-        dst_replays = [] if not dst_launches else _rows(s, REPLAYS, Replay.launch_id.in_(dst_launches))
+        dst_events = len(
+            list(s.scalars(select(AutotuneEventRow.id).where(AutotuneEventRow.run_id == existing[0])))
+        )
+        if dst_launches:
+            dst_replays = _rows(s, REPLAYS, Replay.launch_id.in_(dst_launches))
     # SRC launch i is DST launch i of the same run: copies keep the order, and launches are only appended.
     new_launches = source.launches[len(dst_launches) :]
-    new_events = source.events[dst_events:]
     src_index = {row["id"]: i for i, row in enumerate(source.launches)}
     dst_index = {launch_id: i for i, launch_id in enumerate(dst_launches)}
     present = {_replay_key(r, dst_index) for r in dst_replays}
-    new_replays = [r for r in source.replays if _replay_key(r, src_index) not in present]
     new_ids = {r["id"] for r in new_launches}
-    new_args = [a for a in source.args if a["launch_id"] in new_ids]
     state = {c: source.run[c] for c in _RUN_STATE}
-    state_changed = existing is not None and tuple(existing[1:]) != tuple(state.values())
-    if existing is not None and not (new_launches or new_events or new_replays or state_changed):
-        report.runs_unchanged += 1
-        return
+    return _Delta(
+        existing=None if existing is None else tuple(existing),
+        dst_launches=dst_launches,
+        new_launches=new_launches,
+        new_args=[a for a in source.args if a["launch_id"] in new_ids],
+        new_events=source.events[dst_events:],
+        new_replays=[r for r in source.replays if _replay_key(r, src_index) not in present],
+        state=state,
+        state_changed=existing is not None and tuple(existing[1:]) != tuple(state.values()),
+    )
 
-    # Blobs first: every file the new rows name is in DST's folder, verified, before any row is written.
-    needed = {r["trace_blob"] for r in new_launches} | {a["before_blob"] for a in new_args}
-    needed |= {a["after_blob"] for a in new_args}
-    needed.discard(None)
+
+def _lock_run(s: Session, identity: str) -> None:
+    """Hold off any other copy of this run into DST until this transaction ends.
+
+    SQLite: the write transaction is BEGIN IMMEDIATE, one writer at a time already. PostgreSQL: an advisory
+    lock keyed by the run's uuid. Two copies of one run racing (two ``tilelens db copy`` at once) then queue,
+    and the second finds the first's rows when it reads DST again under the lock: nothing twice.
+    """
+    if s.get_bind().dialect.name == "postgresql":
+        key = int.from_bytes(uuid.UUID(identity).bytes[:8], "big", signed=True)
+        s.execute(select(func.pg_advisory_xact_lock(key)))
+
+
+def _copy_blobs(needed: set[str], source: _SourceRun, src: History, dst: History, report: CopyReport) -> None:
+    """Every blob in ``needed`` into DST's folder, read (and verified) from SRC's, unless DST has it."""
     for sha in sorted(needed):
         if dst.blobs.exists(sha):
             continue
@@ -210,34 +249,54 @@ def _copy_run(source: _SourceRun, src: History, dst: History, report: CopyReport
         report.blob_files += 1
         report.blob_bytes += ref.size
 
+
+def _copy_run(source: _SourceRun, src: History, dst: History, report: CopyReport) -> None:
+    identity = run_identity(source.run)
+    with dst.session() as s:
+        planned = _delta(s, source, identity)
+    if planned.unchanged:
+        report.runs_unchanged += 1
+        return
+    # Blobs first: every file the new rows name is in DST's folder, verified, before any row is written.
+    _copy_blobs(planned.needed, source, src, dst, report)
+
     with dst.session(write=True) as s:
+        _lock_run(s, identity)
+        database.hold_blob_rows(s)  # a concurrent gc cannot take the blob rows this copy finds
+        delta = _delta(s, source, identity)  # again: a copy racing this one may have added rows meanwhile
+        if delta.unchanged:
+            report.runs_unchanged += 1
+            return
+        _copy_blobs(delta.needed - planned.needed, source, src, dst, report)  # DST lost rows meanwhile
+        needed = delta.needed
         known = set(s.scalars(select(Blob.sha256).where(Blob.sha256.in_(needed)))) if needed else set()
         fresh = [source.blobs[sha] for sha in sorted(needed - known)]
-        database.insert_ignore(s, BLOBS, fresh, keys=("sha256",))  # ignore: another copy may race us
+        database.insert_ignore(s, BLOBS, fresh, keys=("sha256",))  # ignore: a copy of another run may race us
         report.blobs += len(fresh)
-        kernel_map = _kernel_ids(s, source, new_launches, new_events, report)
-        if existing is None:
+        kernel_map = _kernel_ids(s, source, delta.new_launches, delta.new_events, report)
+        if delta.existing is None:
             run_row = {**_without_id(source.run), "uuid": identity}
             if run_row.get("parent_run_id") is not None:  # a child process's run: its parent's id in DST
                 run_row["parent_run_id"] = s.scalar(select(Run.id).where(Run.uuid == source.parent_uuid))
             dst_run = _insert_returning_ids(s, RUNS, [run_row])[0]
             report.runs_copied.append((source.run["id"], dst_run))
         else:
-            dst_run = existing[0]
-            if state_changed:
-                s.execute(update(Run).where(Run.id == dst_run).values(**state))
+            dst_run = delta.existing[0]
+            if delta.state_changed:
+                s.execute(update(Run).where(Run.id == dst_run).values(**delta.state))
             report.runs_updated.append((source.run["id"], dst_run))
-        launch_map = {source.launches[i]["id"]: dst_id for i, dst_id in enumerate(dst_launches)}
+        launch_map = {source.launches[i]["id"]: dst_id for i, dst_id in enumerate(delta.dst_launches)}
         ids = _insert_returning_ids(
             s,
             LAUNCHES,
             [
                 {**_without_id(r), "run_id": dst_run, "kernel_id": kernel_map[r["kernel_id"]]}
-                for r in new_launches
+                for r in delta.new_launches
             ],
         )
-        launch_map.update({r["id"]: dst_id for r, dst_id in zip(new_launches, ids)})
-        for chunk in _chunks([{**_without_id(a), "launch_id": launch_map[a["launch_id"]]} for a in new_args]):
+        launch_map.update({r["id"]: dst_id for r, dst_id in zip(delta.new_launches, ids)})
+        args = [{**_without_id(a), "launch_id": launch_map[a["launch_id"]]} for a in delta.new_args]
+        for chunk in _chunks(args):
             s.execute(insert(ARGS), list(chunk))
         events = [
             {
@@ -246,17 +305,17 @@ def _copy_run(source: _SourceRun, src: History, dst: History, report: CopyReport
                 "kernel_id": kernel_map[e["kernel_id"]],
                 "launch_id": launch_map.get(e["launch_id"]) if e["launch_id"] is not None else None,
             }
-            for e in new_events
+            for e in delta.new_events
         ]
         for chunk in _chunks(events):
             s.execute(insert(EVENTS), list(chunk))
-        replays = [{**_without_id(r), "launch_id": launch_map[r["launch_id"]]} for r in new_replays]
+        replays = [{**_without_id(r), "launch_id": launch_map[r["launch_id"]]} for r in delta.new_replays]
         for chunk in _chunks(replays):
             s.execute(insert(REPLAYS), list(chunk))
-    report.launches += len(new_launches)
-    report.launch_args += len(new_args)
-    report.autotune_events += len(new_events)
-    report.replays += len(new_replays)
+    report.launches += len(delta.new_launches)
+    report.launch_args += len(delta.new_args)
+    report.autotune_events += len(delta.new_events)
+    report.replays += len(delta.new_replays)
 
 
 def _kernel_ids(

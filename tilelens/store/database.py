@@ -33,6 +33,7 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, Engine, Table, create_engine, event, func, inspect, select, table
 from sqlalchemy import exc as sa_exc
+from sqlalchemy import text as sa_text
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
 
@@ -48,6 +49,10 @@ from tilelens.store.migrations import migrations_dir
 BUSY_TIMEOUT_S = 30.0
 MIGRATIONS_DIR = migrations_dir()  # inside the package: tilelens._migrations
 _BEGIN_OPTION = "tilelens_begin"
+# PostgreSQL advisory lock key held while a history's schema is created or upgraded (any constant both
+# openers agree on; "TLSCHEMA" in ASCII): two recorders opening one fresh database would otherwise both
+# create the tables, and the second fail.
+_MIGRATION_LOCK = 0x544C534348454D41
 # Execution option: {BEGIN_OPTION: "IMMEDIATE"} makes a SQLite connection's BEGIN take the write lock at once.
 BEGIN_OPTION = _BEGIN_OPTION
 VERSION_TABLE = "alembic_version"
@@ -186,6 +191,18 @@ def write_session(engine: Engine) -> Iterator[Session]:
 
 
 # -- dialect-specific statements -------------------------------------------------------------------------
+
+
+def hold_blob_rows(session: Session) -> None:
+    """PostgreSQL: mark this write transaction as one that names blob rows, before it reads any.
+
+    ``gc`` deletes unreferenced blob rows under ``LOCK TABLE blobs IN SHARE MODE``, which waits for every
+    transaction holding this (ROW EXCLUSIVE, what an INSERT takes; writers do not wait on each other) and
+    holds off new ones: a blob row a writer found cannot go before it commits. SQLite's write lock does
+    the same by itself.
+    """
+    if session.get_bind().dialect.name == "postgresql":
+        session.execute(sa_text("LOCK TABLE blobs IN ROW EXCLUSIVE MODE"))
 
 
 def insert_ignore(
@@ -328,6 +345,8 @@ def ensure_schema(
         try:
             conn.execution_options(**{_BEGIN_OPTION: "IMMEDIATE"})
             with conn.begin():
+                if conn.dialect.name == "postgresql":  # SQLite's IMMEDIATE queues concurrent openers already
+                    conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({_MIGRATION_LOCK})")
                 state = _state(conn, script, label)
                 if state.foreign_tables:
                     raise NotAHistoryError(f"{label} is a database of another program")

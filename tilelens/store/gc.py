@@ -43,7 +43,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Connection, delete, or_, select, update
+from sqlalchemy import Connection, delete, func, or_, select, update
 
 from tilelens.errors import UsageError
 from tilelens.records import utcnow
@@ -148,13 +148,27 @@ def collect(
     report.run_ids = plan.run_ids
     _delete_runs(history, plan, report, dry_run)
     with _write_transaction(history, dry_run) as conn:
+        if conn.dialect.name == "postgresql":
+            # SQLite's write lock (BEGIN IMMEDIATE) keeps writers from committing between the look below and
+            # the delete; on PostgreSQL a writer could commit a launch naming a doomed blob in between (the
+            # delete then fails on its foreign key), or find the blob row, then lose it to this delete (its
+            # insert fails). Every writer's transaction that names blobs starts by writing to ``blobs`` (its
+            # rows, ON CONFLICT DO NOTHING, or :func:`database.hold_blob_rows`), so SHARE on ``blobs``, taken
+            # first, waits for those being written now and holds off the next until this one ends.
+            conn.exec_driver_sql("LOCK TABLE blobs, launches, launch_args IN SHARE MODE")
         # Not the blobs that launches created since the plan's snapshot (less the grace period) name: a
         # writer may have committed them after it, or be about to.
         # A dry run deleted nothing: the doomed runs' own launches are still there, and do not count.
         ignored = set(plan.run_ids) if dry_run else set()
         doomed = plan.candidates - _named_by_recent_launches(conn, plan.started - grace, ignored)
         for chunk in _chunks(sorted(doomed)):
-            report.blob_rows += conn.execute(delete(Blob).where(Blob.sha256.in_(chunk))).rowcount
+            if dry_run:  # the runs' rows are still there (those deletes were rolled back): a delete of
+                # these would fail on PostgreSQL's foreign keys, so count what it would remove
+                report.blob_rows += conn.execute(
+                    select(func.count()).select_from(Blob).where(Blob.sha256.in_(chunk))
+                ).scalar_one()
+            else:
+                report.blob_rows += conn.execute(delete(Blob).where(Blob.sha256.in_(chunk))).rowcount
 
     # Files after the rows, outside any transaction. A row committed meanwhile names a file that some writer
     # has just written or refreshed, which the grace period keeps.

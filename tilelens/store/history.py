@@ -468,6 +468,7 @@ class History:
         for attempt in range(2):
             try:
                 with database.write_session(self.engine) as s:
+                    database.hold_blob_rows(s)  # first: gc then waits for this transaction (see there)
                     self._register_blobs(s, refs.values())
                     launch["kernel_id"] = self._kernel_id(s, rec.kernel)
                     if attempt:  # the seq was taken: the next free one, under this transaction's write lock
