@@ -13,7 +13,6 @@ pytest and :mod:`tilelens.core.testid`; torch, Triton and the store load only wh
 
 from __future__ import annotations
 
-import inspect
 import os
 from collections.abc import Iterator
 from typing import Any
@@ -57,17 +56,6 @@ def _enabled(config: pytest.Config) -> bool:
     return bool(config.getoption("tilelens", False))
 
 
-def _recording_kwargs(config: pytest.Config, recording: Any) -> dict[str, Any]:
-    on_oob = config.getoption("tilelens_on_oob")
-    if on_oob is None:
-        return {}
-    if "on_oob" in inspect.signature(recording.__init__).parameters:
-        return {"on_oob": on_oob}
-    if on_oob == "raise":
-        raise pytest.UsageError("--tilelens-on-oob raise: this TileLens has no on_oob policy")
-    return {}  # "record" is what every recording does
-
-
 def pytest_configure(config: pytest.Config) -> None:
     if not _enabled(config):
         return
@@ -89,7 +77,7 @@ def pytest_configure(config: pytest.Config) -> None:
         tag=config.getoption("tilelens_tag"),
         argv=["pytest", *config.invocation_params.args],
         follow_children=True,
-        **_recording_kwargs(config, api.Recording),
+        on_oob=config.getoption("tilelens_on_oob"),
     )
     rec.__enter__()
     config.stash[_REC] = rec

@@ -138,3 +138,29 @@ def test_a_lost_run_that_finishes_after_all_keeps_its_own_status(history: Histor
     history.finish_run(run, "ok", 0)
     with history.session() as s:
         assert s.get(Run, run).status == "ok"  # type: ignore[union-attr]
+
+
+def test_a_recording_tree_closes_only_its_own_gone_children(history: History) -> None:
+    from tilelens.store.tree import close_lost_children
+
+    root = _run(history)  # the ending recording: this process
+    gone = _run(history, pid=_exited_pid(), parent_run_id=root)
+    alive = _run(history, parent_run_id=root)  # a live child (this process stands in for it)
+    grandchild = _run(history, pid=_exited_pid(), parent_run_id=alive)
+    finished = _run(history, pid=_exited_pid(), parent_run_id=root)
+    history.finish_run(finished, "failed", 3)
+    elsewhere = _run(history, host="elsewhere", pid=_exited_pid(), parent_run_id=root)
+    stranger = _run(history, pid=_exited_pid())  # gone too, but another tree: the next open's to repair
+    assert close_lost_children(history, root) == [gone, grandchild]
+    with history.session() as s:
+        statuses = {r.id: (r.status, r.exit_code) for r in s.scalars(sa.select(Run))}
+    assert statuses == {
+        root: ("running", None),
+        gone: ("lost", None),
+        alive: ("running", None),
+        grandchild: ("lost", None),
+        finished: ("failed", 3),
+        elsewhere: ("running", None),
+        stranger: ("running", None),
+    }
+    assert close_lost_children(history, root) == []  # nothing left to close

@@ -133,28 +133,38 @@ def test_the_pytest_plugin_imports_nothing_heavy() -> None:
     assert proc.stdout == "[]\n", proc.stderr
 
 
-class _WithPolicy:
-    def __init__(self, db: object = None, *, on_oob: str = "record") -> None: ...
+def test_the_plugin_passes_on_oob_to_the_sessions_recording(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--tilelens-on-oob`` reaches ``Recording(on_oob=...)`` as given (None: the project's setting)."""
+    import types
 
+    from tilelens import api, pytest_plugin
 
-class _WithoutPolicy:
-    def __init__(self, db: object = None, *, tag: str | None = None) -> None: ...
+    made: list[dict[str, object]] = []
 
+    class FakeRecording:
+        def __init__(self, *args: object, **kwargs: object) -> None:
+            made.append(kwargs)
 
-def test_on_oob_is_passed_through_only_where_the_recording_has_the_policy() -> None:
-    from tilelens.pytest_plugin import _recording_kwargs
+        def __enter__(self) -> FakeRecording:
+            return self
 
     class Config:
-        def __init__(self, value: str | None) -> None:
-            self.value = value
+        invocation_params = types.SimpleNamespace(args=("t.py",))
 
-        def getoption(self, name: str) -> str | None:
-            assert name == "tilelens_on_oob"
-            return self.value
+        def __init__(self, on_oob: str | None) -> None:
+            self.options = {
+                "tilelens": True,
+                "tilelens_db": None,
+                "tilelens_tag": None,
+                "tilelens_on_oob": on_oob,
+            }
+            self.stash = pytest.Stash()
 
-    assert _recording_kwargs(Config("raise"), _WithPolicy) == {"on_oob": "raise"}  # type: ignore[arg-type]
-    assert _recording_kwargs(Config("record"), _WithPolicy) == {"on_oob": "record"}  # type: ignore[arg-type]
-    assert _recording_kwargs(Config(None), _WithPolicy) == {}  # type: ignore[arg-type]
-    assert _recording_kwargs(Config("record"), _WithoutPolicy) == {}  # type: ignore[arg-type]
-    with pytest.raises(pytest.UsageError, match="no on_oob policy"):
-        _recording_kwargs(Config("raise"), _WithoutPolicy)  # type: ignore[arg-type]
+        def getoption(self, name: str, default: object = None) -> object:
+            return self.options[name]
+
+    monkeypatch.setattr(api, "Recording", FakeRecording)
+    for value in ("raise", "record", None):
+        pytest_plugin.pytest_configure(Config(value))  # type: ignore[arg-type]
+    assert [m["on_oob"] for m in made] == ["raise", "record", None]
+    assert all(m["follow_children"] is True for m in made)

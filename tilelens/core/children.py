@@ -102,9 +102,7 @@ def _advertise(rec: Any, run_id: int | None) -> None:
         "tag": rec._tag,
         "autotune": rec.autotune_policy,
     }
-    on_oob = getattr(rec, "on_oob", None)
-    if on_oob is not None:
-        spec["on_oob"] = on_oob
+    spec["on_oob"] = rec.on_oob
     os.environ[ENV] = json.dumps(spec)
 
 
@@ -157,9 +155,6 @@ def begin(spec: dict[str, Any]) -> None:
         # hook, before anything has imported the recorder.
         Recording = importlib.import_module("tilelens.core.recorder").Recording
 
-        kwargs: dict[str, Any] = {}
-        if spec.get("on_oob") is not None and "on_oob" in _recording_parameters(Recording):
-            kwargs["on_oob"] = spec["on_oob"]
         rec = Recording(
             spec["db"],
             spec.get("blobs"),
@@ -169,7 +164,7 @@ def begin(spec: dict[str, Any]) -> None:
             parent_run_id=spec.get("run"),
             follow_children=True,
             lazy_run=True,
-            **kwargs,
+            on_oob=spec.get("on_oob"),
         )
         _state["child"] = rec
         rec.__enter__()
@@ -193,12 +188,6 @@ def _end_child(rec: Any) -> None:
     _state["ended"] = rec
     with contextlib.suppress(Exception):
         rec.__exit__(None, None, None)
-
-
-def _recording_parameters(cls: Any) -> set[str]:
-    import inspect
-
-    return set(inspect.signature(cls.__init__).parameters)
 
 
 def _say(message: str) -> None:

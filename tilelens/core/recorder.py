@@ -170,10 +170,24 @@ class Recording:
             else:
                 status = "interrupted" if issubclass(exc_type, KeyboardInterrupt) else "failed"
             try:
+                self._close_lost_children()
                 self.finish(status, self.exit_code)
             finally:
                 if self._owns_history:
                     self._history.close()
+
+    def _close_lost_children(self) -> None:
+        """The top-level recording, ending: its children's runs whose process is gone are stored ``lost``.
+
+        A child's recording (``parent_run_id`` set, a forked child's included) leaves this to the top. Best
+        effort: a history that cannot be read or written now still ends this run; the next open repairs.
+        """
+        if self.parent_run_id is not None or self.run_id is None or self._finished:
+            return
+        from tilelens.store.tree import close_lost_children
+
+        with contextlib.suppress(Exception):
+            close_lost_children(self._history, self.run_id)
 
     @contextlib.contextmanager
     def paused(self) -> Iterator[None]:

@@ -13,7 +13,7 @@ import dataclasses
 import datetime as dt
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -273,8 +273,10 @@ class History:
 
     # -- runs whose process died --------------------------------------------------------------------------
 
-    def repair_lost_runs(self) -> list[int]:
+    def repair_lost_runs(self, among: Iterable[int] | None = None) -> list[int]:
         """Mark ``lost`` every ``running`` run of this host whose recording process is gone; return their ids.
+
+        ``among``: only these runs (a recording closing the runs of its process tree, ``store/tree.py``).
 
         Cheap enough for every open: one indexed query for the runs still ``running`` on this host, a read of
         ``/proc/<pid>/stat`` for each, and a write only when one of them is gone. Best effort: a history that
@@ -285,7 +287,9 @@ class History:
             with self.session() as s:
                 rows = s.execute(
                     select(Run.id, Run.pid, Run.pid_start, Run.boot_id, Run.pid_ns).where(
-                        Run.status == liveness.RUNNING, Run.host == here.host
+                        Run.status == liveness.RUNNING,
+                        Run.host == here.host,
+                        *([] if among is None else [Run.id.in_(list(among))]),
                     )
                 ).all()
             gone = [

@@ -3,6 +3,11 @@
 ``tilelens record`` and ``pytest --tilelens`` report the whole process tree: a program's workers record into
 runs of their own (``runs.parent_run_id``), and the user asked about the program. The tree is walked with a
 recursive CTE, which SQLite and PostgreSQL both run.
+
+When the top-level recording ends it closes its tree (:func:`close_lost_children`): a child ended by
+SIGKILL, ``os._exit`` or ``Pool.terminate`` never wrote how it ended, and is stored as ``lost`` then, not at
+some later open of the history. Whether a child's process is gone is decided by :mod:`tilelens.store.liveness`
+alone; a child still alive (a fork outliving its parent) stays ``running`` and finishes its own run.
 """
 
 from __future__ import annotations
@@ -50,6 +55,23 @@ class TreeSummary:
     @property
     def child_runs(self) -> int:
         return len(self.run_ids) - 1
+
+
+def tree_run_ids(history: Any, run_id: int) -> list[int]:
+    """Run ``run_id`` and every run below it, in id order."""
+    with history.engine.connect() as conn:
+        return [
+            int(r[0]) for r in conn.execute(text(f"{_TREE} SELECT id FROM tree ORDER BY id"), {"run": run_id})
+        ]
+
+
+def close_lost_children(history: Any, run_id: int) -> list[int]:
+    """Store as ``lost`` the ``running`` runs below ``run_id`` whose process is gone; return their ids.
+
+    Run ``run_id`` itself is never touched: it is the caller's, and the caller is alive.
+    """
+    below = [i for i in tree_run_ids(history, run_id) if i != run_id]
+    return history.repair_lost_runs(among=below) if below else []
 
 
 def run_tree(history: Any, run_id: int) -> TreeSummary:
