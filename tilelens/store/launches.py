@@ -34,6 +34,7 @@ class ArgSpec:
     before_blob: str | None
     after_blob: str | None
     storage_bytes: int | None = None  # the recorded allocation's size; None in records before migration 0003
+    value_type: str | None = None  # "int", "float", "bool" (":fp32"...); None before migration 0011
 
 
 @dataclass(frozen=True)
@@ -111,6 +112,7 @@ def load_launch(history: History, launch_id: int) -> LaunchSpec:
                 A.before_blob,
                 A.after_blob,
                 A.storage_bytes,
+                A.value_type,
             )
             .where(A.launch_id == launch_id)
             .order_by(A.position)
@@ -149,6 +151,7 @@ def load_launch(history: History, launch_id: int) -> LaunchSpec:
                 before_blob=a.before_blob,
                 after_blob=a.after_blob,
                 storage_bytes=a.storage_bytes,
+                value_type=a.value_type,
             )
             for a in args
         ],
