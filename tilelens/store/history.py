@@ -374,6 +374,74 @@ class History:
         its parent's number, say): then the launch gets the run's next free seq (one past its largest), and
         ``rec.seq`` is set to what was stored. The unique index on (run_id, seq) is what detects it.
         """
+        refs, launch, args = self._launch_rows(run_id, rec)
+        for attempt in range(2):
+            try:
+                with database.write_session(self.engine) as s:
+                    self._register_blobs(s, refs.values())
+                    launch["kernel_id"] = self._kernel_id(s, rec.kernel)
+                    if attempt:  # the seq was taken: the next free one, under this transaction's write lock
+                        last = s.execute(select(func.max(Launch.seq)).where(Launch.run_id == run_id)).scalar()
+                        launch["seq"] = 0 if last is None else last + 1
+                    result = cast(  # parameters: cached SQL
+                        CursorResult[Any], s.execute(insert(cast(Table, Launch.__table__)), launch)
+                    )
+                    launch_id = int(result.inserted_primary_key[0])  # type: ignore[index]  # one row inserted
+                    if args:
+                        s.execute(
+                            insert(cast(Table, LaunchArg.__table__)),
+                            [{**a, "launch_id": launch_id} for a in args],
+                        )
+                break
+            except sa_exc.IntegrityError as exc:
+                # Asking first would cost a query per launch; a taken seq is rare (forked children).
+                if attempt or not database.violates_unique(exc, "launches", ("run_id", "seq")):
+                    raise
+        self._kernel_ids[(rec.kernel.module, rec.kernel.qualname, rec.kernel.source_sha256)] = launch[
+            "kernel_id"
+        ]
+        rec.seq = launch["seq"]
+        return launch_id
+
+    def write_launches(self, run_id: int, recs: list[LaunchRecord]) -> list[int]:
+        """Write several launches in one transaction (blobs first); their ids, in order.
+
+        For a background writer that drains many small launches at once: one commit instead of one per launch.
+        Should the batch collide with a taken seq (a forked child), each launch is written on its own instead,
+        which resolves the seq as :meth:`write_launch` does. All or nothing per transaction, as there.
+        """
+        if len(recs) == 1:
+            return [self.write_launch(run_id, recs[0])]
+        prepared = [self._launch_rows(run_id, rec) for rec in recs]
+        try:
+            ids = []
+            with database.write_session(self.engine) as s:
+                for refs, launch, args in prepared:
+                    self._register_blobs(s, refs.values())
+                for rec, (_refs, launch, args) in zip(recs, prepared):
+                    launch["kernel_id"] = self._kernel_id(s, rec.kernel)
+                    result = cast(CursorResult[Any], s.execute(insert(cast(Table, Launch.__table__)), launch))
+                    launch_id = int(result.inserted_primary_key[0])  # type: ignore[index]  # one row inserted
+                    if args:
+                        s.execute(
+                            insert(cast(Table, LaunchArg.__table__)),
+                            [{**a, "launch_id": launch_id} for a in args],
+                        )
+                    ids.append(launch_id)
+        except sa_exc.IntegrityError as exc:
+            if not database.violates_unique(exc, "launches", ("run_id", "seq")):
+                raise
+            return [self.write_launch(run_id, rec) for rec in recs]
+        for rec, (_refs, launch, _args) in zip(recs, prepared):
+            self._kernel_ids[(rec.kernel.module, rec.kernel.qualname, rec.kernel.source_sha256)] = launch[
+                "kernel_id"
+            ]
+        return ids
+
+    def _launch_rows(
+        self, run_id: int, rec: LaunchRecord
+    ) -> tuple[dict[str, BlobRef], dict[str, Any], list[dict[str, Any]]]:
+        """A launch's blobs (stored now) and its rows, ready to insert."""
         refs: dict[str, BlobRef] = {}
 
         def keep(ref: BlobRef) -> str:
@@ -459,33 +527,7 @@ class History:
             "duration_s": float(rec.duration_s),
             "created_at": utcnow(),
         }
-        for attempt in range(2):
-            try:
-                with database.write_session(self.engine) as s:
-                    self._register_blobs(s, refs.values())
-                    launch["kernel_id"] = self._kernel_id(s, rec.kernel)
-                    if attempt:  # the seq was taken: the next free one, under this transaction's write lock
-                        last = s.execute(select(func.max(Launch.seq)).where(Launch.run_id == run_id)).scalar()
-                        launch["seq"] = 0 if last is None else last + 1
-                    result = cast(  # parameters: cached SQL
-                        CursorResult[Any], s.execute(insert(cast(Table, Launch.__table__)), launch)
-                    )
-                    launch_id = int(result.inserted_primary_key[0])  # type: ignore[index]  # one row inserted
-                    if args:
-                        s.execute(
-                            insert(cast(Table, LaunchArg.__table__)),
-                            [{**a, "launch_id": launch_id} for a in args],
-                        )
-                break
-            except sa_exc.IntegrityError as exc:
-                # Asking first would cost a query per launch; a taken seq is rare (forked children).
-                if attempt or not database.violates_unique(exc, "launches", ("run_id", "seq")):
-                    raise
-        self._kernel_ids[(rec.kernel.module, rec.kernel.qualname, rec.kernel.source_sha256)] = launch[
-            "kernel_id"
-        ]
-        rec.seq = launch["seq"]
-        return launch_id
+        return refs, launch, args
 
     def write_autotune_event(self, run_id: int, ev: AutotuneEvent, launch_id: int | None = None) -> int:
         row = AutotuneEventRow(
