@@ -34,7 +34,7 @@ with knobs.runtime.scope():
         tl.store(out_ptr + 2, ratio * 1.0)
 
     @triton.jit
-    def annotated_kernel(out_ptr, x: "fp32", n: tl.int64):
+    def annotated_kernel(out_ptr, x: tl.float32, n: tl.int64):
         tl.store(out_ptr, x)
 
 
@@ -78,7 +78,7 @@ def test_typed_value_keeps_types_and_leaves_untyped_values_alone() -> None:
 
 def test_annotated_parameters_keep_their_triton_type() -> None:
     params = kernel_params(annotated_kernel.fn)
-    assert [p.triton_type for p in params] == [None, "fp32", "int64"]
-    assert scalar_type(1.0, params[1]) == "float:fp32"
+    assert [p.triton_type for p in params] == [None, "float32", "int64"]
+    assert scalar_type(1.0, params[1]) == "float:float32"
     assert scalar_type(7, params[2]) == "int:int64"
     assert scalar_type("text", params[1]) is None

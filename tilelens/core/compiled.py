@@ -109,6 +109,7 @@ class CompiledRouter:
     def _tuning_event(self, tuner: Any, frame: _Frame, timings_before: Any) -> None:
         chosen = tuner.cache[frame.key]
         timings = getattr(tuner, "configs_timings", None)
+        times: list[list[float] | None] | None
         if timings is None or timings is timings_before:
             configs, times = [chosen], None  # pruning left one config: nothing was benchmarked
         else:
@@ -161,9 +162,8 @@ class CompiledRouter:
         except BaseException as exc:  # recorded, then re-raised unchanged
             error = exc
         duration = time.perf_counter() - t0
-        if pending is not None:
-            if copy_spans(k.params, bound, records, pending.after):
-                pending.event = record_event(records)
+        if pending is not None and copy_spans(k.params, bound, records, pending.after):
+            pending.event = record_event(records)
         device = next((a.device for a in records if a.kind == "tensor" and a.device), "cpu") or "cpu"
         rec = LaunchRecord(
             kernel=k.identity,

@@ -21,13 +21,13 @@ from typing import Any, cast
 
 from tilelens.core import children, compat, session, testid
 from tilelens.core.bounds import OobPolicy, resolve_policy
+from tilelens.core.compiled import CompiledRouter
 from tilelens.core.interpreter import TuningMirror, interception_patches
 from tilelens.core.session import AutotunePolicy
-from tilelens.core.trace import TritonTrace, trace_class
-from tilelens.errors import UnsupportedError, UsageError
-from tilelens.core.compiled import CompiledRouter
 from tilelens.core.snapshots import SnapshotMode, SnapshotPolicy
+from tilelens.core.trace import TritonTrace, trace_class
 from tilelens.core.writer import BackgroundWriter
+from tilelens.errors import UnsupportedError, UsageError
 from tilelens.records import BACKENDS, AutotuneEvent, Backend, LaunchRecord, RunInfo
 from tilelens.version import versions
 
@@ -69,7 +69,7 @@ class Recording:
             raise UsageError(f"backend must be 'interpreter' or 'compiled', not {backend!r}")
         self.backend: Backend = backend  # type: ignore[assignment]
         try:
-            self.snapshot_policy = SnapshotPolicy(snapshots, tuple(snapshot_kernels), snapshot_budget)  # type: ignore[arg-type]
+            self.snapshot_policy = SnapshotPolicy(snapshots, tuple(snapshot_kernels), snapshot_budget)
         except ValueError as exc:
             raise UsageError(str(exc)) from None
         self._writer: BackgroundWriter | None = None

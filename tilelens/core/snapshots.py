@@ -128,6 +128,6 @@ def record_event(records: list[ArgumentRecord]) -> Any:
     if device is None:
         return None
     with torch.cuda.device(torch.device(device)):
-        event = torch.cuda.Event()
+        event = torch.cuda.Event()  # type: ignore[no-untyped-call]
         event.record()
     return event

@@ -416,7 +416,7 @@ class History:
         try:
             ids = []
             with database.write_session(self.engine) as s:
-                for refs, launch, args in prepared:
+                for refs, _launch, _args in prepared:
                     self._register_blobs(s, refs.values())
                 for rec, (_refs, launch, args) in zip(recs, prepared):
                     launch["kernel_id"] = self._kernel_id(s, rec.kernel)
