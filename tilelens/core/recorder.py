@@ -69,7 +69,9 @@ class Recording:
             raise UsageError(f"backend must be 'interpreter' or 'compiled', not {backend!r}")
         self.backend: Backend = cast(Backend, backend)
         try:
-            self.snapshot_policy = SnapshotPolicy(cast(SnapshotMode, snapshots), tuple(snapshot_kernels), snapshot_budget)
+            self.snapshot_policy = SnapshotPolicy(
+                cast(SnapshotMode, snapshots), tuple(snapshot_kernels), snapshot_budget
+            )
         except ValueError as exc:
             raise UsageError(str(exc)) from None
         self._writer: BackgroundWriter | None = None

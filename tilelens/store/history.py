@@ -25,6 +25,7 @@ from sqlalchemy.orm import Session
 from tilelens.config import Location, resolve_location
 from tilelens.errors import (
     HistoryError,
+    LaunchNotFoundError,
     NoHistoryError,
     NotAHistoryError,
     RunNotFoundError,
@@ -528,6 +529,51 @@ class History:
             "created_at": utcnow(),
         }
         return refs, launch, args
+
+    def attach_trace(self, launch_id: int, rec: LaunchRecord) -> None:
+        """Store ``rec``'s access trace and access counts on launch ``launch_id`` as a derived trace.
+
+        For launches recorded compiled (no trace): ``tilelens trace`` interprets the before-snapshot and keeps
+        what the interpreter saw here, marked ``trace_derived``. Blob first, then one transaction.
+        """
+        if rec.trace is None:
+            raise UsageError(f"launch {launch_id}: no access trace to attach")
+        ref = self.blobs.store_table(rec.trace, "trace", **TRACE_WRITE_OPTIONS)
+        s_ = rec.summary
+        per_arg = getattr(rec, "per_arg", None) or {}
+        values = {
+            "loads": s_.loads,
+            "stores": s_.stores,
+            "atomics": s_.atomics,
+            "load_lanes": s_.load_lanes,
+            "store_lanes": s_.store_lanes,
+            "atomic_lanes": s_.atomic_lanes,
+            "bytes_loaded": s_.bytes_loaded,
+            "bytes_stored": s_.bytes_stored,
+            "oob_lanes": s_.oob_lanes,
+            "oob_load_lanes": s_.oob_load_lanes,
+            "oob_store_lanes": s_.oob_store_lanes,
+            "dropped_lanes": s_.dropped_lanes,
+            "events": s_.events,
+            "lanes": s_.lanes,
+            "unattributed": _summary(per_arg.get(-1)),
+            "trace_blob": ref.sha256,
+            "trace_rows": ref.rows,
+            "trace_bytes": ref.size,
+            "trace_derived": True,
+        }
+        with database.write_session(self.engine) as s:
+            self._register_blobs(s, [ref])
+            result = s.execute(update(Launch).where(Launch.id == launch_id).values(**values))
+            if result.rowcount != 1:  # type: ignore[attr-defined]
+                raise LaunchNotFoundError(f"no launch {launch_id} in history {_label(self.location)}")
+            for position, summary in per_arg.items():
+                if position >= 0:
+                    s.execute(
+                        update(LaunchArg)
+                        .where(LaunchArg.launch_id == launch_id, LaunchArg.position == position)
+                        .values(access=_summary(summary))
+                    )
 
     def write_autotune_event(self, run_id: int, ev: AutotuneEvent, launch_id: int | None = None) -> int:
         row = AutotuneEventRow(

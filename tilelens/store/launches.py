@@ -50,6 +50,7 @@ class LaunchSpec:
     trace_blob: str | None
     duration_s: float
     args: list[ArgSpec] = field(default_factory=list)
+    backend: str = "interpreter"  # where the recorded launch ran (records.Backend)
 
     @property
     def constexprs(self) -> dict[str, Any]:
@@ -82,6 +83,7 @@ def load_launch(history: History, launch_id: int) -> LaunchSpec:
                 L.status,
                 L.error,
                 L.device,
+                L.backend,
                 L.trace_blob,
                 L.duration_s,
                 L.kernel_file_sha256,
@@ -135,6 +137,7 @@ def load_launch(history: History, launch_id: int) -> LaunchSpec:
         status=row.status,
         error=row.error,
         device=row.device,
+        backend=row.backend,
         trace_blob=row.trace_blob,
         duration_s=float(row.duration_s),
         args=[
