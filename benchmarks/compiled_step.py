@@ -123,12 +123,12 @@ def d2h_bandwidth(nbytes: int = 1 << 30) -> float:
 
 def run(
     steps: int = 40,
-    snapshot_steps: int = 3,
+    snapshot_steps: int = 1,
     samples: int = 3,
     trace_launches: int = 6,
     tokens: int = 2048,
-    hidden: int = 2048,
-    inter: int = 5632,
+    hidden: int = 1024,
+    inter: int = 2816,
     vocab: int = 32000,
     layers: int = 8,
 ) -> dict[str, Any]:
