@@ -67,19 +67,21 @@ def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 class Step:
     """Weights and inputs of one step; ``run()`` launches it (asynchronously)."""
 
-    def __init__(self, tokens: int, hidden: int, inter: int, vocab: int, layers: int) -> None:
-        g = torch.Generator(device="cuda").manual_seed(0)
+    def __init__(
+        self, tokens: int, hidden: int, inter: int, vocab: int, layers: int, device: str = "cuda"
+    ) -> None:
+        g = torch.Generator(device=device).manual_seed(0)
 
         def randn(*shape: int) -> torch.Tensor:
-            return (torch.randn(*shape, device="cuda", generator=g) * 0.02).to(torch.bfloat16)
+            return (torch.randn(*shape, device=device, generator=g) * 0.02).to(torch.bfloat16)
 
         self.x = randn(tokens, hidden) * 50
-        self.norm_w = [torch.ones(hidden, device="cuda", dtype=torch.bfloat16) for _ in range(layers)]
+        self.norm_w = [torch.ones(hidden, device=device, dtype=torch.bfloat16) for _ in range(layers)]
         self.w_gate = [randn(hidden, inter) for _ in range(layers)]
         self.w_up = [randn(hidden, inter) for _ in range(layers)]
         self.w_down = [randn(inter, hidden) for _ in range(layers)]
         self.w_vocab = randn(hidden, vocab)
-        self.target = torch.randint(0, vocab, (tokens,), device="cuda", generator=g)
+        self.target = torch.randint(0, vocab, (tokens,), device=device, generator=g)
         self.shape = dict(tokens=tokens, hidden=hidden, inter=inter, vocab=vocab, layers=layers)
 
     def run(self) -> torch.Tensor:
@@ -94,7 +96,7 @@ class Step:
                 act = LigerSiLUMulFunction.apply(matmul(n, self.w_gate[i]), matmul(n, self.w_up[i]))
                 h = matmul(act, self.w_down[i])
             logits = matmul(h, self.w_vocab)
-            loss = LigerCrossEntropyFunction.apply(logits, self.target)
+            loss = LigerCrossEntropyFunction.apply(logits, self.target, None)
         return loss[0] if isinstance(loss, tuple) else loss
 
 

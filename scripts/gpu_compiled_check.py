@@ -30,7 +30,7 @@ from tilelens.store import History  # noqa: E402
 from tilelens.store.launches import load_launch  # noqa: E402
 
 
-def workload() -> list[torch.Tensor]:
+def workload(dev: str = "cuda") -> list[torch.Tensor]:
     """Seeded launches on CUDA tensors; returns every output."""
     import autotuned_matmul
     import softmax
@@ -42,7 +42,6 @@ def workload() -> list[torch.Tensor]:
     from tests import kernels
 
     torch.manual_seed(0)
-    dev = "cuda"
     outs = []
     x, y = torch.randn(1000, device=dev), torch.randn(1000, device=dev)
     outs.append(vector_add.add(x, y))
@@ -61,9 +60,10 @@ def workload() -> list[torch.Tensor]:
         g, u = torch.randn(8, 512, device=dev, dtype=dtype), torch.randn(8, 512, device=dev, dtype=dtype)
         outs.append(LigerSiLUMulFunction.apply(g, u))
         logits = torch.randn(8, 1024, device=dev, dtype=dtype)
-        loss = LigerCrossEntropyFunction.apply(logits, torch.randint(0, 1024, (8,), device=dev))
+        loss = LigerCrossEntropyFunction.apply(logits, torch.randint(0, 1024, (8,), device=dev), None)
         outs.append(loss[0] if isinstance(loss, tuple) else loss)
-    torch.cuda.synchronize()
+    if dev != "cpu":
+        torch.cuda.synchronize()
     return [o.detach().clone() for o in outs]
 
 
