@@ -119,6 +119,11 @@ def main(argv: list[str] | None = None) -> int:
         "recorded with snapshots none/all, D2H bandwidth, derived-trace time per launch.",
     )
     p.add_argument("--steps", type=int, default=40, help="--compiled: steps per measurement (default 40)")
+    p.add_argument(
+        "--shape",
+        default="2048,1024,2816,32000,8",
+        help="--compiled: tokens,hidden,intermediate,vocab,layers (default 2048,1024,2816,32000,8)",
+    )
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     samples = args.samples or (3 if args.quick else 5)
@@ -127,7 +132,16 @@ def main(argv: list[str] | None = None) -> int:
         from benchmarks.compiled_step import report as compiled_report
         from benchmarks.compiled_step import run as run_compiled
 
-        result = run_compiled(steps=args.steps, samples=samples)
+        tokens, hidden, inter, vocab, layers = (int(v) for v in args.shape.split(","))
+        result = run_compiled(
+            steps=args.steps,
+            samples=samples,
+            tokens=tokens,
+            hidden=hidden,
+            inter=inter,
+            vocab=vocab,
+            layers=layers,
+        )
         print("## Recording compiled on a GPU (issue 15)\n")
         print(compiled_report(result))
         print(f"\nmachine: {machine()}")

@@ -258,3 +258,20 @@ def test_compile_metadata_reads_what_the_kernel_exposes() -> None:
         "n_spills": 2,
     }
     assert compat.compile_metadata(None) == {}
+
+
+def test_nothing_is_lost_when_the_program_raises(tmp_path: Path) -> None:
+    x = torch.ones(8)
+
+    def body() -> None:
+        for _ in range(25):
+            scale_kernel[(1,)](x, torch.zeros(8), 8, 1.0, BLOCK=8)
+        raise KeyError("the program's own failure")
+
+    with pytest.raises(KeyError):
+        _record(tmp_path, body)
+    with _history(tmp_path) as h, h.session() as s:
+        from tilelens.store.models import Run
+
+        assert s.execute(select(Run.status)).scalar_one() == "failed"
+        assert len(s.execute(select(Launch.id)).all()) == 25

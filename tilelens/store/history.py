@@ -415,20 +415,27 @@ class History:
             return [self.write_launch(run_id, recs[0])]
         prepared = [self._launch_rows(run_id, rec) for rec in recs]
         try:
-            ids = []
             with database.write_session(self.engine) as s:
-                for refs, _launch, _args in prepared:
-                    self._register_blobs(s, refs.values())
-                for rec, (_refs, launch, args) in zip(recs, prepared):
+                refs: dict[str, BlobRef] = {}
+                for batch_refs, _launch, _args in prepared:
+                    refs.update(batch_refs)
+                self._register_blobs(s, refs.values())
+                for rec, (_refs, launch, _args) in zip(recs, prepared):
                     launch["kernel_id"] = self._kernel_id(s, rec.kernel)
-                    result = cast(CursorResult[Any], s.execute(insert(cast(Table, Launch.__table__)), launch))
-                    launch_id = int(result.inserted_primary_key[0])  # type: ignore[index]  # one row inserted
-                    if args:
-                        s.execute(
-                            insert(cast(Table, LaunchArg.__table__)),
-                            [{**a, "launch_id": launch_id} for a in args],
-                        )
-                    ids.append(launch_id)
+                # Two statements for the whole batch (many-row INSERTs; ids back in parameter order), not two
+                # per launch: statement overhead is most of a small launch's write.
+                table = cast(Table, Launch.__table__)
+                returning = insert(table).returning(table.c.id, sort_by_parameter_order=True)
+                ids = [
+                    int(i) for i in s.execute(returning, [launch for _r, launch, _a in prepared]).scalars()
+                ]
+                arg_rows = [
+                    {**a, "launch_id": launch_id}
+                    for launch_id, (_r, _l, args) in zip(ids, prepared)
+                    for a in args
+                ]
+                if arg_rows:
+                    s.execute(insert(cast(Table, LaunchArg.__table__)), arg_rows)
         except sa_exc.IntegrityError as exc:
             if not database.violates_unique(exc, "launches", ("run_id", "seq")):
                 raise
