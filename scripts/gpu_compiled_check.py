@@ -67,6 +67,12 @@ def workload(dev: str = "cuda") -> list[torch.Tensor]:
     return [o.detach().clone() for o in outs]
 
 
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    """The tensor's raw bits (so NaNs compare equal to themselves and -0.0 differs from 0.0)."""
+    flat = t.detach().reshape(-1).contiguous()
+    return flat.view({1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[flat.element_size()])
+
+
 def main() -> int:
     folder = Path(tempfile.mkdtemp(prefix="tilelens-compiled-"))
     where = {"db": str(folder / "h.db"), "blobs": str(folder / "blobs")}
@@ -76,13 +82,7 @@ def main() -> int:
     with tilelens.record(backend="compiled", **where) as rec:
         recorded = workload()
     t_rec = time.perf_counter() - t0
-    same = [
-        torch.equal(
-            a.view(torch.uint8) if a.dtype == torch.bfloat16 else a,
-            b.view(torch.uint8) if b.dtype == torch.bfloat16 else b,
-        )
-        for a, b in zip(untraced, recorded)
-    ]
+    same = [torch.equal(_bits(a), _bits(b)) for a, b in zip(untraced, recorded)]
     print(
         f"compiled recording: {len(rec.launch_ids)} launches in {t_rec:.2f}s, outputs bit-identical: {sum(same)}/{len(same)}"
     )
