@@ -519,23 +519,19 @@ _MISSING = object()
 LaunchRouter = Callable[[Any, str, tuple[Any, ...], dict[str, Any]], Any]
 
 
-_bench_state = threading.local()
-
-
 def in_autotune_bench() -> bool:
     """Whether this thread is inside an autotuner's benchmark of one config (a trial launch)."""
-    return getattr(_bench_state, "depth", 0) > 0
+    return getattr(_local, "bench_depth", 0) > 0
 
 
 def _marking_bench(original: Callable[..., Any]) -> Callable[..., Any]:
     def _bench(self: Any, *args: Any, **kwargs: Any) -> Any:
-        _bench_state.depth = getattr(_bench_state, "depth", 0) + 1
+        _local.bench_depth = getattr(_local, "bench_depth", 0) + 1
         try:
             return original(self, *args, **kwargs)
         finally:
-            _bench_state.depth -= 1
+            _local.bench_depth -= 1
 
-    _bench.__wrapped__ = original  # type: ignore[attr-defined]
     return _bench
 
 
@@ -545,9 +541,8 @@ def interception_patches(route: LaunchRouter, *, mark_trials: bool = False) -> I
 
     Layers that TileLens already traced (marked with ``_tilelens_trace``) and launches made from inside an
     interpreted launch keep Triton's own behaviour, so the traced chain runs exactly as Triton would run it.
-    ``mark_trials`` (compiled recording) wraps ``Autotuner._bench`` so that :func:`in_autotune_bench` tells a
-    config's benchmark launch from the launch the program asked for; Triton's benchmark itself is unchanged.
-    """
+    ``mark_trials`` (compiled recordings) wraps ``Autotuner._bench``: :func:`in_autotune_bench` tells benchmark
+    launches from the program's; Triton's benchmark itself is unchanged."""
     patcher = _Patcher()
 
     def layered(cls: Any, kind: str) -> Callable[..., Any]:  # cls: one of Triton's (untyped) classes

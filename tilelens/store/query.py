@@ -512,12 +512,8 @@ class HistoryQuery:
         if not rows:
             raise LaunchNotFoundError(f"no launch {launch_id} in history {self.reader.label}")
         if rows[0][0] is None:
-            hint = f"; derive it with `tilelens trace {launch_id}`" if rows[0][1] == "compiled" else ""
-            raise NoTraceError(
-                f"launch {launch_id} has no access trace (it ran compiled){hint}"
-                if hint
-                else f"launch {launch_id} has no access trace"
-            )
+            how = f"; derive it with `tilelens trace {launch_id}`" if rows[0][1] == "compiled" else ""
+            raise NoTraceError(f"launch {launch_id} has no access trace{how}")
         try:
             return self._trace_table(rows[0][0])
         except BlobError as exc:  # the blob's own message names the file; say whose trace it is
