@@ -105,6 +105,10 @@ def _advertise(rec: Any, run_id: int | None) -> None:
     on_oob = getattr(rec, "on_oob", None)
     if on_oob is not None:
         spec["on_oob"] = on_oob
+    if getattr(rec, "backend", "interpreter") == "compiled":  # a spawned child records as its parent does
+        policy = rec.snapshot_policy
+        spec.update(backend="compiled", snapshots=policy.mode, snapshot_kernels=list(policy.kernels))
+        spec["snapshot_budget"] = policy.budget_bytes
     os.environ[ENV] = json.dumps(spec)
 
 
@@ -160,6 +164,10 @@ def begin(spec: dict[str, Any]) -> None:
         kwargs: dict[str, Any] = {}
         if spec.get("on_oob") is not None and "on_oob" in _recording_parameters(Recording):
             kwargs["on_oob"] = spec["on_oob"]
+        if spec.get("backend") == "compiled" and "backend" in _recording_parameters(Recording):
+            kwargs.update(backend="compiled", snapshots=spec.get("snapshots") or "all")
+            kwargs.update(snapshot_kernels=tuple(spec.get("snapshot_kernels") or ()))
+            kwargs["snapshot_budget"] = spec.get("snapshot_budget")
         rec = Recording(
             spec["db"],
             spec.get("blobs"),
