@@ -103,3 +103,12 @@ def test_cli_show_export_and_trace(cli_env: Path) -> None:
     assert "trace  " in tilelens_in_process("show", launch_id).stdout
     assert "derive it" not in tilelens_in_process("show", launch_id).stdout
     assert tilelens_in_process("trace").returncode == 2  # neither IDs nor --run: usage error
+
+
+def test_record_rejects_a_bad_backend_or_snapshot_mode(cli_env: Path) -> None:
+    script = cli_env / "empty.py"
+    script.write_text("print('ran')\n")
+    bad = tilelens_in_process("record", "--backend", "gpu", script)
+    assert "--backend" in one_line_error(bad) and "ran" not in bad.stdout
+    bad = tilelens_in_process("record", "--backend", "compiled", "--snapshots", "most", script)
+    assert "--snapshots" in one_line_error(bad)
