@@ -4,6 +4,7 @@
     python scripts/bench.py --quick                 # < 3 minutes on a 2-core machine
     python scripts/bench.py --json bench.json       # the full suite, every figure to a file
     python scripts/bench.py --compare main          # main vs the working tree, interleaved (seed table)
+    python scripts/bench.py --compiled              # on a CUDA machine: recording with backend="compiled"
 
 Targets it reports against: median recorded/stock ratio <= 1.15 (none above 1.3), access traces <= 0.5 bytes
 per lane, CPU replay <= 1.2x recording, `ls` / `show` / indexed `sql` under 0.3 s at 1,000,000 launches.
@@ -12,16 +13,18 @@ per lane, CPU replay <= 1.2x recording, `ls` / `show` / indexed `sql` under 0.3 
 from __future__ import annotations
 
 import os
+import sys
 
-# The stock interpreter runs nested @jit helpers only when Triton was imported in interpreter mode.
-os.environ["TRITON_INTERPRET"] = "1"
+# The stock interpreter runs nested @jit helpers only when Triton was imported in interpreter mode; the
+# compiled-recording section (--compiled, on a GPU) needs Triton in compiled mode.
+if "--compiled" not in sys.argv:
+    os.environ["TRITON_INTERPRET"] = "1"
 
 import argparse  # noqa: E402
 import contextlib  # noqa: E402
 import json  # noqa: E402
 import platform  # noqa: E402
 import statistics  # noqa: E402
-import sys  # noqa: E402
 import tempfile  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -109,9 +112,42 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="Only the child-process benchmark: a 4-worker pool recording 400 launches vs one process.",
     )
+    p.add_argument(
+        "--compiled",
+        action="store_true",
+        help="Only the compiled-recording benchmark (needs CUDA): a multi-kernel bf16 step untraced vs "
+        "recorded with snapshots none/all, D2H bandwidth, derived-trace time per launch.",
+    )
+    p.add_argument("--steps", type=int, default=40, help="--compiled: steps per measurement (default 40)")
+    p.add_argument(
+        "--shape",
+        default="2048,1024,2816,32000,8",
+        help="--compiled: tokens,hidden,intermediate,vocab,layers (default 2048,1024,2816,32000,8)",
+    )
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     samples = args.samples or (3 if args.quick else 5)
+
+    if args.compiled:
+        from benchmarks.compiled_step import report as compiled_report
+        from benchmarks.compiled_step import run as run_compiled
+
+        tokens, hidden, inter, vocab, layers = (int(v) for v in args.shape.split(","))
+        result = run_compiled(
+            steps=args.steps,
+            samples=samples,
+            tokens=tokens,
+            hidden=hidden,
+            inter=inter,
+            vocab=vocab,
+            layers=layers,
+        )
+        print("## Recording compiled on a GPU (issue 15)\n")
+        print(compiled_report(result))
+        print(f"\nmachine: {machine()}")
+        if args.json:
+            args.json.write_text(json.dumps({"machine": machine(), "compiled": result}, indent=2))
+        return 0
 
     if args.children:
         from benchmarks.children import run_children, table

@@ -62,6 +62,8 @@ _HOMES: dict[str, str] = {
     "replay_launch": "tilelens.replay.engine",
     "replay_launches": "tilelens.replay.engine",
     "ReplayResult": "tilelens.replay.result",
+    "derive_trace": "tilelens.replay.derive",  # access traces of compiled launches, on demand
+    "derive_traces": "tilelens.replay.derive",
     # cleaning up (History.gc)
     "GcReport": "tilelens.store.gc",
     "gc_cutoff": "tilelens.store.gc",

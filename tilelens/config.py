@@ -274,6 +274,8 @@ class Settings:
     on_oob: str = _option(
         "record", choices=("record", "raise")
     )  # out-of-bounds policy (tilelens.core.bounds)
+    backend: str = _option("interpreter", choices=("interpreter", "compiled"))  # where recorded kernels run
+    snapshots: str = _option("all", choices=("all", "first", "none"))  # compiled recordings' tensor snapshots
     pyproject: Path | None = field(default=None, compare=False)  # the file [tool.tilelens] came from
 
 

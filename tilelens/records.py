@@ -23,7 +23,8 @@ ArgKind = Literal["tensor", "scalar", "constexpr", "none", "other"]
 LaunchStatus = Literal["ok", "error"]
 #: What a launch was: the program's own, or one config the autotuner tried (``autotune="all"``).
 LaunchRole = Literal["launch", "autotune-trial"]
-#: Where a launch ran: Triton's CPU interpreter (every recording) or compiled (a replay on a GPU).
+#: Where a launch ran: Triton's CPU interpreter, or compiled on its device (``backend="compiled"`` recordings,
+#: replays on a GPU).
 Backend = Literal["interpreter", "compiled"]
 #: A run: ``running`` until it ends; then ``ok``, ``failed`` (the program failed or exited non-zero),
 #: ``interrupted`` (Ctrl-C) or ``terminated`` (SIGTERM/SIGHUP); ``lost`` when its process died without saying
@@ -90,6 +91,7 @@ class ArgumentRecord:
     before: torch.Tensor | None = None
     after: torch.Tensor | None = None
     storage_bytes: int | None = None  # size of the whole storage behind the view (its allocation)
+    value_type: str | None = None  # scalars/constexprs: "int", "float", "bool" (+ ":fp32" when annotated)
 
 
 @dataclass
@@ -137,6 +139,7 @@ class LaunchRecord:
     duration_s: float = 0.0
     seq: int = 0  # order within its run, assigned by the recorder
     test_nodeid: str | None = None  # the pytest test running when it launched (tilelens.core.testid)
+    gpu_name: str | None = None  # compiled launches on a GPU: the device's name
 
 
 @dataclass

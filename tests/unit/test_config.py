@@ -255,7 +255,7 @@ def test_environment_tag_and_autotune_override_pyproject(tmp_path: Path) -> None
         ("[tool.tilelens\ndb = 1\n", "not valid TOML"),
         (
             '[tool.tilelens]\ndbb = "x.db"\n',
-            "unknown [tool.tilelens] setting 'dbb' (known: db, blobs, tag, autotune, on_oob)",
+            "unknown [tool.tilelens] setting 'dbb' (known: db, blobs, tag, autotune, on_oob, backend, snapshots)",
         ),
         ('[tool.tilelens]\nautotune = "some"\n', "[tool.tilelens] autotune must be first or all, not 'some'"),
         ("[tool.tilelens]\ntag = 3\n", "[tool.tilelens] tag must be a non-empty string, not 3"),
@@ -288,4 +288,23 @@ def test_on_oob_comes_from_pyproject_and_the_argument_wins(tmp_path, monkeypatch
     assert Recording(tmp_path / "h.db", on_oob="record").on_oob == "record"
     (tmp_path / "pyproject.toml").write_text('[tool.tilelens]\non_oob = "ignore"\n')
     with pytest.raises(SettingsError, match="on_oob"):
+        load_settings(home=tmp_path.parent)
+
+
+def test_backend_and_snapshots_come_from_pyproject_and_arguments_win(tmp_path, monkeypatch) -> None:  # noqa: ANN001
+    """[tool.tilelens] backend/snapshots are a recording's defaults (issue 15); explicit arguments still win."""
+    from tilelens.core.recorder import Recording
+
+    (tmp_path / "pyproject.toml").write_text('[tool.tilelens]\nbackend = "compiled"\nsnapshots = "first"\n')
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("TILELENS_BACKEND", raising=False)
+    monkeypatch.delenv("TILELENS_SNAPSHOTS", raising=False)
+    rec = Recording(tmp_path / "h.db")
+    assert (rec.backend, rec.snapshot_policy.mode) == ("compiled", "first")
+    rec = Recording(tmp_path / "h.db", backend="interpreter", snapshots="none")
+    assert (rec.backend, rec.snapshot_policy.mode) == ("interpreter", "none")
+    monkeypatch.setenv("TILELENS_SNAPSHOTS", "all")
+    assert Recording(tmp_path / "h.db").snapshot_policy.mode == "all"
+    (tmp_path / "pyproject.toml").write_text('[tool.tilelens]\nbackend = "gpu"\n')
+    with pytest.raises(SettingsError, match="backend"):
         load_settings(home=tmp_path.parent)

@@ -19,6 +19,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "tilelens.commands.export",
     "tilelens.commands.db",
     "tilelens.commands.replay",
+    "tilelens.commands.trace",
     "tilelens.commands.gc",
     "tilelens.commands.serve",
     "tilelens.commands.diff",

@@ -73,6 +73,35 @@ def record(
         "--fail-on-oob",
         help=f"Run the program to its end, then exit with status {EXIT_OOB} if any lane was out of bounds.",
     ),
+    backend: str | None = typer.Option(
+        None,
+        "--backend",
+        metavar="interpreter|compiled",
+        help="interpreter (default, or [tool.tilelens] backend): run kernels in Triton's CPU interpreter and "
+        "record access traces; compiled: run them compiled on their device at full speed, traces later "
+        "(tilelens trace).",
+    ),
+    snapshots: str | None = typer.Option(
+        None,
+        "--snapshots",
+        metavar="all|first|none",
+        help="compiled backend: tensor snapshots of all launches (default), the first of each kernel version "
+        "per shape, or none (launches without snapshots cannot be replayed).",
+    ),
+    snapshot_kernel: list[str] | None = typer.Option(  # noqa: B008 - typer reads the default
+        None,
+        "--snapshot-kernel",
+        metavar="PATTERN",
+        help="compiled backend: snapshot only kernels matching PATTERN (qualname or module.qualname, * and ?); "
+        "repeatable.",
+    ),
+    snapshot_budget: int | None = typer.Option(
+        None,
+        "--snapshot-budget",
+        metavar="BYTES",
+        min=0,
+        help="compiled backend: stop taking snapshots once they would exceed BYTES.",
+    ),
 ) -> None:
     from tilelens import runner
 
@@ -80,6 +109,10 @@ def record(
         raise typer.BadParameter("must be first or all", param_hint="--autotune")
     if on_oob is not None and on_oob not in ("record", "raise"):
         raise typer.BadParameter("must be record or raise", param_hint="--on-oob")
+    if backend is not None and backend not in ("interpreter", "compiled"):
+        raise typer.BadParameter("must be interpreter or compiled", param_hint="--backend")
+    if snapshots is not None and snapshots not in ("all", "first", "none"):
+        raise typer.BadParameter("must be all, first or none", param_hint="--snapshots")
     program = runner.Target(target, is_module=module)
     args = list(ctx.args)
     runner.check(program)  # a missing script or module: one line, before any recording starts
@@ -95,6 +128,10 @@ def record(
         argv=argv,
         follow_children=True,
         on_oob=on_oob,  # type: ignore[arg-type]
+        backend=backend,  # type: ignore[arg-type]
+        snapshots=snapshots,  # type: ignore[arg-type]
+        snapshot_kernels=tuple(snapshot_kernel or ()),
+        snapshot_budget=snapshot_budget,
     )
     started = time.monotonic()
     outcome = runner.Outcome(0)
@@ -206,6 +243,15 @@ def _print_summary(rec: Recording, outcome: Any, elapsed: float, db: str | None,
         console.print(Text(f"  {n:>6}  {escape(name)}"))
     if rec.autotune_events:
         console.print(Text(f"  autotune decisions: {rec.autotune_events}"))
+    if rec.backend == "compiled" and launches:
+        console.print(
+            Text("  compiled: no access traces recorded; derive them with `tilelens trace --run ID`")
+        )
+        if rec.unsnapshotted:
+            n = rec.unsnapshotted
+            console.print(Text(f"  {n} {_plural(n, 'launch', 'launches')} without snapshots: not replayable"))
+    if rec.write_failure:
+        console.print(Text(escape(f"  some launches could not be written: {rec.write_failure}"), style="red"))
     if outcome.interrupted:
         console.print(Text("  interrupted; the run is marked interrupted", style="yellow"))
     elif outcome.signal is not None:

@@ -121,9 +121,13 @@ def _print_header(console: Console, d: LaunchDetail) -> None:
             f"({render.count(launch.active_lanes)} active), blob {d.trace['blob'][:12]} "
             f"({render.size(d.trace['bytes'])})"
         )
+    elif launch.backend == "compiled":
+        trace = f"not recorded (the launch ran compiled); derive it with `tilelens trace {launch.id}`"
     else:
         trace = "not recorded"
     _field(console, "trace", trace)
+    if any(a.kind == "tensor" and a.before_blob is None for a in d.args):
+        _field(console, "replayable", "no: recorded without tensor snapshots", "yellow")
     if d.trace_error:
         _field(console, "", d.trace_error, "red")
     oob = f"{render.count(launch.oob_lanes)} lanes outside every argument"

@@ -28,6 +28,7 @@ class Param:
     name: str
     constexpr: bool
     default: Any
+    triton_type: str | None = None  # the Triton type an annotation fixed ("fp32", "i64"), else None
 
 
 def kernel_params(pyfn: Any) -> list[Param]:
@@ -35,8 +36,41 @@ def kernel_params(pyfn: Any) -> list[Param]:
     for i, p in enumerate(inspect.signature(pyfn).parameters.values()):
         ann = p.annotation
         is_constexpr = ann is compat.tl.constexpr or (isinstance(ann, str) and "constexpr" in ann)
-        params.append(Param(i, p.name, is_constexpr, p.default))
+        params.append(Param(i, p.name, is_constexpr, p.default, None if is_constexpr else _triton_type(ann)))
     return params
+
+
+def _triton_type(ann: Any) -> str | None:
+    """The Triton type a parameter annotation names (``x: tl.float32`` or ``x: "fp32"``), else None."""
+    if ann is inspect.Parameter.empty:
+        return None
+    if isinstance(ann, compat.tl.dtype):
+        return str(ann.name) if hasattr(ann, "name") else str(ann)
+    if isinstance(ann, str):  # also every annotation under ``from __future__ import annotations``
+        name = ann.strip("'\"").removeprefix("tl.").removeprefix("triton.language.")
+        return name if name and name.replace("_", "").isalnum() else None
+    return None
+
+
+def scalar_type(value: Any, param: Param | None = None) -> str | None:
+    """The Python type a scalar or constexpr is replayed with: "bool", "int" or "float" (plus ":<Triton
+    type>" when the parameter's annotation fixed one); None for anything else.
+
+    The JSON value alone is not enough: SQLite hands the text ``1.0`` back as the integer 1, and compiled
+    Triton specializes an int equal to 1 as a constant, so a float scalar must come back a float.
+    """
+    value = getattr(value, "value", value) if type(value).__name__ == "constexpr" else value
+    if isinstance(value, (bool, np.bool_)):
+        kind = "bool"
+    elif isinstance(value, (int, np.integer)):
+        kind = "int"
+    elif isinstance(value, (float, np.floating)):
+        kind = "float"
+    else:
+        return None
+    if param is not None and param.triton_type:
+        return f"{kind}:{param.triton_type}"
+    return kind
 
 
 def bind(
@@ -154,6 +188,7 @@ def describe_arguments(
         rec = ArgumentRecord(position=p.position, name=p.name, kind="none")
         if p.constexpr:
             rec.kind, rec.value = "constexpr", jsonable(value)
+            rec.value_type = scalar_type(value, p)
         elif value is None:
             rec.kind = "none"
         elif is_tensor(value):
@@ -174,6 +209,7 @@ def describe_arguments(
                 rec.value = {"reinterpret": str(value.dtype)}
         elif isinstance(value, (bool, int, float, np.integer, np.floating)):
             rec.kind, rec.value = "scalar", jsonable(value)
+            rec.value_type = scalar_type(value, p)
         else:
             rec.kind, rec.value = "other", jsonable(value)
         records.append(rec)

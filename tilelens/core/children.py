@@ -103,6 +103,10 @@ def _advertise(rec: Any, run_id: int | None) -> None:
         "autotune": rec.autotune_policy,
     }
     spec["on_oob"] = rec.on_oob
+    if rec.backend == "compiled":  # a spawned child records as its parent does
+        policy = rec.snapshot_policy
+        spec.update(backend="compiled", snapshots=policy.mode, snapshot_kernels=list(policy.kernels))
+        spec["snapshot_budget"] = policy.budget_bytes
     os.environ[ENV] = json.dumps(spec)
 
 
@@ -155,6 +159,11 @@ def begin(spec: dict[str, Any]) -> None:
         # hook, before anything has imported the recorder.
         Recording = importlib.import_module("tilelens.core.recorder").Recording
 
+        kwargs: dict[str, Any] = {}
+        if spec.get("backend") == "compiled":
+            kwargs.update(backend="compiled", snapshots=spec.get("snapshots") or "all")
+            kwargs.update(snapshot_kernels=tuple(spec.get("snapshot_kernels") or ()))
+            kwargs["snapshot_budget"] = spec.get("snapshot_budget")
         rec = Recording(
             spec["db"],
             spec.get("blobs"),
@@ -165,6 +174,7 @@ def begin(spec: dict[str, Any]) -> None:
             follow_children=True,
             lazy_run=True,
             on_oob=spec.get("on_oob"),
+            **kwargs,
         )
         _state["child"] = rec
         rec.__enter__()

@@ -243,3 +243,38 @@ def gluon_api() -> dict[str, Any]:
 # ``interpreter_semantic`` (read at each call); 3.6 binds a fresh ``TritonSemantic(builder)`` per builtin when
 # it patches. The Gluon simulator swaps that semantic, so on 3.6 it also replaces ``_patch_attr``.
 INTERPRETER_SEMANTIC_IS_GLOBAL = TRITON_VERSION >= (3, 7)
+
+
+# -- compiled launches (``backend="compiled"``) ------------------------------------------------------------
+
+
+def run_compiled(jit_fn: Any, args: tuple[Any, ...], grid: Any, kwargs: dict[str, Any]) -> Any:
+    """Launch ``jit_fn`` compiled, exactly as ``kernel[grid](*args, **kwargs)`` would; returns Triton's
+    ``CompiledKernel`` (3.6 through 3.9: ``JITFunction.run`` returns it)."""
+    run = JITFunction.run
+    run = getattr(run, "__wrapped__", run)  # Triton's own, also while TileLens intercepts launches
+    return run(jit_fn, *args, grid=grid, warmup=False, **kwargs)
+
+
+def compile_metadata(kernel: Any) -> dict[str, Any]:
+    """What a ``CompiledKernel`` tells about itself: shared memory, registers and spills (where the driver
+    filled them: 3.6 through 3.9 set ``n_regs``/``n_spills`` when the kernel's handles are initialised, at its
+    first launch), warps, stages, CTAs and the compile target. Missing attributes are left out."""
+    out: dict[str, Any] = {}
+    meta = getattr(kernel, "metadata", None)
+    for name in ("shared", "num_warps", "num_stages", "num_ctas", "maxnreg"):
+        value = getattr(meta, name, None)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            out[name] = value
+    target = getattr(meta, "target", None)
+    arch = getattr(target, "arch", None)
+    if arch is not None:
+        out["arch"] = str(arch)
+    for name in ("n_regs", "n_spills", "n_max_threads"):
+        value = getattr(kernel, name, None)
+        if isinstance(value, int) and not isinstance(value, bool):
+            out[name] = value
+    return out
+
+
+AUTOTUNER_BENCH = "_bench"  # Autotuner's per-config benchmark method, same name in 3.6 through 3.9

@@ -19,7 +19,8 @@ test checks it). The patch sets:
 * ``pre_run_hooks`` — for the same launch: the interpreted function's pre-run hooks, with TileLens's own first
   (it reads the argument spans from the interpreter's host copies).
 * ``interception_patches`` — for the length of a ``tilelens.record()`` block: makes every launch of a
-  ``JITFunction``, ``Autotuner``, ``Heuristics`` or ``InterpretedFunction`` go through the recorder.
+  ``JITFunction``, ``Autotuner``, ``Heuristics`` or ``InterpretedFunction`` go through the recorder; for a
+  compiled recording also marks autotuner benchmark launches (``in_autotune_bench``).
 * ``TuningMirror`` — for the length of a ``tilelens.record()`` block: the user's autotuners show what their
   traced copies decided (``best_config``, ...).
 * ``rewire_chain`` — tracing a kernel: its autotune/heuristics layers lead to TileLens's interpreted leaf. On
@@ -518,13 +519,30 @@ _MISSING = object()
 LaunchRouter = Callable[[Any, str, tuple[Any, ...], dict[str, Any]], Any]
 
 
+def in_autotune_bench() -> bool:
+    """Whether this thread is inside an autotuner's benchmark of one config (a trial launch)."""
+    return getattr(_local, "bench_depth", 0) > 0
+
+
+def _marking_bench(original: Callable[..., Any]) -> Callable[..., Any]:
+    def _bench(self: Any, *args: Any, **kwargs: Any) -> Any:
+        _local.bench_depth = getattr(_local, "bench_depth", 0) + 1
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            _local.bench_depth -= 1
+
+    return _bench
+
+
 @contextlib.contextmanager
-def interception_patches(route: LaunchRouter) -> Iterator[None]:
+def interception_patches(route: LaunchRouter, *, mark_trials: bool = False) -> Iterator[None]:
     """Send every kernel launch to ``route(kernel, kind, args, kwargs)`` while the block runs.
 
     Layers that TileLens already traced (marked with ``_tilelens_trace``) and launches made from inside an
     interpreted launch keep Triton's own behaviour, so the traced chain runs exactly as Triton would run it.
-    """
+    ``mark_trials`` (compiled recordings) wraps ``Autotuner._bench``: :func:`in_autotune_bench` tells benchmark
+    launches from the program's; Triton's benchmark itself is unchanged."""
     patcher = _Patcher()
 
     def layered(cls: Any, kind: str) -> Callable[..., Any]:  # cls: one of Triton's (untyped) classes
@@ -545,6 +563,9 @@ def interception_patches(route: LaunchRouter) -> Iterator[None]:
         patcher.set(compat.InterpretedFunction, "run", layered(compat.InterpretedFunction, "interpreted"))
         patcher.set(compat.Autotuner, "run", layered(compat.Autotuner, "autotuner"))
         patcher.set(compat.Heuristics, "run", layered(compat.Heuristics, "heuristics"))
+        if mark_trials:
+            bench = compat.AUTOTUNER_BENCH
+            patcher.set(compat.Autotuner, bench, _marking_bench(getattr(compat.Autotuner, bench)))
         yield
     finally:
         patcher.restore()

@@ -21,11 +21,14 @@ from typing import Any, cast
 
 from tilelens.core import children, compat, session, testid
 from tilelens.core.bounds import OobPolicy, resolve_policy
+from tilelens.core.compiled import CompiledRouter
 from tilelens.core.interpreter import TuningMirror, interception_patches
 from tilelens.core.session import AutotunePolicy
+from tilelens.core.snapshots import SnapshotMode, SnapshotPolicy
 from tilelens.core.trace import TritonTrace, trace_class
+from tilelens.core.writer import BackgroundWriter
 from tilelens.errors import UnsupportedError, UsageError
-from tilelens.records import AutotuneEvent, LaunchRecord, RunInfo
+from tilelens.records import BACKENDS, AutotuneEvent, Backend, LaunchRecord, RunInfo
 from tilelens.version import versions
 
 
@@ -45,16 +48,39 @@ class Recording:
         parent_run_id: int | None = None,
         follow_children: bool = False,
         lazy_run: bool = False,
+        backend: Backend | None = None,
+        snapshots: SnapshotMode | None = None,
+        snapshot_kernels: tuple[str, ...] = (),
+        snapshot_budget: int | None = None,
+        runner: Any = None,
     ) -> None:
-        if tag is None or autotune is None or on_oob is None:  # the project's: TILELENS_* or [tool.tilelens]
-            from tilelens.config import load_settings
+        if tag is None or autotune is None or on_oob is None or backend is None or snapshots is None:
+            from tilelens.config import load_settings  # the project's: TILELENS_* or [tool.tilelens]
 
             settings = load_settings()
             tag = settings.tag if tag is None else tag
             autotune = settings.autotune if autotune is None else autotune  # type: ignore[assignment]
             on_oob = settings.on_oob if on_oob is None else on_oob  # type: ignore[assignment]
+            backend = settings.backend if backend is None else backend  # type: ignore[assignment]
+            snapshots = settings.snapshots if snapshots is None else snapshots  # type: ignore[assignment]
         if autotune not in ("first", "all"):
             raise UsageError(f"autotune must be 'first' or 'all', not {autotune!r}")
+        if backend not in BACKENDS:
+            raise UsageError(f"backend must be 'interpreter' or 'compiled', not {backend!r}")
+        self.backend: Backend = cast(Backend, backend)
+        try:
+            self.snapshot_policy = SnapshotPolicy(
+                cast(SnapshotMode, snapshots), tuple(snapshot_kernels), snapshot_budget
+            )
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        self._writer: BackgroundWriter | None = None
+        self._compiled: CompiledRouter | None = None
+        if self.backend == "compiled":
+            self._writer = BackgroundWriter(self._write_launches, self._write_event_now)
+            self._compiled = CompiledRouter(self, self.snapshot_policy)
+            if runner is not None:
+                self._compiled.runner = runner
         self.autotune_policy: AutotunePolicy = autotune
         self.on_oob: OobPolicy = resolve_policy(on_oob)
         self._db, self._blobs, self._tag = db, blobs, tag
@@ -70,6 +96,8 @@ class Recording:
         self.oob_store_lanes = 0  # stores and atomics
         self.dropped_lanes = 0  # store/atomic lanes outside every argument's memory, never written
         self.autotune_events = 0
+        self.unsnapshotted = 0  # compiled launches written without snapshots: not replayable
+        self.write_failure: str | None = None  # the background writer's first failure (compiled recordings)
         self._traced: dict[int, tuple[Any, TritonTrace]] = {}
         self._mirror = TuningMirror()
         self._lock = threading.Lock()
@@ -100,7 +128,7 @@ class Recording:
         if not self._lazy_run:
             self._begin_run()
         session.activate(self)
-        self._patches = interception_patches(self._route)
+        self._patches = self._interception()
         try:
             self._patches.__enter__()
         except BaseException:
@@ -108,6 +136,9 @@ class Recording:
             raise
         children.attach(self)
         return self
+
+    def _interception(self) -> Any:
+        return interception_patches(self._route, mark_trials=self._compiled is not None)
 
     def _begin_run(self) -> None:
         argv = self._argv if self._argv else list(sys.argv)
@@ -149,6 +180,11 @@ class Recording:
         self.errors = self.oob_lanes = self.autotune_events = 0
         self.oob_load_lanes = self.oob_store_lanes = self.dropped_lanes = 0
         self.exit_code = None
+        self.unsnapshotted = 0
+        if (
+            self._writer is not None
+        ):  # the parent's writer thread did not survive the fork; its queue is its own
+            self._writer = BackgroundWriter(self._write_launches, self._write_event_now)
         self.on_launch = None  # the parent's live status line is not this process's
         self._argv = []
         self._history.engine.dispose(close=False)
@@ -159,6 +195,7 @@ class Recording:
         try:
             self._patches.__exit__(exc_type, exc, tb)
         finally:
+            self._close_writer()
             children.detach(self)
             session.deactivate(self)
             self._traced.clear()
@@ -198,7 +235,7 @@ class Recording:
             yield
         finally:
             session.activate(self)
-            self._patches = interception_patches(self._route)
+            self._patches = self._interception()
             self._patches.__enter__()
 
     # -- routing launches -------------------------------------------------------------------------------
@@ -213,6 +250,8 @@ class Recording:
             return entry[1]
 
     def _route(self, kernel: Any, kind: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if self._compiled is not None and kind != "interpreted":
+            return self._compiled.route(kernel, kind, args, kwargs)
         traced = self.trace_for(kernel)
         kwargs = dict(kwargs)
         grid = kwargs.pop("grid", None)
@@ -225,6 +264,69 @@ class Recording:
 
     # -- sink -------------------------------------------------------------------------------------------
 
+    # -- compiled recordings: the background writer ------------------------------------------------------
+
+    def submit_launch(self, rec: LaunchRecord, pending: Any) -> Any:
+        """Queue a compiled launch for the background writer; its handle gets the row id once written."""
+        if rec.test_nodeid is None:
+            rec.test_nodeid = testid.current()
+        assert self._writer is not None
+        return self._writer.submit_launch(rec, pending)
+
+    def submit_event(self, event: AutotuneEvent, launch: Any) -> None:
+        assert self._writer is not None
+        self._writer.submit_event(event, launch)
+
+    def flush(self) -> None:
+        """Wait until every queued launch is written (compiled recordings; nothing to wait for otherwise)."""
+        if self._writer is not None:
+            self._writer.flush()
+            self._report_writer_failure()
+
+    def _close_writer(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._report_writer_failure()
+
+    def _report_writer_failure(self) -> None:
+        writer = self._writer
+        if writer is not None and writer.failure is not None and not self.write_failure:
+            self.write_failure = f"{type(writer.failure).__name__}: {writer.failure}"
+            print(
+                f"tilelens: {writer.failed_launches} launch(es) could not be written: {self.write_failure}",
+                file=sys.stderr,
+            )
+
+    def _write_launches(self, recs: list[LaunchRecord]) -> list[int]:
+        with self._lock:
+            if self.run_id is None:
+                self._begin_run()
+            assert self.run_id is not None
+            for i, rec in enumerate(recs):
+                rec.seq = self._next_seq + i
+            ids = list(self._history.write_launches(self.run_id, recs))
+            self._next_seq = recs[-1].seq + 1
+            for rec, launch_id in zip(recs, ids):
+                self._count(rec, launch_id)
+        if self.on_launch is not None:
+            for rec, launch_id in zip(recs, ids):
+                self.on_launch(rec, launch_id)
+        return ids
+
+    def _write_event_now(self, event: AutotuneEvent, launch_id: int | None) -> None:
+        self._write_autotune_event(event, launch_id)
+
+    def _count(self, rec: LaunchRecord, launch_id: int) -> None:
+        self.launch_ids.append(launch_id)
+        self.launches_per_kernel[rec.kernel.name] += 1
+        self.errors += rec.status == "error"
+        self.oob_lanes += rec.summary.oob_lanes
+        self.oob_load_lanes += rec.summary.oob_load_lanes
+        self.oob_store_lanes += rec.summary.oob_store_lanes
+        self.dropped_lanes += rec.summary.dropped_lanes
+        if rec.backend == "compiled" and any(a.kind == "tensor" and a.before is None for a in rec.args):
+            self.unsnapshotted += 1
+
     def write_launch(self, rec: LaunchRecord) -> int:
         """Persist one launch before its launch returns to the program.
 
@@ -234,6 +336,8 @@ class Recording:
         """
         if rec.test_nodeid is None:
             rec.test_nodeid = testid.current()
+        if self._writer is not None:  # a compiled recording's interpreted launch: after those queued before
+            self._writer.flush()
         with self._lock:
             if self.run_id is None:
                 self._begin_run()
@@ -241,18 +345,17 @@ class Recording:
             rec.seq = self._next_seq
             launch_id = self._history.write_launch(self.run_id, rec)
             self._next_seq = rec.seq + 1  # the store may have given the next free seq instead
-            self.launch_ids.append(launch_id)
-            self.launches_per_kernel[rec.kernel.name] += 1
-            self.errors += rec.status == "error"
-            self.oob_lanes += rec.summary.oob_lanes
-            self.oob_load_lanes += rec.summary.oob_load_lanes
-            self.oob_store_lanes += rec.summary.oob_store_lanes
-            self.dropped_lanes += rec.summary.dropped_lanes
+            self._count(rec, launch_id)
         if self.on_launch is not None:
             self.on_launch(rec, launch_id)
         return cast(int, launch_id)
 
     def write_autotune_event(self, event: AutotuneEvent, launch_id: int | None) -> None:
+        if self._writer is not None:
+            self._writer.flush()
+        self._write_autotune_event(event, launch_id)
+
+    def _write_autotune_event(self, event: AutotuneEvent, launch_id: int | None) -> None:
         with self._lock:
             if self.run_id is None:
                 self._begin_run()
@@ -268,6 +371,10 @@ def record(
     tag: str | None = None,
     autotune: AutotunePolicy | None = None,
     on_oob: OobPolicy | None = None,
+    backend: Backend | None = None,
+    snapshots: SnapshotMode | None = None,
+    snapshot_kernels: tuple[str, ...] = (),
+    snapshot_budget: int | None = None,
 ) -> Recording:
     """Record every Triton launch made inside the block.
 
@@ -282,5 +389,22 @@ def record(
     dropped, the rest is recorded (see ``tilelens.core.bounds``). ``on_oob="raise"`` makes a launch with
     out-of-bounds lanes raise :class:`tilelens.OutOfBoundsError` once it is recorded; the default,
     ``"record"``, records it and goes on.
+
+    ``backend="compiled"`` (or ``[tool.tilelens] backend``) runs kernels compiled on their device instead, as
+    they run without TileLens (Triton's own autotuning, real timings), and records everything but the access
+    trace (``tilelens trace`` derives it later from the before-snapshot); rows are written by a background
+    thread, drained when the block ends. ``snapshots`` ("all", "first": each kernel version's first launch per
+    argument shapes, "none"), ``snapshot_kernels`` (name patterns) and ``snapshot_budget`` (bytes) choose which
+    launches keep tensor snapshots; a launch without them is recorded but cannot be replayed.
     """
-    return Recording(db, blobs, tag=tag, autotune=autotune, on_oob=on_oob)
+    return Recording(
+        db,
+        blobs,
+        tag=tag,
+        autotune=autotune,
+        on_oob=on_oob,
+        backend=backend,
+        snapshots=snapshots,
+        snapshot_kernels=snapshot_kernels,
+        snapshot_budget=snapshot_budget,
+    )

@@ -5,7 +5,7 @@ launch options and the recorded grid, so neither an autotuner nor a heuristic ge
 decide differently today, and then the replay would test something else than the record).
 
 Every replay that got as far as a known launch leaves exactly one ``replays`` row, whatever its outcome; nothing
-else is written.
+else is written (``tilelens.replay.derive`` stores a derived access trace itself, through ``on_record``).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from tilelens.core import session
 from tilelens.core.arguments import span_copy
 from tilelens.core.interpreter import compiled_mode, recorded_reads
 from tilelens.errors import StateError, UsageError
+from tilelens.records import LaunchRecord
 from tilelens.replay import oobreads
 from tilelens.replay.compare import Tolerance, compare_span, default_tolerance
 from tilelens.replay.rebuild import RebuiltArgs, decode_options, rebuild_arguments
@@ -45,6 +46,7 @@ def replay_launch(
     rtol: float | None = None,
     store: bool = True,
     resolver: KernelResolver | None = None,
+    on_record: Callable[[LaunchSpec, LaunchRecord], None] | None = None,
 ) -> ReplayResult:
     """Replay launch ``launch_id`` of ``history`` on ``device`` ("cpu" or "cuda[:N]") and store the outcome.
 
@@ -97,7 +99,9 @@ def replay_launch(
         recorded_trace = _trace(history, spec)
         if dev.type == "cpu":
             args = rebuild_arguments(history.blobs, spec, dev)
-            _replay_cpu(spec, resolved, args, options, recorded_trace, result)
+            record = _replay_cpu(spec, resolved, args, options, recorded_trace, result)
+            if on_record is not None and record is not None:
+                on_record(spec, record)
         else:
             # Out-of-bounds lanes read recorded bytes placed around the rebuilt tensors (see oobreads).
             layout = oobreads.gpu_layout(recorded_trace, spec)
@@ -187,7 +191,11 @@ def _replay_cpu(
     options: dict[str, Any],
     recorded_trace: pa.Table | None,
     result: ReplayResult,
-) -> None:
+) -> LaunchRecord | None:
+    """Interpret the launch and compare; returns the replay's own record (its access trace), if any.
+
+    A launch recorded compiled is compared under the tolerances of a CUDA replay: the interpreter does not
+    compute bit for bit what the GPU computed."""
     traced = resolved.traced()
     traced.records.clear()
     error: BaseException | None = None
@@ -211,6 +219,8 @@ def _replay_cpu(
         tolerance = None
         if override is not None:
             tolerance = _tolerance(rt.expected, override, "")
+        elif spec.backend == "compiled":
+            tolerance = _tolerance(rt.expected, (None, None), spec.kernel.source)
         diff = _compare(rt, tolerance)
         if (
             not diff.equal
@@ -220,6 +230,7 @@ def _replay_cpu(
         ):
             diff.written_by = last_writer(record.trace, rt.spec.position, diff.first_offset)
         result.tensors.append(diff)
+    return record
 
 
 def _replay_cuda(

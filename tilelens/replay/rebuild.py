@@ -83,16 +83,34 @@ def rebuild_arguments(
             )
             out.tensors.append(RebuiltTensor(a, views[a.position], after))
             out.kwargs[a.name] = _maybe_reinterpret(launch, a, views[a.position])
-        elif a.kind == "constexpr":
-            out.kwargs[a.name] = decode_value(launch, a.name, a.value)
         elif a.kind == "none":
             out.kwargs[a.name] = None
         else:
-            out.kwargs[a.name] = decode_value(launch, a.name, a.value)
+            out.kwargs[a.name] = typed_value(decode_value(launch, a.name, a.value), a.value_type)
     # The config's constexprs are what the kernel was specialised on (heuristics and autotune choices included).
+    types = {a.name: a.value_type for a in launch.args}
     for name, value in launch.constexprs.items():
-        out.kwargs[name] = decode_value(launch, name, value)
+        out.kwargs[name] = typed_value(decode_value(launch, name, value), types.get(name))
     return out
+
+
+def typed_value(value: Any, value_type: str | None) -> Any:
+    """A scalar with the Python type it was recorded with (``ArgSpec.value_type``).
+
+    A float 1.0 read back from SQLite is the int 1; compiled Triton would specialize that int as a constant
+    (``x.to(tl.float32)`` then fails to compile). Values of another shape, and records without a type
+    (before migration 0012), are returned as they are.
+    """
+    kind = (value_type or "").partition(":")[0]
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return value
+    if kind == "float":
+        return float(value)
+    if kind == "int" and isinstance(value, float) and value.is_integer():
+        return int(value)
+    if kind == "bool":
+        return bool(value)
+    return value
 
 
 def _load(blobs: BlobStore, launch: LaunchSpec, a: ArgSpec, sha: str | None, which: str) -> torch.Tensor:

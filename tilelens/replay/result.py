@@ -139,6 +139,7 @@ class ReplayResult:
     run_s: float | None = None  # the replayed kernel run alone
     duration_s: float = 0.0  # the whole replay: reading, rebuilding, resolving, running, comparing
     replay_id: int | None = None
+    derived_trace: bool = False  # ``tilelens trace``: this replay's access trace was stored on the launch
 
     @property
     def exit_code(self) -> int:

@@ -380,6 +380,46 @@ class History:
         its parent's number, say): then the launch gets the run's next free seq (one past its largest), and
         ``rec.seq`` is set to what was stored. The unique index on (run_id, seq) is what detects it.
         """
+        refs, launch, args = self._launch_rows(run_id, rec)
+        for attempt in range(2):
+            try:
+                with database.write_session(self.engine) as s:
+                    database.hold_blob_rows(s)  # first: gc then waits for this transaction (see there)
+                    self._register_blobs(s, refs.values())
+                    launch["kernel_id"] = self._kernel_id(s, rec.kernel)
+                    if attempt:  # the seq was taken: the next free one, under this transaction's write lock
+                        last = s.execute(select(func.max(Launch.seq)).where(Launch.run_id == run_id)).scalar()
+                        launch["seq"] = 0 if last is None else last + 1
+                    result = cast(  # parameters: cached SQL
+                        CursorResult[Any], s.execute(insert(cast(Table, Launch.__table__)), launch)
+                    )
+                    launch_id = int(result.inserted_primary_key[0])  # type: ignore[index]  # one row inserted
+                    if args:
+                        s.execute(
+                            insert(cast(Table, LaunchArg.__table__)),
+                            [{**a, "launch_id": launch_id} for a in args],
+                        )
+                break
+            except sa_exc.IntegrityError as exc:
+                # Asking first would cost a query per launch; a taken seq is rare (forked children).
+                if attempt or not database.violates_unique(exc, "launches", ("run_id", "seq")):
+                    raise
+        self._kernel_ids[(rec.kernel.module, rec.kernel.qualname, rec.kernel.source_sha256)] = launch[
+            "kernel_id"
+        ]
+        rec.seq = launch["seq"]
+        return launch_id
+
+    def write_launches(self, run_id: int, recs: list[LaunchRecord]) -> list[int]:
+        """Several launches in one transaction, in order; their ids (``tilelens.store.derived.write_batch``)."""
+        from tilelens.store.derived import write_batch
+
+        return write_batch(self, run_id, recs)
+
+    def _launch_rows(
+        self, run_id: int, rec: LaunchRecord
+    ) -> tuple[dict[str, BlobRef], dict[str, Any], list[dict[str, Any]]]:
+        """A launch's blobs (stored now) and its rows, ready to insert."""
         refs: dict[str, BlobRef] = {}
 
         def keep(ref: BlobRef) -> str:
@@ -412,6 +452,7 @@ class History:
                     "storage_bytes": a.storage_bytes,
                     "device": a.device,
                     "value": to_json(a.value),
+                    "value_type": getattr(a, "value_type", None),
                     "access": _summary(per_arg.get(a.position)),
                     "distinct_elements": (
                         distinct.get(a.position, 0)
@@ -465,38 +506,18 @@ class History:
             "test_nodeid": rec.test_nodeid,
             "trace_rows": trace.rows if trace else None,
             "trace_bytes": trace.size if trace else None,
+            "gpu_name": getattr(rec, "gpu_name", None),
             "started_at": rec.started_at,
             "duration_s": float(rec.duration_s),
             "created_at": utcnow(),
         }
-        for attempt in range(2):
-            try:
-                with database.write_session(self.engine) as s:
-                    database.hold_blob_rows(s)  # first: gc then waits for this transaction (see there)
-                    self._register_blobs(s, refs.values())
-                    launch["kernel_id"] = self._kernel_id(s, rec.kernel)
-                    if attempt:  # the seq was taken: the next free one, under this transaction's write lock
-                        last = s.execute(select(func.max(Launch.seq)).where(Launch.run_id == run_id)).scalar()
-                        launch["seq"] = 0 if last is None else last + 1
-                    result = cast(  # parameters: cached SQL
-                        CursorResult[Any], s.execute(insert(cast(Table, Launch.__table__)), launch)
-                    )
-                    launch_id = int(result.inserted_primary_key[0])  # type: ignore[index]  # one row inserted
-                    if args:
-                        s.execute(
-                            insert(cast(Table, LaunchArg.__table__)),
-                            [{**a, "launch_id": launch_id} for a in args],
-                        )
-                break
-            except sa_exc.IntegrityError as exc:
-                # Asking first would cost a query per launch; a taken seq is rare (forked children).
-                if attempt or not database.violates_unique(exc, "launches", ("run_id", "seq")):
-                    raise
-        self._kernel_ids[(rec.kernel.module, rec.kernel.qualname, rec.kernel.source_sha256)] = launch[
-            "kernel_id"
-        ]
-        rec.seq = launch["seq"]
-        return launch_id
+        return refs, launch, args
+
+    def attach_trace(self, launch_id: int, rec: LaunchRecord) -> None:
+        """Store ``rec``'s access trace and counts on launch ``launch_id``, marked derived (``store.derived``)."""
+        from tilelens.store.derived import attach_trace
+
+        attach_trace(self, launch_id, rec)
 
     def write_autotune_event(self, run_id: int, ev: AutotuneEvent, launch_id: int | None = None) -> int:
         row = AutotuneEventRow(

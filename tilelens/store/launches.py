@@ -34,6 +34,7 @@ class ArgSpec:
     before_blob: str | None
     after_blob: str | None
     storage_bytes: int | None = None  # the recorded allocation's size; None in records before migration 0003
+    value_type: str | None = None  # "int", "float", "bool" (":fp32"...); None before migration 0012
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,7 @@ class LaunchSpec:
     trace_blob: str | None
     duration_s: float
     args: list[ArgSpec] = field(default_factory=list)
+    backend: str = "interpreter"  # where the recorded launch ran (records.Backend)
 
     @property
     def constexprs(self) -> dict[str, Any]:
@@ -81,6 +83,7 @@ def load_launch(history: History, launch_id: int) -> LaunchSpec:
                 L.status,
                 L.error,
                 L.device,
+                L.backend,
                 L.trace_blob,
                 L.duration_s,
                 L.kernel_file_sha256,
@@ -111,6 +114,7 @@ def load_launch(history: History, launch_id: int) -> LaunchSpec:
                 A.before_blob,
                 A.after_blob,
                 A.storage_bytes,
+                A.value_type,
             )
             .where(A.launch_id == launch_id)
             .order_by(A.position)
@@ -133,6 +137,7 @@ def load_launch(history: History, launch_id: int) -> LaunchSpec:
         status=row.status,
         error=row.error,
         device=row.device,
+        backend=row.backend,
         trace_blob=row.trace_blob,
         duration_s=float(row.duration_s),
         args=[
@@ -149,6 +154,7 @@ def load_launch(history: History, launch_id: int) -> LaunchSpec:
                 before_blob=a.before_blob,
                 after_blob=a.after_blob,
                 storage_bytes=a.storage_bytes,
+                value_type=a.value_type,
             )
             for a in args
         ],

@@ -185,6 +185,10 @@ class Launch(Base):
     test_nodeid: Mapped[str | None] = mapped_column(Text, index=True)  # the pytest test it ran in
     trace_rows: Mapped[int | None] = mapped_column(BigInteger)
     trace_bytes: Mapped[int | None] = mapped_column(BigInteger)
+    # Migration 0012: the GPU's name (compiled launches on a GPU); whether trace_blob was derived afterwards
+    # by interpreting the before-snapshot (``tilelens trace``) instead of recorded while the launch ran.
+    gpu_name: Mapped[str | None] = mapped_column(Text)
+    trace_derived: Mapped[bool | None] = mapped_column(Boolean)
 
     started_at: Mapped[dt.datetime] = mapped_column(index=True)
     duration_s: Mapped[float] = mapped_column(Float)
@@ -218,6 +222,9 @@ class LaunchArg(Base):
     storage_bytes: Mapped[int | None] = mapped_column(BigInteger)  # the allocation behind the view
     device: Mapped[str | None] = mapped_column(String(64))
     value: Mapped[Any | None]
+    # Migration 0012: a scalar's Python type ("int", "float", "bool"; ":fp32" and such when its parameter's
+    # annotation fixed a Triton type). SQLite gives the JSON 1.0 back as 1: replay needs the type.
+    value_type: Mapped[str | None] = mapped_column(String(64))
     access: Mapped[dict[str, Any] | None]  # this argument's AccessSummary fields; None when not traced
     # Distinct elements its active in-bounds lanes touched (migration 0011); None when not traced, or recorded
     # before 0011 (then computed from the trace when shown).

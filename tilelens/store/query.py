@@ -512,14 +512,15 @@ class HistoryQuery:
     def trace(self, launch_id: int) -> pa.Table:
         """The launch's access trace as recorded: one row per memory event (``TRACE_SCHEMA``)."""
         rows = (
-            self._rows("SELECT trace_blob FROM launches WHERE id = :id", {"id": launch_id})
+            self._rows("SELECT trace_blob, backend FROM launches WHERE id = :id", {"id": launch_id})
             if storable_id(launch_id)
             else []
         )
         if not rows:
             raise LaunchNotFoundError(f"no launch {launch_id} in history {self.reader.label}")
         if rows[0][0] is None:
-            raise NoTraceError(f"launch {launch_id} has no access trace")
+            how = f"; derive it with `tilelens trace {launch_id}`" if rows[0][1] == "compiled" else ""
+            raise NoTraceError(f"launch {launch_id} has no access trace{how}")
         try:
             return self._trace_table(rows[0][0])
         except BlobError as exc:  # the blob's own message names the file; say whose trace it is

@@ -1,0 +1,240 @@
+"""Recording with kernels run compiled on their device (``backend="compiled"``).
+
+The user's own kernel objects run as they would without TileLens: ``JITFunction.run`` compiles and launches,
+``Autotuner.run`` benchmarks with Triton's ``do_bench`` and keeps its cache (and disk cache) exactly as it would,
+``Heuristics.run`` computes its values. Interception (``tilelens.core.interpreter.interception_patches``, with
+benchmark launches marked) routes each of those calls through :class:`CompiledRouter`, which only watches:
+
+* an autotuner's call is framed, so the launch it makes gets the tuning key and the chosen config, and a fresh
+  tuning becomes an ``AutotuneEvent`` with Triton's real timings for every config;
+* a heuristics layer's call is framed, so the launch records which meta-parameters it computed;
+* a ``JITFunction`` launch is recorded: identity, grid, arguments, config, launch options, what the compiled
+  kernel says about itself (``compat.compile_metadata``), device and GPU name, and snapshots as the
+  :class:`~tilelens.core.snapshots.SnapshotPolicy` decides. No access trace: ``tilelens trace`` derives one
+  later from the before-snapshot. Benchmark launches run unrecorded.
+
+The record goes to the recording's background writer (``tilelens.core.writer``); the launch returns at once.
+The launch itself goes through ``runner`` (``compat.run_compiled``); tests without a GPU pass a stand-in.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from tilelens.core import compat
+from tilelens.core.arguments import Param, bind, describe_arguments, jsonable, kernel_params, resolve_grid
+from tilelens.core.identity import kernel_identity
+from tilelens.core.interpreter import in_autotune_bench, original_run
+from tilelens.core.launch import config_dict
+from tilelens.core.semantics import describe_failure
+from tilelens.core.snapshots import PendingSnapshots, SnapshotPolicy, copy_spans, record_event
+from tilelens.records import AutotuneEvent, KernelIdentity, LaunchRecord, utcnow
+
+Runner = Callable[[Any, tuple[Any, ...], Any, dict[str, Any]], Any]
+
+
+@dataclass
+class _Frame:
+    layer: Any
+    key: tuple[Any, ...] | None = None
+    heuristics: tuple[str, ...] = ()
+    trials: int = 0
+    launch: Any = None  # the handle of the launch this tuning made
+
+
+@dataclass
+class _Kernel:
+    jit: Any
+    params: list[Param]
+    identity: KernelIdentity
+
+
+@dataclass
+class CompiledRouter:
+    """Routes a compiled recording's launches; ``sink`` has ``submit_launch``/``submit_event``."""
+
+    sink: Any
+    policy: SnapshotPolicy = field(default_factory=SnapshotPolicy)
+    runner: Runner = compat.run_compiled
+    _kernels: dict[int, _Kernel] = field(default_factory=dict)
+    _local: threading.local = field(default_factory=threading.local)
+    _gpu_names: dict[str, str | None] = field(default_factory=dict)
+
+    def route(self, kernel: Any, kind: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if kind == "autotuner":
+            return self._tune(kernel, args, kwargs)
+        if kind == "heuristics":
+            frame = _Frame(kernel, heuristics=tuple(kernel.values))
+            with self._framed(frame):
+                return original_run(compat.Heuristics)(kernel, *args, **kwargs)
+        return self._launch(kernel, args, kwargs)
+
+    # -- frames ----------------------------------------------------------------------------------------
+
+    def _stack(self) -> list[_Frame]:
+        stack = getattr(self._local, "stack", None)
+        if stack is None:
+            stack = self._local.stack = []
+        return stack
+
+    def _framed(self, frame: _Frame) -> Any:
+        router = self
+
+        class _Ctx:
+            def __enter__(self) -> _Frame:
+                router._stack().append(frame)
+                return frame
+
+            def __exit__(self, *exc: object) -> None:
+                router._stack().pop()
+
+        return _Ctx()
+
+    def _tune(self, tuner: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        key = compat.autotune_key(tuner, args, kwargs) if len(tuner.configs) > 1 else None
+        fresh = key is not None and key not in tuner.cache
+        timings_before = getattr(tuner, "configs_timings", None)
+        frame = _Frame(tuner, key)
+        try:
+            with self._framed(frame):
+                return original_run(compat.Autotuner)(tuner, *args, **kwargs)
+        finally:
+            if fresh and key in tuner.cache:
+                self._tuning_event(tuner, frame, timings_before)
+
+    def _tuning_event(self, tuner: Any, frame: _Frame, timings_before: Any) -> None:
+        chosen = tuner.cache[frame.key]
+        timings = getattr(tuner, "configs_timings", None)
+        times: list[list[float] | None] | None
+        if timings is None or timings is timings_before:
+            configs, times = [chosen], None  # pruning left one config: nothing was benchmarked
+        else:
+            configs = list(timings)
+            times = [_floats(timings[c]) for c in configs]
+        event = AutotuneEvent(
+            kernel=self._kernel(_leaf(tuner)).identity,
+            tuning_key=str(frame.key),
+            configs=[config_dict(c) for c in configs],
+            chosen=config_dict(chosen),
+            timings=times,
+            cache_hit=times is not None and frame.trials == 0,  # Triton's disk cache answered
+        )
+        self.sink.submit_event(event, frame.launch)
+
+    # -- launches --------------------------------------------------------------------------------------
+
+    def _kernel(self, jit: Any) -> _Kernel:
+        known = self._kernels.get(id(jit))
+        if known is None or known.jit is not jit:
+            known = self._kernels[id(jit)] = _Kernel(jit, kernel_params(jit.fn), kernel_identity(jit))
+        return known
+
+    def _launch(self, jit: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        kwargs = dict(kwargs)
+        grid = kwargs.pop("grid", None)
+        kwargs.pop("warmup", None)
+        stack = self._stack()
+        if in_autotune_bench():  # one config's benchmark: Triton's timing, unrecorded
+            tuner = next((f for f in reversed(stack) if f.key is not None), None)
+            if tuner is not None:
+                tuner.trials += 1
+            return self.runner(jit, args, grid, kwargs)
+        k = self._kernel(jit)
+        bound, options = bind(k.params, args, kwargs)
+        records = describe_arguments(k.params, bound, snapshots=False)
+        try:
+            resolved = resolve_grid(grid, bound)
+        except Exception:  # noqa: BLE001 - the launch below raises what the program would see
+            resolved = (0, 0, 0)
+        pending = PendingSnapshots() if self.policy.wants(k.identity, records) else None
+        if pending is not None:
+            copy_spans(k.params, bound, records, pending.before)
+        started = utcnow()
+        t0 = time.perf_counter()
+        error: BaseException | None = None
+        result = None
+        try:
+            result = self.runner(jit, args, grid, kwargs)
+        except BaseException as exc:  # recorded, then re-raised unchanged
+            error = exc
+        duration = time.perf_counter() - t0
+        if pending is not None and copy_spans(k.params, bound, records, pending.after):
+            pending.event = record_event(records)
+        device = next((a.device for a in records if a.kind == "tensor" and a.device), "cpu") or "cpu"
+        rec = LaunchRecord(
+            kernel=k.identity,
+            grid=resolved,
+            args=records,
+            status="ok" if error is None else "error",
+            error=None if error is None else describe_failure(error),
+            backend="compiled",
+            device=device,
+            role="launch",
+            config=self._config(k, bound, options, stack, result),
+            tuning_key=_tuning_key(stack),
+            trace=None,
+            started_at=started,
+            duration_s=duration,
+            gpu_name=self._gpu_name(device),
+        )
+        handle = self.sink.submit_launch(rec, pending)
+        tuner = next((f for f in reversed(stack) if isinstance(f.layer, compat.Autotuner)), None)
+        if tuner is not None:
+            tuner.launch = handle
+        if error is not None:
+            raise error
+        return result
+
+    def _config(
+        self, k: _Kernel, bound: dict[str, Any], options: dict[str, Any], stack: list[_Frame], result: Any
+    ) -> dict[str, Any]:
+        config: dict[str, Any] = {
+            "constexprs": {p.name: jsonable(bound.get(p.name)) for p in k.params if p.constexpr},
+            "options": jsonable(options),
+        }
+        tuner = next((f.layer for f in reversed(stack) if isinstance(f.layer, compat.Autotuner)), None)
+        if tuner is not None:
+            best = getattr(tuner, "best_config", None)
+            config["autotune"] = {"chosen": config_dict(best) if best is not None else None}
+        heuristics = {name: bound.get(name) for f in stack for name in f.heuristics}
+        if heuristics:
+            config["heuristics"] = jsonable(heuristics)
+        if result is not None:
+            metadata = compat.compile_metadata(result)
+            if metadata:
+                config["compiled"] = metadata
+        return config
+
+    def _gpu_name(self, device: str) -> str | None:
+        if not device.startswith("cuda"):
+            return None
+        if device not in self._gpu_names:
+            import torch
+
+            try:
+                self._gpu_names[device] = torch.cuda.get_device_name(torch.device(device))
+            except Exception:  # noqa: BLE001 - a name is nice to have, never worth failing a launch
+                self._gpu_names[device] = None
+        return self._gpu_names[device]
+
+
+def _tuning_key(stack: list[_Frame]) -> str | None:
+    frame = next((f for f in reversed(stack) if f.key is not None), None)
+    return None if frame is None else str(frame.key)
+
+
+def _leaf(layer: Any) -> Any:
+    node = layer
+    while isinstance(node, (compat.Autotuner, compat.Heuristics)):
+        node = node.fn
+    return node
+
+
+def _floats(timing: Any) -> list[float]:
+    if isinstance(timing, (list, tuple)):
+        return [float(t) for t in timing]
+    return [float(timing)]

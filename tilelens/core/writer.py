@@ -1,0 +1,142 @@
+"""A background thread that writes a compiled recording's launches, so no launch waits for a commit.
+
+Compiled launches take microseconds; a database commit takes a millisecond or more. So a compiled recording
+queues each launch (with its snapshots still in flight, ``tilelens.core.snapshots``) and this thread writes
+them in batches, one transaction per batch, in launch order. Autotune events are queued behind the launch they
+belong to and get its id once it is written.
+
+Nothing is lost on a normal exit or a Python exception: :meth:`BackgroundWriter.close` (the recording's
+``__exit__``) drains the queue before the run is marked finished. A write that fails is kept as ``failure``
+(the recording reports it) and the thread goes on with the next batch. The queue is bounded, so a program that
+launches faster than the history can take it waits instead of growing memory without end.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from tilelens.core.snapshots import PendingSnapshots
+from tilelens.records import AutotuneEvent, LaunchRecord
+
+MAX_BATCH = 512
+QUEUE_SIZE = 8192
+# After the first queued item, wait this long for more: bigger batches cost less per launch (one commit and
+# two statements per batch), and a thread that wakes for every launch would compete with the program for the GIL.
+BATCH_WAIT_S = 0.02
+
+
+@dataclass
+class LaunchHandle:
+    """Stands for a queued launch; ``id`` is its row id once written (None until then, or if it failed)."""
+
+    record: LaunchRecord
+    pending: PendingSnapshots | None = None
+    id: int | None = None
+
+
+@dataclass
+class _Event:
+    event: AutotuneEvent
+    launch: LaunchHandle | None
+
+
+_STOP = object()
+
+
+class BackgroundWriter:
+    def __init__(
+        self,
+        write_launches: Callable[[list[LaunchRecord]], list[int]],
+        write_event: Callable[[AutotuneEvent, int | None], None],
+    ) -> None:
+        self._write_launches = write_launches
+        self._write_event = write_event
+        self._queue: queue.Queue[Any] = queue.Queue(QUEUE_SIZE)
+        self._thread: threading.Thread | None = None
+        self._start_lock = threading.Lock()
+        self.failure: BaseException | None = None
+        self.failed_launches = 0
+
+    def submit_launch(self, rec: LaunchRecord, pending: PendingSnapshots | None) -> LaunchHandle:
+        handle = LaunchHandle(rec, pending)
+        self._put(handle)
+        return handle
+
+    def submit_event(self, event: AutotuneEvent, launch: LaunchHandle | None) -> None:
+        self._put(_Event(event, launch))
+
+    def flush(self) -> None:
+        """Block until everything queued so far is written (or has failed)."""
+        if self._thread is not None:
+            self._queue.join()
+
+    def close(self) -> None:
+        if self._thread is None:
+            return
+        self._queue.put(_STOP)
+        self._thread.join()
+        self._thread = None
+
+    def _put(self, item: Any) -> None:
+        if self._thread is None:
+            with self._start_lock:
+                if self._thread is None:
+                    self._thread = threading.Thread(target=self._loop, name="tilelens-writer", daemon=True)
+                    self._thread.start()
+        self._queue.put(item)
+
+    def _loop(self) -> None:
+        while True:
+            items = [self._queue.get()]
+            if items[0] is not _STOP and self._queue.qsize() < MAX_BATCH:
+                time.sleep(BATCH_WAIT_S)
+            while len(items) < MAX_BATCH:
+                try:
+                    items.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+            stop = any(item is _STOP for item in items)
+            try:
+                self._write([item for item in items if item is not _STOP])
+            finally:
+                for _ in items:
+                    self._queue.task_done()
+            if stop:
+                return
+
+    def _write(self, items: list[Any]) -> None:
+        launches: list[LaunchHandle] = []
+        for item in items:
+            if isinstance(item, LaunchHandle):
+                launches.append(item)
+                continue
+            self._write_batch(launches)  # an event follows the launches queued before it
+            launches = []
+            try:
+                self._write_event(item.event, None if item.launch is None else item.launch.id)
+            except Exception as exc:  # noqa: BLE001 - kept and reported by the recording
+                self.failure = self.failure or exc
+        self._write_batch(launches)
+
+    def _write_batch(self, handles: list[LaunchHandle]) -> None:
+        if not handles:
+            return
+        try:
+            for h in handles:
+                if h.pending is not None:
+                    h.pending.finish(h.record.args)
+                    h.pending = None
+            ids = self._write_launches([h.record for h in handles])
+        except Exception as exc:  # noqa: BLE001 - kept and reported by the recording
+            self.failure = self.failure or exc
+            self.failed_launches += len(handles)
+            return
+        for h, launch_id in zip(handles, ids):
+            h.id = launch_id
+            for a in h.record.args:  # the bytes are in the blob store now: free the host copies
+                a.before = a.after = None
