@@ -59,7 +59,7 @@ def disabled(env: Any = None) -> bool:
 def attach(rec: Any) -> None:
     """Called when a recording starts: forks are handled from now on; started children follow if asked."""
     if not _state["fork_hook"] and hasattr(os, "register_at_fork"):
-        os.register_at_fork(after_in_child=_after_fork_in_child)
+        os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)
         _state["fork_hook"] = True
     if rec.follow_children and _state["saved_env"] is None:
         _state["saved_env"] = {k: os.environ.get(k) for k in (ENV, "PYTHONPATH")}
@@ -116,6 +116,24 @@ def hook_installed() -> bool:
     if site.ENABLE_USER_SITE:
         dirs.append(site.getusersitepackages())
     return any(os.path.exists(os.path.join(d, HOOK_PTH)) for d in dirs)
+
+
+def _before_fork() -> None:
+    """In the parent, just before ``fork()``: close the history's idle connections.
+
+    SQLite keeps per-file lock bookkeeping in process memory; a child forked while the parent holds an open
+    connection inherits that bookkeeping but not the POSIX locks behind it, so the child's own, new connection
+    believes it holds locks it does not. Once the parent closed its last connection it could then checkpoint
+    and delete the write-ahead log under the child, whose later commits were lost. With no connection open at
+    the fork the child starts clean; the parent reopens one on its next write (a millisecond). Connections
+    checked out by another thread at that instant stay open (they are that thread's; rare).
+    """
+    from tilelens.core import session
+
+    rec = session.active()
+    if rec is not None:
+        with contextlib.suppress(Exception):  # never let the user's fork fail because of the history
+            rec.history.engine.dispose()
 
 
 def _after_fork_in_child() -> None:
