@@ -130,10 +130,10 @@ def _before_fork() -> None:
     """
     from tilelens.core import session
 
-    rec = session.active()
-    if rec is not None:
+    history = getattr(session.active(), "history", None)  # a Recording's; other sinks hold none
+    if history is not None:
         with contextlib.suppress(Exception):  # never let the user's fork fail because of the history
-            rec.history.engine.dispose()
+            history.engine.dispose()
 
 
 def _after_fork_in_child() -> None:
