@@ -21,6 +21,12 @@ with knobs.runtime.scope():
         tl.store(y_ptr + offs, tl.load(x_ptr + offs) * 2.0)  # BUG: no mask, y is shorter than a block
 
     @triton.jit
+    def shifted_copy(x_ptr, out_ptr, BLOCK: tl.constexpr):
+        offs = tl.arange(0, BLOCK)
+        v = tl.load(x_ptr + offs - 8)  # BUG: starts 8 elements before x and runs past its end
+        tl.store(out_ptr + offs, v, mask=offs < 100)
+
+    @triton.jit
     def tail_store_masked(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
         offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
         tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * 2.0, mask=offs < n)

@@ -154,7 +154,7 @@ def test_show_text(examples_history: Recorded) -> None:
         "examples/oob_bug.py:13",
         "grid       (4, 1, 1)",
         "config     BLOCK_SIZE=64",
-        "56 lanes outside every argument (56 loaded, 0 stored)",
+        "56 lanes out of bounds (56 loaded, 0 stored)",
         "out-of-bounds events (first 1 of 1)",
         "pid (3, 0, 0)  load x_ptr  line 15: 56 of 64 active lanes outside, element offsets 200..255 "
         "(x_ptr has 200 elements)",

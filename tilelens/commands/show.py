@@ -130,7 +130,7 @@ def _print_header(console: Console, d: LaunchDetail) -> None:
         _field(console, "replayable", "no: recorded without tensor snapshots", "yellow")
     if d.trace_error:
         _field(console, "", d.trace_error, "red")
-    oob = f"{render.count(launch.oob_lanes)} lanes outside every argument"
+    oob = f"{render.count(launch.oob_lanes)} lanes out of bounds"
     if launch.oob_lanes and launch.oob_load_lanes is not None and launch.oob_store_lanes is not None:
         oob += (
             f" ({render.count(launch.oob_load_lanes)} loaded, {render.count(launch.oob_store_lanes)} stored"
@@ -139,6 +139,25 @@ def _print_header(console: Console, d: LaunchDetail) -> None:
             oob += f", {render.count(launch.dropped_lanes)} of them dropped: outside every argument's memory"
         oob += ")"
     _field(console, "oob", oob, "bold red" if launch.oob_lanes else "")
+    cross = _cross(d)
+    if cross:
+        _field(console, "cross", cross, "bold red")
+
+
+def _cross(d: LaunchDetail) -> str:
+    """Out-of-bounds lanes that landed in another argument's view (``config.cross_args``), one clause each."""
+    names = {a.position: a.name for a in d.args}
+    parts = []
+    for entry in (d.launch.config or {}).get("cross_args") or ():
+        try:
+            src, hit, lanes = (int(v) for v in entry)
+        except (TypeError, ValueError):
+            continue
+        parts.append(
+            f"{render.count(lanes)} out-of-bounds lanes of {names.get(src, f'#{src}')}'s accesses "
+            f"hit {names.get(hit, f'#{hit}')}'s elements"
+        )
+    return "; ".join(parts)
 
 
 def _print_arguments(console: Console, d: LaunchDetail) -> None:

@@ -41,13 +41,22 @@ class ArgSpan:
     start: int
     end: int
     elem_bytes: int
+    # The whole storage behind the view (defaults to the view): which argument an event belongs to when none
+    # of its active lanes lies in any view, e.g. a load entirely before a slice but inside its parent tensor.
+    storage_start: int = -1
+    storage_end: int = -1
+
+    def in_storage(self, addr: int) -> bool:
+        if self.storage_start < 0:
+            return self.start <= addr < self.end
+        return self.storage_start <= addr < self.storage_end
 
 
 class SpanTable:
     """Sorted argument spans for address -> argument lookup.
 
-    Overlapping spans (aliased views) are kept; a lane is attributed to the first span containing it in
-    parameter order, and ``aliased`` lists the overlapping pairs so the launch can flag them. ``storage``
+    Overlapping spans (aliased views) are kept and ``aliased`` lists the overlapping pairs so the launch can
+    flag them; :meth:`attribute` decides which argument an event belongs to. ``storage``
     holds the arguments' whole storages, for the stray-lane guard; None when they are unknown (nothing is
     guarded then, as in the stock interpreter).
     """
@@ -83,6 +92,50 @@ class SpanTable:
             if span.start <= lo and hi <= span.end and (best is None or span.start > best.start):
                 best = span
         return best
+
+    def attribute(
+        self, addrs: np.ndarray, active: np.ndarray | None
+    ) -> tuple[ArgSpan | None, np.ndarray, dict[int, int]]:
+        """The argument an event belongs to, its active lanes outside that argument's view, and the lanes hit.
+
+        The interpreter does not say which argument a pointer was derived from, so the event goes to the
+        argument whose view holds the most active lanes (ties: the lower parameter position), whatever lies
+        around it in memory. Where no active lane lies in any view, it goes to the argument whose storage
+        holds the first active lane, else to the nearest argument below it. Every active lane outside the
+        chosen view is out of bounds of it, including lanes inside another argument's view (a cross-tensor
+        access: the third result counts them per position of the argument they hit). Invariant: a lane
+        counted in bounds lies in the view of the argument its offset is relative to.
+        """
+        act = np.ones(addrs.shape, dtype=bool) if active is None else active
+        best: ArgSpan | None = None
+        best_inside: np.ndarray | None = None
+        best_n = 0
+        insides: list[tuple[ArgSpan, np.ndarray]] = []
+        for span in self.spans:
+            inside = (addrs >= np.uint64(span.start)) & (addrs < np.uint64(span.end))
+            insides.append((span, inside))
+            n = int(np.count_nonzero(inside & act))
+            if n and (n > best_n or (n == best_n and best is not None and span.position < best.position)):
+                best, best_inside, best_n = span, inside, n
+        if best is None:
+            live = addrs[act]
+            if live.size:
+                first = int(live.flat[0])
+                owners = [s for s in self.spans if s.in_storage(first)]
+                best = min(owners, key=lambda s: s.position) if owners else self.find(first)
+            outside = act.copy()
+        else:
+            assert best_inside is not None
+            outside = act & ~best_inside
+        hits: dict[int, int] = {}
+        if outside.any():
+            for span, inside in insides:
+                if span is best or (best is not None and span.position == best.position):
+                    continue
+                n = int(np.count_nonzero(outside & inside))
+                if n:
+                    hits[span.position] = hits.get(span.position, 0) + n
+        return best, outside, hits
 
     def outside(self, addrs: np.ndarray) -> np.ndarray:
         """Boolean array: which addresses fall outside every argument."""
@@ -188,6 +241,8 @@ class AccessCollector:
         self.summary = AccessSummary()
         self.per_arg: dict[int, AccessSummary] = {}
         self.shared: dict[str, int] = {}  # Gluon shared-memory events and lanes, when there were any
+        # (argument an event was attributed to, other argument whose view its out-of-bounds lanes hit): lanes
+        self.cross: dict[tuple[int, int], int] = {}
 
     def set_spans(self, spans: SpanTable) -> None:
         self.spans = spans
@@ -296,9 +351,10 @@ class AccessCollector:
                 span = spans.containing(lo, hi + elem_bytes) or span
             # Fast path: every lane, masked or not, inside the first lane's argument (aliasing or not).
             if span is None or lo < span.start or hi + elem_bytes > span.end:
-                outside = spans.outside(addrs)
-                if not all_active:
-                    outside &= mask
+                span, outside, hits = spans.attribute(addrs, None if all_active else mask)
+                for hit, n in hits.items():
+                    key = (span.position if span is not None else -1, hit)
+                    self.cross[key] = self.cross.get(key, 0) + n
                 oob = int(np.count_nonzero(outside))
                 if oob:
                     oob_bits = np.packbits(outside.ravel()).tobytes()
@@ -307,11 +363,6 @@ class AccessCollector:
                 if stray is not None:
                     n_stray = int(np.count_nonzero(stray))
                     stray_bits = np.packbits(stray.ravel()).tobytes() if n_stray else None
-                if span is not None and not all_active:
-                    # attribute the event to its first active lane's argument
-                    first_active = int(addrs[mask].flat[0])
-                    if not span.start <= first_active < span.end:
-                        span = spans.find(first_active)
         if span is not None:
             pos, start, ebytes = span.position, span.start, span.elem_bytes
         else:

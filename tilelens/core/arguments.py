@@ -239,14 +239,15 @@ def host_spans(params: list[Param], host_args: tuple[Any, ...], host_kwargs: dic
         value = bound.get(p.name)
         for t in _tensors_in(value):
             storage = t.untyped_storage()
+            s0, s1 = storage.data_ptr(), storage.data_ptr() + storage.nbytes()
             if storage.nbytes():
-                storages.append((storage.data_ptr(), storage.data_ptr() + storage.nbytes()))
+                storages.append((s0, s1))
             n = extent(t)
             if n == 0:
                 continue
             itemsize = t.element_size()
             start = t.data_ptr()
-            spans.append(ArgSpan(p.position, start, start + n * itemsize, itemsize))
+            spans.append(ArgSpan(p.position, start, start + n * itemsize, itemsize, s0, s1))
     return SpanTable(spans, StorageTable(storages))
 
 

@@ -261,6 +261,11 @@ def describe_first_oob(record: LaunchRecord, launch_ref: Any = None) -> str:
             * bool(s.dropped_lanes)
         )
     )
+    names = {a.position: a for a in record.args}
+    for src, hit, lanes in (record.config or {}).get("cross_args") or ():
+        src_name = names[src].name if src in names else f"#{src}"
+        hit_name = names[hit].name if hit in names else f"#{hit}"
+        counts += f"; {lanes:,} lanes of {src_name}'s accesses hit {hit_name}'s elements"
     recorded = f"recorded as launch {launch_ref}" if isinstance(launch_ref, int) else "recorded"
     trace = record.trace
     row = None
@@ -273,7 +278,6 @@ def describe_first_oob(record: LaunchRecord, launch_ref: Any = None) -> str:
     if row is None:
         return f"TileLens: kernel {kernel}: {counts}; {recorded}"
     offsets = lane_offsets(row)[lane_oob(row)]
-    names = {a.position: a for a in record.args}
     arg = names.get(int(row["arg"]))
     op = str(row["op"])
     line = int(row["line"])

@@ -101,6 +101,8 @@ def run_interpreted(
             config["shared_memory"] = dict(collector.shared)
         if collector.spans.aliased:
             config["aliased_args"] = [list(p) for p in collector.spans.aliased]
+        if collector.cross:  # out-of-bounds lanes of one argument's events inside another argument's view
+            config["cross_args"] = [[a, b, n] for (a, b), n in sorted(collector.cross.items())]
         device = next((a.device for a in arg_records if a.kind == "tensor" and a.device), "cpu")
         record = LaunchRecord(
             kernel=identity,
