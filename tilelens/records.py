@@ -106,7 +106,7 @@ class AccessSummary:
     atomic_lanes: int = 0
     bytes_loaded: int = 0
     bytes_stored: int = 0
-    oob_lanes: int = 0  # active lanes outside every argument's view, all ops
+    oob_lanes: int = 0  # active lanes outside the view of their event's argument, all ops
     events: int = 0
     lanes: int = 0  # total lanes of all events, active or masked off
     oob_load_lanes: int = 0  # oob_lanes of loads

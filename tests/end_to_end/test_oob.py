@@ -216,8 +216,7 @@ def test_show_names_oob_stores_and_what_became_of_them(programs: Programs) -> No
     assert out.returncode == 0, out.stderr
     line = kernel_line("tl.store(y_ptr + offs, tl.load(x_ptr + offs) * 2.0)")
     for expected in (
-        "24 lanes out of bounds (0 loaded, 24 stored, 24 of them dropped: outside every argument's "
-        "memory)",
+        "24 lanes out of bounds (0 loaded, 24 stored, 24 of them dropped: outside every argument's memory)",
         f"pid (0, 0, 0)  store y_ptr  line {line}: 24 of 1024 active lanes outside, element offsets 1000..1023 "
         "(y_ptr has 1000 elements); not written: outside every argument's memory",
     ):

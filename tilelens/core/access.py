@@ -1,8 +1,9 @@
 """Memory-access capture: turn interpreter pointer arrays into compact per-event rows.
 
 Every interpreted ``tl.load``/``tl.store``/atomic hands us a block of byte addresses and a mask. We map the
-block to the kernel argument it falls in (a sorted table of argument byte spans), count active lanes that fall
-outside every argument, and encode offsets compactly: a block whose offsets are affine in its indices (the
+block to the kernel argument whose view holds most of its active lanes (:meth:`SpanTable.attribute`), count
+active lanes outside that argument's view (lanes in another argument's view are cross-tensor accesses,
+counted per pair in ``AccessCollector.cross``), and encode offsets compactly: a block whose offsets are affine in its indices (the
 common case: ``base + i * s0 + j * s1``) is stored as base and strides, only irregular blocks (gathers) keep
 every lane. That is what keeps traces well under a byte per lane on disk. The trace format itself (schema,
 encoding, row decoders) belongs to the store: :mod:`tilelens.store.traces`.

@@ -4,8 +4,11 @@ Triton's interpreter dereferences every active lane it is given: a store past a 
 host heap (``free(): invalid pointer``, SIGABRT), a load far outside reads unmapped memory (SIGSEGV). The
 access hooks ask :class:`StorageTable` about every block before the interpreter touches it. An active lane is
 
-* **in bounds** when it lies in some argument's view (the span the view reaches);
-* **out of bounds** (counted in ``oob``) when it lies in no argument's view. If it still lies inside some
+* **in bounds** when it lies in the view (the span the view reaches) of the argument its event is attributed
+  to: the one whose view holds most of the event's active lanes (``SpanTable.attribute`` in
+  :mod:`tilelens.core.access`), whatever else lies around it in memory;
+* **out of bounds** (counted in ``oob``) when it lies outside that view; a lane inside another argument's view
+  is a cross-tensor access, out of bounds too (``cross_args`` in the launch's config). If it lies inside some
   argument's *storage* (the whole allocation behind a view: a neighbour's memory, valid to touch), it is
   read and written exactly as compiled code would;
 * **stray** (counted in ``stray``, a subset of out of bounds) when some of its bytes lie outside every

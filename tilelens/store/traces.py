@@ -35,7 +35,8 @@ TRACE_SCHEMA = pa.schema(
         pa.field(
             "mask", pa.binary()
         ),  # packed bits (numpy.packbits order) of active lanes; null = all active
-        pa.field("oob_mask", pa.binary()),  # packed bits of active lanes outside every argument; null = none
+        # packed bits of active lanes outside the view of the row's argument; null = none
+        pa.field("oob_mask", pa.binary()),
         pa.field("lanes", pa.int32()),
         pa.field("active", pa.int32()),
         pa.field("oob", pa.int32()),
@@ -125,7 +126,7 @@ def lane_mask(row: dict[str, Any]) -> np.ndarray:
 
 
 def lane_oob(row: dict[str, Any]) -> np.ndarray:
-    """Which active lanes of one trace row fell outside every argument."""
+    """Which active lanes of one trace row fell outside its argument's view."""
     shape = tuple(row["shape"])
     oob = _unpack(row["oob_mask"], shape)
     return np.zeros(shape, dtype=bool) if oob is None else oob
