@@ -17,6 +17,7 @@ from tilelens.records import LaunchRecord
 from tilelens.store import database
 from tilelens.store.blobs import BlobRef
 from tilelens.store.models import Launch, LaunchArg
+from tilelens.store.oobsample import oob_sample
 from tilelens.store.traces import TRACE_WRITE_OPTIONS
 
 if TYPE_CHECKING:
@@ -101,6 +102,7 @@ def attach_trace(history: History, launch_id: int, rec: LaunchRecord) -> None:
         "trace_rows": ref.rows,
         "trace_bytes": ref.size,
         "trace_derived": True,
+        "oob_sample": oob_sample(rec.trace) if s_.oob_lanes else None,
     }
     from tilelens.store.lanes import distinct_elements  # pyarrow and numpy: only when a trace is derived
 

@@ -56,6 +56,7 @@ from tilelens.store.models import (
     Replay,
     Run,
 )
+from tilelens.store.oobsample import oob_sample
 from tilelens.store.traces import TRACE_WRITE_OPTIONS
 
 if TYPE_CHECKING:
@@ -507,6 +508,7 @@ class History:
             "trace_rows": trace.rows if trace else None,
             "trace_bytes": trace.size if trace else None,
             "gpu_name": getattr(rec, "gpu_name", None),
+            "oob_sample": oob_sample(rec.trace) if s_.oob_lanes else None,
             "started_at": rec.started_at,
             "duration_s": float(rec.duration_s),
             "created_at": utcnow(),

@@ -189,6 +189,9 @@ class Launch(Base):
     # by interpreting the before-snapshot (``tilelens trace``) instead of recorded while the launch ran.
     gpu_name: Mapped[str | None] = mapped_column(Text)
     trace_derived: Mapped[bool | None] = mapped_column(Boolean)
+    # Migration 0013: the first out-of-bounds events and their total (``store.oobsample``); None when the
+    # launch had none, was not traced, or was recorded before 0013.
+    oob_sample: Mapped[dict[str, Any] | None]
 
     started_at: Mapped[dt.datetime] = mapped_column(index=True)
     duration_s: Mapped[float] = mapped_column(Float)

@@ -37,6 +37,7 @@ from tilelens.errors import (
 )
 from tilelens.records import LAUNCH_STATUSES, RUN_STATUSES
 from tilelens.store.names import KERNEL_NAMES_SQL, matching_ids
+from tilelens.store.oobsample import sampled_events
 from tilelens.store.readonly import (
     Reader,
     Result,
@@ -349,7 +350,7 @@ class HistoryQuery:
         (extra,) = self._rows(
             "SELECT k.id, k.file, k.def_line, k.source_sha256, k.source, l.cache_key, "
             "r.id, r.tag, r.status, r.argv, l.unattributed, l.trace_blob, l.trace_rows, l.trace_bytes, "
-            f"{self._launch_fields(SUMMARY_FIELDS)} "
+            f"{self._launch_fields(SUMMARY_FIELDS)}, l.oob_sample "
             "FROM launches l JOIN kernels k ON k.id = l.kernel_id JOIN runs r ON r.id = l.run_id "
             "WHERE l.id = :id",
             {"id": launch_id},
@@ -372,7 +373,8 @@ class HistoryQuery:
         }
         if run["status"] == "running":
             run["status"] = self._run_statuses([(run["id"], None, None, "running")])[run["id"]]
-        summary = {name: int_or_none(value) for name, value in zip(SUMMARY_FIELDS, extra[14:])}
+        summary = {name: int_or_none(value) for name, value in zip(SUMMARY_FIELDS, extra[14:-1])}
+        sampled = sampled_events(decode_json(extra[-1]), oob_events) if launch.oob_lanes else ([], 0)
         unattributed_summary = decode_json(extra[10])
         trace_info = (
             {"blob": extra[11], "rows": extra[12], "bytes": extra[13]} if extra[11] is not None else None
@@ -383,7 +385,7 @@ class HistoryQuery:
         # this command's time. Launches recorded since migration 0011 store each argument's distinct elements
         # (column 13), which spares it for those without out-of-bounds lanes.
         stored = all(r[10] is None or r[13] is not None for r in arg_rows)
-        need_trace = source or launch.oob_lanes > 0 or not stored
+        need_trace = source or sampled is None or not stored
         trace, trace_error = None, None
         if trace_info is not None and need_trace:
             try:
@@ -399,14 +401,14 @@ class HistoryQuery:
         args = [self._argument(r, distinct) for r in arg_rows]
         unattributed = AccessStats.of(unattributed_summary, None) if unattributed_summary else None
 
-        events: list[OobEvent] = []
-        event_count = 0
-        if trace is not None and launch.oob_lanes:
+        names = {a.position: a.name for a in args}
+        events = [oob_event_of(row, names, kernel) for row in (sampled[0] if sampled else [])]
+        event_count = sampled[1] if sampled else 0
+        if sampled is None and trace is not None and launch.oob_lanes:
             from tilelens.store import lanes
 
             found = lanes.oob_rows(trace, oob_events)
             event_count = found.total
-            names = {a.position: a.name for a in args}
             events = [oob_event_of(row, names, kernel) for row in found.rows]
 
         source_lines = None
