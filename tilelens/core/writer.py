@@ -34,9 +34,10 @@ BATCH_WAIT_S = 0.02
 class LaunchHandle:
     """Stands for a queued launch; ``id`` is its row id once written (None until then, or if it failed)."""
 
-    record: LaunchRecord
+    record: LaunchRecord | None
     pending: PendingSnapshots | None = None
     id: int | None = None
+    build: Callable[[], LaunchRecord] | None = None  # makes ``record`` on the writer's thread
 
 
 @dataclass
@@ -62,8 +63,14 @@ class BackgroundWriter:
         self.failure: BaseException | None = None
         self.failed_launches = 0
 
-    def submit_launch(self, rec: LaunchRecord, pending: PendingSnapshots | None) -> LaunchHandle:
-        handle = LaunchHandle(rec, pending)
+    def submit_launch(
+        self,
+        rec: LaunchRecord | None,
+        pending: PendingSnapshots | None,
+        build: Callable[[], LaunchRecord] | None = None,
+    ) -> LaunchHandle:
+        """Queue a launch: its record, or (the fast path) ``build`` that makes it on this writer's thread."""
+        handle = LaunchHandle(rec, pending, build=build)
         self._put(handle)
         return handle
 
@@ -127,16 +134,21 @@ class BackgroundWriter:
         if not handles:
             return
         try:
+            records: list[LaunchRecord] = []
             for h in handles:
+                if h.record is None:
+                    assert h.build is not None
+                    h.record, h.build = h.build(), None
                 if h.pending is not None:
                     h.pending.finish(h.record.args)
                     h.pending = None
-            ids = self._write_launches([h.record for h in handles])
+                records.append(h.record)
+            ids = self._write_launches(records)
         except Exception as exc:  # noqa: BLE001 - kept and reported by the recording
             self.failure = self.failure or exc
             self.failed_launches += len(handles)
             return
-        for h, launch_id in zip(handles, ids):
+        for h, launch_id, rec in zip(handles, ids, records):
             h.id = launch_id
-            for a in h.record.args:  # the bytes are in the blob store now: free the host copies
+            for a in rec.args:  # the bytes are in the blob store now: free the host copies
                 a.before = a.after = None
