@@ -13,8 +13,9 @@ launches faster than the history can take it waits instead of growing memory wit
 
 from __future__ import annotations
 
-import queue
+import itertools
 import threading
+from collections import deque
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -57,7 +58,14 @@ class BackgroundWriter:
     ) -> None:
         self._write_launches = write_launches
         self._write_event = write_event
-        self._queue: queue.Queue[Any] = queue.Queue(QUEUE_SIZE)
+        # A deque, not a queue.Queue: ``append`` is atomic and wakes nobody, so queueing costs the launch
+        # well under a microsecond; the writer polls every BATCH_WAIT_S (``_wake`` cuts that short on close).
+        self._items: deque[Any] = deque()
+        self._submitted = itertools.count(1)  # next() is atomic: launches may come from several threads
+        self._queued = 0
+        self._done = 0
+        self._done_cond = threading.Condition()
+        self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self._start_lock = threading.Lock()
         self.failure: BaseException | None = None
@@ -79,13 +87,19 @@ class BackgroundWriter:
 
     def flush(self) -> None:
         """Block until everything queued so far is written (or has failed)."""
-        if self._thread is not None:
-            self._queue.join()
+        if self._thread is None:
+            return
+        target = self._queued
+        self._wake.set()
+        with self._done_cond:
+            while self._done < target and self._thread.is_alive():
+                self._done_cond.wait(0.1)
 
     def close(self) -> None:
         if self._thread is None:
             return
-        self._queue.put(_STOP)
+        self._put(_STOP)
+        self._wake.set()
         self._thread.join()
         self._thread = None
 
@@ -95,24 +109,29 @@ class BackgroundWriter:
                 if self._thread is None:
                     self._thread = threading.Thread(target=self._loop, name="tilelens-writer", daemon=True)
                     self._thread.start()
-        self._queue.put(item)
+        self._items.append(item)
+        self._queued = next(self._submitted)
+        if len(self._items) > QUEUE_SIZE:  # bounded: a program faster than the history waits for it
+            self._wake.set()
+            while len(self._items) > QUEUE_SIZE // 2 and self._thread.is_alive():
+                time.sleep(0.001)
 
     def _loop(self) -> None:
         while True:
-            items = [self._queue.get()]
-            if items[0] is not _STOP and self._queue.qsize() < MAX_BATCH:
-                time.sleep(BATCH_WAIT_S)
-            while len(items) < MAX_BATCH:
-                try:
-                    items.append(self._queue.get_nowait())
-                except queue.Empty:
-                    break
+            if not self._items:
+                self._wake.wait(BATCH_WAIT_S)
+                self._wake.clear()
+                continue
+            items = []
+            while self._items and len(items) < MAX_BATCH:
+                items.append(self._items.popleft())
             stop = any(item is _STOP for item in items)
             try:
                 self._write([item for item in items if item is not _STOP])
             finally:
-                for _ in items:
-                    self._queue.task_done()
+                with self._done_cond:
+                    self._done += len(items)
+                    self._done_cond.notify_all()
             if stop:
                 return
 
