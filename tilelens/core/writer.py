@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections import deque
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
