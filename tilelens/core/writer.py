@@ -29,6 +29,11 @@ QUEUE_SIZE = 8192
 # After the first queued item, wait this long for more: bigger batches cost less per launch (one commit and
 # two statements per batch), and a thread that wakes for every launch would compete with the program for the GIL.
 BATCH_WAIT_S = 0.02
+# While launches keep coming (the last one less than QUIET_S ago) the writer stays asleep, unless HIGH_WATER
+# launches are waiting or a flush/close asks: every Python line it runs is GIL time a launch-bound program
+# would have to wait for. It catches up when the program pauses (a synchronize, the data loader, the end).
+QUIET_S = 0.005
+HIGH_WATER = QUEUE_SIZE // 2
 
 
 @dataclass
@@ -66,6 +71,8 @@ class BackgroundWriter:
         self._done = 0
         self._done_cond = threading.Condition()
         self._wake = threading.Event()
+        self._urgent = False  # a flush or close is waiting: write now, however busy the program is
+        self._last_put = 0.0
         self._thread: threading.Thread | None = None
         self._start_lock = threading.Lock()
         self.failure: BaseException | None = None
@@ -90,6 +97,7 @@ class BackgroundWriter:
         if self._thread is None:
             return
         target = self._queued
+        self._urgent = True
         self._wake.set()
         with self._done_cond:
             while self._done < target and self._thread.is_alive():
@@ -99,6 +107,7 @@ class BackgroundWriter:
         if self._thread is None:
             return
         self._put(_STOP)
+        self._urgent = True
         self._wake.set()
         self._thread.join()
         self._thread = None
@@ -110,6 +119,7 @@ class BackgroundWriter:
                     self._thread = threading.Thread(target=self._loop, name="tilelens-writer", daemon=True)
                     self._thread.start()
         self._items.append(item)
+        self._last_put = time.monotonic()
         self._queued = next(self._submitted)
         if len(self._items) > QUEUE_SIZE:  # bounded: a program faster than the history waits for it
             self._wake.set()
@@ -119,7 +129,13 @@ class BackgroundWriter:
     def _loop(self) -> None:
         while True:
             if not self._items:
+                self._urgent = False
                 self._wake.wait(BATCH_WAIT_S)
+                self._wake.clear()
+                continue
+            busy = time.monotonic() - self._last_put < QUIET_S
+            if busy and not self._urgent and len(self._items) < HIGH_WATER:
+                self._wake.wait(QUIET_S)
                 self._wake.clear()
                 continue
             items = []
