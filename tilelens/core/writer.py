@@ -138,7 +138,7 @@ class BackgroundWriter:
                 self._wake.wait(QUIET_S)
                 self._wake.clear()
                 continue
-            items = []
+            items: list[Any] = []
             while self._items and len(items) < MAX_BATCH:
                 items.append(self._items.popleft())
             stop = any(item is _STOP for item in items)
