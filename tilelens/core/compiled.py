@@ -27,12 +27,13 @@ from typing import Any
 
 from tilelens.core import compat
 from tilelens.core.arguments import Param, bind, describe_arguments, jsonable, kernel_params, resolve_grid
+from tilelens.core.capture import describe_snapped, snap_arguments
 from tilelens.core.identity import kernel_identity
 from tilelens.core.interpreter import in_autotune_bench, original_run
 from tilelens.core.launch import config_dict
 from tilelens.core.semantics import describe_failure
 from tilelens.core.snapshots import PendingSnapshots, SnapshotPolicy, copy_spans, record_event
-from tilelens.records import AutotuneEvent, KernelIdentity, LaunchRecord, utcnow
+from tilelens.records import ArgumentRecord, AutotuneEvent, KernelIdentity, LaunchRecord, utcnow
 
 Runner = Callable[[Any, tuple[Any, ...], Any, dict[str, Any]], Any]
 
@@ -145,11 +146,13 @@ class CompiledRouter:
             return self.runner(jit, args, grid, kwargs)
         k = self._kernel(jit)
         bound, options = bind(k.params, args, kwargs)
-        records = describe_arguments(k.params, bound, snapshots=False)
         try:
             resolved = resolve_grid(grid, bound)
         except Exception:  # noqa: BLE001 - the launch below raises what the program would see
             resolved = (0, 0, 0)
+        if self.policy.mode == "none":
+            return self._launch_unsnapshotted(k, jit, args, grid, kwargs, bound, options, resolved, stack)
+        records = describe_arguments(k.params, bound, snapshots=False)
         pending = PendingSnapshots() if self.policy.wants(k.identity, records) else None
         if pending is not None:
             copy_spans(k.params, bound, records, pending.before)
@@ -164,8 +167,78 @@ class CompiledRouter:
         duration = time.perf_counter() - t0
         if pending is not None and copy_spans(k.params, bound, records, pending.after):
             pending.event = record_event(records)
+        context = self._context(stack, bound)
+        rec = self._record(k, resolved, records, error, options, context, result, started, duration)
+        handle = self.sink.submit_launch(rec, pending)
+        self._attach(stack, handle)
+        if error is not None:
+            raise error
+        return result
+
+    def _launch_unsnapshotted(
+        self,
+        k: _Kernel,
+        jit: Any,
+        args: tuple[Any, ...],
+        grid: Any,
+        kwargs: dict[str, Any],
+        bound: dict[str, Any],
+        options: dict[str, Any],
+        resolved: tuple[int, int, int],
+        stack: list[_Frame],
+    ) -> Any:
+        """The fast path: the program's thread keeps immutable facts; the writer builds the record."""
+        snapped = snap_arguments(k.params, bound)
+        started = utcnow()
+        t0 = time.perf_counter()
+        error: BaseException | None = None
+        result = None
+        try:
+            result = self.runner(jit, args, grid, kwargs)
+        except BaseException as exc:  # recorded, then re-raised unchanged
+            error = exc
+        duration = time.perf_counter() - t0
+        context = self._context(stack, bound) if stack else None
+
+        def build() -> LaunchRecord:
+            records = describe_snapped(k.params, snapped)
+            return self._record(k, resolved, records, error, options, context, result, started, duration)
+
+        handle = self.sink.submit_launch(None, None, build)
+        if stack:
+            self._attach(stack, handle)
+        if error is not None:
+            raise error
+        return result
+
+    def _context(self, stack: list[_Frame], bound: dict[str, Any]) -> tuple[Any, ...]:
+        """What the frames say about this launch, read now (a later tuning may change ``best_config``)."""
+        tuner = next((f.layer for f in reversed(stack) if isinstance(f.layer, compat.Autotuner)), None)
+        best = None if tuner is None else (getattr(tuner, "best_config", None),)
+        heuristics = {name: bound.get(name) for f in stack for name in f.heuristics}
+        key = next((f.key for f in reversed(stack) if f.key is not None), None)
+        return best, heuristics, key
+
+    def _attach(self, stack: list[_Frame], handle: Any) -> None:
+        tuner = next((f for f in reversed(stack) if isinstance(f.layer, compat.Autotuner)), None)
+        if tuner is not None:
+            tuner.launch = handle
+
+    def _record(
+        self,
+        k: _Kernel,
+        resolved: tuple[int, int, int],
+        records: list[ArgumentRecord],
+        error: BaseException | None,
+        options: dict[str, Any],
+        context: tuple[Any, ...] | None,
+        result: Any,
+        started: Any,
+        duration: float,
+    ) -> LaunchRecord:
+        best, heuristics, key = context if context is not None else (None, {}, None)
         device = next((a.device for a in records if a.kind == "tensor" and a.device), "cpu") or "cpu"
-        rec = LaunchRecord(
+        return LaunchRecord(
             kernel=k.identity,
             grid=resolved,
             args=records,
@@ -174,33 +247,29 @@ class CompiledRouter:
             backend="compiled",
             device=device,
             role="launch",
-            config=self._config(k, bound, options, stack, result),
-            tuning_key=_tuning_key(stack),
+            config=self._config(k, records, options, best, heuristics, result),
+            tuning_key=None if key is None else str(key),
             trace=None,
             started_at=started,
             duration_s=duration,
             gpu_name=self._gpu_name(device),
         )
-        handle = self.sink.submit_launch(rec, pending)
-        tuner = next((f for f in reversed(stack) if isinstance(f.layer, compat.Autotuner)), None)
-        if tuner is not None:
-            tuner.launch = handle
-        if error is not None:
-            raise error
-        return result
 
     def _config(
-        self, k: _Kernel, bound: dict[str, Any], options: dict[str, Any], stack: list[_Frame], result: Any
+        self,
+        k: _Kernel,
+        records: list[ArgumentRecord],
+        options: dict[str, Any],
+        best: tuple[Any] | None,
+        heuristics: dict[str, Any],
+        result: Any,
     ) -> dict[str, Any]:
         config: dict[str, Any] = {
-            "constexprs": {p.name: jsonable(bound.get(p.name)) for p in k.params if p.constexpr},
+            "constexprs": {r.name: r.value for r in records if r.kind == "constexpr"},
             "options": jsonable(options),
         }
-        tuner = next((f.layer for f in reversed(stack) if isinstance(f.layer, compat.Autotuner)), None)
-        if tuner is not None:
-            best = getattr(tuner, "best_config", None)
-            config["autotune"] = {"chosen": config_dict(best) if best is not None else None}
-        heuristics = {name: bound.get(name) for f in stack for name in f.heuristics}
+        if best is not None:
+            config["autotune"] = {"chosen": config_dict(best[0]) if best[0] is not None else None}
         if heuristics:
             config["heuristics"] = jsonable(heuristics)
         if result is not None:
@@ -220,11 +289,6 @@ class CompiledRouter:
             except Exception:  # noqa: BLE001 - a name is nice to have, never worth failing a launch
                 self._gpu_names[device] = None
         return self._gpu_names[device]
-
-
-def _tuning_key(stack: list[_Frame]) -> str | None:
-    frame = next((f for f in reversed(stack) if f.key is not None), None)
-    return None if frame is None else str(frame.key)
 
 
 def _leaf(layer: Any) -> Any:

@@ -14,7 +14,7 @@ import socket
 import sys
 import threading
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import Any, cast
@@ -266,12 +266,27 @@ class Recording:
 
     # -- compiled recordings: the background writer ------------------------------------------------------
 
-    def submit_launch(self, rec: LaunchRecord, pending: Any) -> Any:
-        """Queue a compiled launch for the background writer; its handle gets the row id once written."""
-        if rec.test_nodeid is None:
-            rec.test_nodeid = testid.current()
+    def submit_launch(
+        self, rec: LaunchRecord | None, pending: Any, build: Callable[[], LaunchRecord] | None = None
+    ) -> Any:
+        """Queue a compiled launch (or ``build``, which makes it on the writer's thread) for the background
+        writer; its handle gets the row id once written. The test node id is read now, on the launch's thread."""
         assert self._writer is not None
-        return self._writer.submit_launch(rec, pending)
+        nodeid = testid.current()
+        if rec is not None:
+            if rec.test_nodeid is None:
+                rec.test_nodeid = nodeid
+            return self._writer.submit_launch(rec, pending)
+        assert build is not None
+        make = build
+
+        def build_here() -> LaunchRecord:
+            made = make()
+            if made.test_nodeid is None:
+                made.test_nodeid = nodeid
+            return made
+
+        return self._writer.submit_launch(None, pending, build_here)
 
     def submit_event(self, event: AutotuneEvent, launch: Any) -> None:
         assert self._writer is not None

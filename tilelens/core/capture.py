@@ -1,0 +1,102 @@
+"""The cheap half of recording a compiled launch: what the program's thread reads, and the rest later.
+
+A compiled launch takes microseconds, so everything that can wait runs on the background writer
+(``tilelens.core.writer``): :func:`snap_arguments` keeps, per parameter, only immutable facts read at launch
+time — a plain tensor becomes a tuple of its metadata (never a reference: the program may free or resize it),
+a scalar stays itself — and :func:`describe_snapped` turns them into the ``ArgumentRecord`` list that
+``describe_arguments`` would have produced at launch time. Anything unusual (a ``triton.reinterpret``
+wrapper, a TMA descriptor, an object of another type) is described at once, as before.
+
+Invariant: ``describe_snapped(params, snap_arguments(params, bound))`` equals
+``describe_arguments(params, bound, snapshots=False)`` field by field.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from tilelens.core.arguments import Param, describe_arguments, jsonable, scalar_type
+from tilelens.records import ArgumentRecord
+
+_Tensor = torch.Tensor
+_PLAIN = (int, float, bool)
+
+
+class _TensorMeta(tuple):  # type: ignore[type-arg]
+    """(dtype, shape, strides, storage offset, storage pointer, storage bytes, device)."""
+
+    __slots__ = ()
+
+
+class _Described(tuple):  # type: ignore[type-arg]
+    """(an ArgumentRecord already described, its storage pointer or None)."""
+
+    __slots__ = ()
+
+
+def snap_arguments(params: list[Param], bound: dict[str, Any]) -> list[Any]:
+    out: list[Any] = []
+    for p in params:
+        value = bound.get(p.name)
+        cls = type(value)
+        if value is None or cls in _PLAIN:
+            out.append(value)
+        elif isinstance(value, _Tensor) and not p.constexpr:
+            s = value.untyped_storage()
+            out.append(
+                _TensorMeta(
+                    (
+                        value.dtype,
+                        tuple(value.shape),
+                        value.stride(),
+                        value.storage_offset(),
+                        s.data_ptr(),
+                        s.nbytes(),
+                        value.device,
+                    )
+                )
+            )
+        else:  # rare: described now, with its storage pointer for grouping
+            rec = describe_arguments([p], {p.name: value}, snapshots=False)[0]
+            sp = None
+            if rec.kind == "tensor":
+                from tilelens.core.arguments import _unwrap
+
+                sp = _unwrap(value).untyped_storage().data_ptr()
+            out.append(_Described((rec, sp)))
+    return out
+
+
+def describe_snapped(params: list[Param], snapped: list[Any]) -> list[ArgumentRecord]:
+    groups: dict[int, int] = {}
+    records = []
+    for p, value in zip(params, snapped):
+        if isinstance(value, _Described):
+            rec, sp = value
+            if sp is not None:
+                rec.storage_group = groups.setdefault(sp, len(groups))
+            records.append(rec)
+            continue
+        rec = ArgumentRecord(position=p.position, name=p.name, kind="none")
+        if p.constexpr:
+            rec.kind, rec.value = "constexpr", jsonable(value)
+            rec.value_type = scalar_type(value, p)
+        elif value is None:
+            rec.kind = "none"
+        elif isinstance(value, _TensorMeta):
+            dtype, shape, strides, offset, sp, nbytes, device = value
+            rec.kind = "tensor"
+            rec.dtype = str(dtype).removeprefix("torch.")
+            rec.shape = shape
+            rec.strides = tuple(strides)
+            rec.storage_offset = offset
+            rec.storage_group = groups.setdefault(sp, len(groups))
+            rec.storage_bytes = int(nbytes)
+            rec.device = str(device)
+        else:
+            rec.kind, rec.value = "scalar", jsonable(value)
+            rec.value_type = scalar_type(value, p)
+        records.append(rec)
+    return records
