@@ -350,7 +350,7 @@ class HistoryQuery:
         (extra,) = self._rows(
             "SELECT k.id, k.file, k.def_line, k.source_sha256, k.source, l.cache_key, "
             "r.id, r.tag, r.status, r.argv, l.unattributed, l.trace_blob, l.trace_rows, l.trace_bytes, "
-            f"{self._launch_fields(SUMMARY_FIELDS)}, l.oob_sample "
+            f"{self._launch_fields((*SUMMARY_FIELDS, 'oob_sample'))} "
             "FROM launches l JOIN kernels k ON k.id = l.kernel_id JOIN runs r ON r.id = l.run_id "
             "WHERE l.id = :id",
             {"id": launch_id},
