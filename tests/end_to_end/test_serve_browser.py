@@ -101,6 +101,11 @@ class Page:
         response = self.page.goto(self.base + path)
         assert response is not None and response.status == 200, path
 
+    def follow(self, selector: str) -> None:
+        """Click a link or submit button and wait for the page it leads to to load (not just to start)."""
+        with self.page.expect_navigation():
+            self.page.click(selector)
+
     def canvas(self, name: str) -> dict:
         self.page.wait_for_selector("#heatmaps[data-ready='1']")
         return self.page.eval_on_selector(
@@ -137,15 +142,15 @@ def test_pages_load_and_link_through(browser: object, server: str, hist: Heatmap
     p.goto("/")
     assert p.page.title() == "runs · TileLens"
     run = hist.runs[0]
-    p.page.click(f"a[href='/runs/{run}']")
+    p.follow(f"a[href='/runs/{run}']")
     assert p.page.title() == f"launches of run {run} · TileLens"
     assert p.page.locator("table tr").count() == 1 + 4
     p.page.fill("input[name=kernel]", "every_third")
-    p.page.click("button[type=submit]")
+    p.follow("button[type=submit]")
     assert p.page.locator("table tr").count() == 1 + 2
-    p.page.click(f"a[href='/launches/{hist.ids[0]}']")
+    p.follow(f"a[href='/launches/{hist.ids[0]}']")
     assert p.page.title().startswith(f"launch {hist.ids[0]} ")
-    p.page.click("h1 + table a[href^='/kernels/']")
+    p.follow("h1 + table a[href^='/kernels/']")
     assert p.page.title() == "kernel tests.heatmap_kernels.every_third · TileLens"
     assert p.page.locator("h2").count() == 2
     p.close()
