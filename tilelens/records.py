@@ -117,6 +117,10 @@ class AccessSummary:
     def active_lanes(self) -> int:
         return self.load_lanes + self.store_lanes + self.atomic_lanes
 
+    def as_columns(self) -> dict[str, int]:
+        """The counts by field name: each is a column of ``launches`` of the same name."""
+        return dict(self.__dict__)
+
 
 @dataclass
 class LaunchRecord:

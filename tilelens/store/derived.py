@@ -83,20 +83,7 @@ def attach_trace(history: History, launch_id: int, rec: LaunchRecord) -> None:
     s_ = rec.summary
     per_arg = getattr(rec, "per_arg", None) or {}
     values = {
-        "loads": s_.loads,
-        "stores": s_.stores,
-        "atomics": s_.atomics,
-        "load_lanes": s_.load_lanes,
-        "store_lanes": s_.store_lanes,
-        "atomic_lanes": s_.atomic_lanes,
-        "bytes_loaded": s_.bytes_loaded,
-        "bytes_stored": s_.bytes_stored,
-        "oob_lanes": s_.oob_lanes,
-        "oob_load_lanes": s_.oob_load_lanes,
-        "oob_store_lanes": s_.oob_store_lanes,
-        "dropped_lanes": s_.dropped_lanes,
-        "events": s_.events,
-        "lanes": s_.lanes,
+        **s_.as_columns(),
         "unattributed": _summary(per_arg.get(-1)),
         "trace_blob": ref.sha256,
         "trace_rows": ref.rows,
