@@ -161,6 +161,7 @@ def test_heatmaps_render_and_hover_says_what_happened(
 ) -> None:
     p = Page(browser, server)
     p.goto(f"/launches/{hist.ids[1]}")
+    p.page.wait_for_selector("#heatmaps[data-ready='1']")  # the canvases are drawn from fetched JSON
     assert p.page.locator("canvas.heatmap").count() == 2
     info = p.canvas("y_ptr")
     assert (info["cell"], info["w"], info["h"]) == (24, 8 * 24, 4 * 24)
