@@ -19,6 +19,7 @@ The launch itself goes through ``runner`` (``compat.run_compiled``); tests witho
 
 from __future__ import annotations
 
+import datetime as dt
 import threading
 import time
 from collections.abc import Callable
@@ -156,15 +157,7 @@ class CompiledRouter:
         pending = PendingSnapshots() if self.policy.wants(k.identity, records) else None
         if pending is not None:
             copy_spans(k.params, bound, records, pending.before)
-        started = utcnow()
-        t0 = time.perf_counter()
-        error: BaseException | None = None
-        result = None
-        try:
-            result = self.runner(jit, args, grid, kwargs)
-        except BaseException as exc:  # recorded, then re-raised unchanged
-            error = exc
-        duration = time.perf_counter() - t0
+        started, result, error, duration = self._run_timed(jit, args, grid, kwargs)
         if pending is not None and copy_spans(k.params, bound, records, pending.after):
             pending.event = record_event(records)
         context = self._context(stack, bound)
@@ -174,6 +167,18 @@ class CompiledRouter:
         if error is not None:
             raise error
         return result
+
+    def _run_timed(
+        self, jit: Any, args: tuple[Any, ...], grid: Any, kwargs: dict[str, Any]
+    ) -> tuple[dt.datetime, Any, BaseException | None, float]:
+        """Run the launch as the program asked: its start, result, exception (re-raised by the caller after
+        recording it, unchanged) and duration in seconds."""
+        started = utcnow()
+        t0 = time.perf_counter()
+        try:
+            return started, self.runner(jit, args, grid, kwargs), None, time.perf_counter() - t0
+        except BaseException as exc:  # recorded, then re-raised unchanged
+            return started, None, exc, time.perf_counter() - t0
 
     def _launch_unsnapshotted(
         self,
@@ -189,15 +194,7 @@ class CompiledRouter:
     ) -> Any:
         """The fast path: the program's thread keeps immutable facts; the writer builds the record."""
         snapped = snap_arguments(k.params, bound)
-        started = utcnow()
-        t0 = time.perf_counter()
-        error: BaseException | None = None
-        result = None
-        try:
-            result = self.runner(jit, args, grid, kwargs)
-        except BaseException as exc:  # recorded, then re-raised unchanged
-            error = exc
-        duration = time.perf_counter() - t0
+        started, result, error, duration = self._run_timed(jit, args, grid, kwargs)
         context = self._context(stack, bound) if stack else None
 
         def build() -> LaunchRecord:

@@ -14,7 +14,7 @@ import sqlite3
 import threading
 import time
 import urllib.parse
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -114,6 +114,23 @@ def row_limit(value: int) -> int:
 
 FETCH_ROWS = 512  # rows fetched from the driver at a time while streaming
 PROGRESS_STEPS = 10_000  # SQLite virtual-machine steps between two looks at the cancel flag and the clock
+
+
+def fetch_chunks(
+    fetchmany: Callable[[int], Sequence[Any]],
+    errors: type[Exception] | tuple[type[Exception], ...],
+    translate: Callable[[Exception], BaseException],
+) -> Iterator[Sequence[Any]]:
+    """A cursor's rows in chunks of :data:`FETCH_ROWS` until none are left; a driver error while fetching is
+    raised as what ``translate`` makes of it (the readers' one fetch loop)."""
+    while True:
+        try:
+            chunk = fetchmany(FETCH_ROWS)
+        except errors as exc:
+            raise translate(exc) from exc
+        if not chunk:
+            return
+        yield chunk
 
 
 def _stopped(reason: str, timeout: float | None) -> QueryError:
@@ -452,13 +469,7 @@ class SQLiteReader(Reader):
 
         def rows() -> Iterator[tuple[Any, ...]]:
             try:
-                while True:
-                    try:
-                        chunk = cursor.fetchmany(FETCH_ROWS)
-                    except errors as exc:
-                        raise translate(exc) from exc
-                    if not chunk:
-                        return
+                for chunk in fetch_chunks(cursor.fetchmany, errors, translate):
                     yield from chunk
                     if cancel is not None and cancel.is_set():
                         raise _stopped("cancel", timeout)
@@ -572,13 +583,9 @@ class EngineReader(Reader):
             try:
                 if not result.returns_rows:
                     return
-                while True:
-                    try:
-                        chunk = result.fetchmany(FETCH_ROWS)
-                    except self._errors as exc:
-                        raise self._translate(exc, timeout) from exc
-                    if not chunk:
-                        return
+                for chunk in fetch_chunks(
+                    result.fetchmany, self._errors, lambda e: self._translate(e, timeout)
+                ):
                     yield from (tuple(r) for r in chunk)
                     if cancel is not None and cancel.is_set():
                         raise _stopped("cancel", timeout)

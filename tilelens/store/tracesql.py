@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from tilelens.errors import QueryError, UsageError
 from tilelens.store.pgreader import ALLOWED_VERBS, REFUSED_VERBS, refused, statement_verb
-from tilelens.store.readonly import FETCH_ROWS, RowStream, _stopped, arrow_table
+from tilelens.store.readonly import RowStream, _stopped, arrow_table, fetch_chunks
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -112,13 +112,7 @@ def stream(
 
     def rows() -> Iterator[tuple[Any, ...]]:
         try:
-            while True:
-                try:
-                    chunk = cursor.fetchmany(FETCH_ROWS)
-                except duckdb.Error as exc:
-                    raise watch.translate(exc) from exc
-                if not chunk:
-                    return
+            for chunk in fetch_chunks(cursor.fetchmany, duckdb.Error, watch.translate):
                 yield from chunk
         finally:
             watch.done.set()
