@@ -47,8 +47,9 @@ from typing import Any, cast
 
 import numpy as np
 
-from tilelens.core import bounds, compat, semantics
-from tilelens.core.access import ATOMIC_CAS, LOAD, STORE, AccessCollector
+from tilelens.core import bounds, compat, memhooks, semantics
+from tilelens.core.access import AccessCollector
+from tilelens.core.writelog import WriteLog
 from tilelens.errors import StateError
 
 # Interpreted launches share one global interpreter builder in Triton: they must never overlap.
@@ -120,6 +121,7 @@ class LaunchContext:
         self.patcher = patcher  # for patches only known once the kernel runs (libdevice in its globals)
         self.redirected: set[int] = set()  # ids of the code objects whose libdevice names are redirected
         self.gluon: GluonLaunch | None = None  # set for a simulated Gluon launch
+        self.writes: WriteLog | None = None  # when set, every write's old bytes are noted first
 
     def interpreted_helper(self, fn: Any) -> Any:
         # Keyed by id(): hashing a JITFunction computes its cache_key, which must not happen inside a launch.
@@ -198,110 +200,6 @@ def _interpret_knob(value: bool) -> Iterator[None]:
     with compat.runtime_interpret_scope():
         compat.knobs.runtime.interpret = value
         yield
-
-
-def _access_hooks(originals: dict[str, Callable[..., Any]]) -> dict[str, Callable[..., Any]]:
-    """Capture every memory access, and keep stray lanes away from memory (see tilelens.core.bounds).
-
-    The guard runs before Triton's own method: stray store/atomic lanes are masked off (``atomic_cas``, which
-    has no mask, gets scratch pointers for them), stray load lanes are masked off and read through the
-    fault-safe path. During a replay, the lanes that read out-of-bounds memory at record time get the
-    recorded bytes (``LaunchContext.reads``) before the kernel sees the result.
-    """
-    load, store = originals["create_masked_load"], originals["create_masked_store"]
-    rmw, cas = originals["create_atomic_rmw"], originals["create_atomic_cas"]
-    elem_bytes = compat.element_bytes
-    with_data = compat.with_data
-
-    # Only the leading parameters are named: the cache/eviction parameters after them differ between Triton
-    # releases (3.9 folded them into one cache_policy), and are passed through untouched.
-    def create_masked_load(self: Any, ptrs: Any, mask: Any, *rest: Any, **kw: Any) -> Any:
-        launch = current_launch()
-        if launch is None:
-            return load(self, ptrs, mask, *rest, **kw)
-        collector = launch.collector
-        addrs, active = ptrs.data, mask.data
-        eb = elem_bytes(ptrs.get_element_ty())
-        storage = collector.spans.storage
-        stray = None if storage is None else storage.stray(addrs, active, eb)
-        if stray is not None:
-            ret = load(self, ptrs, with_data(mask, _without(active, stray)), *rest, **kw)
-            ret.data = bounds.read_stray(ret.data, addrs, stray, eb, cast("bounds.StorageTable", storage))
-        else:
-            ret = load(self, ptrs, mask, *rest, **kw)
-        if launch.reads is not None:
-            ret.data = launch.reads.apply(self.grid_idx, collector.next_event(self.grid_idx), ret.data)
-        collector.record(LOAD, addrs, active, eb, self.grid_idx, ret.data, stray)
-        return ret
-
-    def create_masked_store(self: Any, ptrs: Any, value: Any, mask: Any, *rest: Any, **kw: Any) -> Any:
-        launch = current_launch()
-        if launch is None:
-            return store(self, ptrs, value, mask, *rest, **kw)
-        collector = launch.collector
-        addrs, active = ptrs.data, mask.data
-        eb = elem_bytes(ptrs.get_element_ty())
-        storage = collector.spans.storage
-        stray = None if storage is None else storage.stray(addrs, active, eb)
-        collector.record(STORE, addrs, active, eb, self.grid_idx, None, stray)
-        if stray is not None:
-            mask = with_data(mask, _without(active, stray))
-        return store(self, ptrs, value, mask, *rest, **kw)
-
-    def create_atomic_rmw(  # noqa: N803 (Triton's name)
-        self: Any, rmwOp: Any, ptr: Any, val: Any, mask: Any, *rest: Any, **kw: Any
-    ) -> Any:
-        launch = current_launch()
-        if launch is None:
-            return rmw(self, rmwOp, ptr, val, mask, *rest, **kw)
-        collector = launch.collector
-        addrs, active = ptr.data, mask.data
-        eb = elem_bytes(ptr.get_element_ty())
-        storage = collector.spans.storage
-        stray = None if storage is None else storage.stray(addrs, active, eb)
-        if stray is not None:
-            ret = rmw(self, rmwOp, ptr, val, with_data(mask, _without(active, stray)), *rest, **kw)
-            ret.data = bounds.zero_lanes(ret.data, stray)
-        else:
-            ret = rmw(self, rmwOp, ptr, val, mask, *rest, **kw)
-        if launch.reads is not None:
-            ret.data = launch.reads.apply(self.grid_idx, collector.next_event(self.grid_idx), ret.data)
-        op = "atomic_" + str(getattr(rmwOp, "name", rmwOp)).lower()
-        collector.record(op, addrs, active, eb, self.grid_idx, ret.data, stray)
-        return ret
-
-    def create_atomic_cas(self: Any, ptr: Any, *rest: Any, **kw: Any) -> Any:
-        launch = current_launch()
-        if launch is None:
-            return cas(self, ptr, *rest, **kw)
-        collector = launch.collector
-        addrs = ptr.data
-        eb = elem_bytes(ptr.get_element_ty())
-        storage = collector.spans.storage
-        stray = None if storage is None else storage.stray(addrs, None, eb)
-        if stray is not None:
-            safe, scratch = bounds.scratch_pointers(addrs, stray, eb)
-            ret = cas(self, with_data(ptr, safe), *rest, **kw)
-            del scratch  # written by the stray lanes' compare-and-swap, read by nobody
-            ret.data = bounds.zero_lanes(ret.data, stray)
-        else:
-            ret = cas(self, ptr, *rest, **kw)
-        if launch.reads is not None:
-            ret.data = launch.reads.apply(self.grid_idx, collector.next_event(self.grid_idx), ret.data)
-        collector.record(ATOMIC_CAS, addrs, None, eb, self.grid_idx, ret.data, stray)
-        return ret
-
-    return {
-        "create_masked_load": create_masked_load,
-        "create_masked_store": create_masked_store,
-        "create_atomic_rmw": create_atomic_rmw,
-        "create_atomic_cas": create_atomic_cas,
-    }
-
-
-def _without(active: np.ndarray, stray: np.ndarray) -> np.ndarray:
-    """The mask ``active`` with the stray lanes cleared, in the mask's own shape."""
-    return cast("np.ndarray", np.broadcast_to(np.asarray(active, dtype=bool), stray.shape) & ~stray)
 
 
 def _semantic_patches(patcher: _Patcher) -> None:
@@ -443,10 +341,13 @@ def gluon_simulation(ctx: LaunchContext, options: GluonLaunch) -> Iterator[None]
 
 
 @contextlib.contextmanager
-def launch_patches(collector: AccessCollector, gluon: GluonLaunch | None = None) -> Iterator[LaunchContext]:
+def launch_patches(
+    collector: AccessCollector, gluon: GluonLaunch | None = None, writes: WriteLog | None = None
+) -> Iterator[LaunchContext]:
     """Interpret one launch with access capture; everything touched is restored on exit.
 
-    With ``gluon`` the launch is a Gluon kernel's, simulated (``gluon_simulation``).
+    With ``gluon`` the launch is a Gluon kernel's, simulated (``gluon_simulation``). With ``writes`` every
+    store and atomic notes the old bytes of the lanes it writes there first (:mod:`tilelens.core.writelog`).
     """
     with LAUNCH_LOCK:
         if current_launch() is not None:
@@ -455,12 +356,13 @@ def launch_patches(collector: AccessCollector, gluon: GluonLaunch | None = None)
         lang_snapshot = [(ns, dict(vars(ns))) for ns in compat.LANG_NAMESPACES]
         builder_cls = compat.InterpreterBuilder
         ctx = LaunchContext(collector, patcher, getattr(_local, "reads", None))
+        ctx.writes = writes
         try:
             with _interpret_knob(True):
                 _semantic_patches(patcher)
                 # Taken after the semantic patches, so accesses are captured around their versions too.
                 originals = {name: getattr(builder_cls, name) for name in compat.ACCESS_METHODS}
-                for name, hook in _access_hooks(originals).items():
+                for name, hook in memhooks.access_hooks(originals, current_launch).items():
                     patcher.set(builder_cls, name, hook)
                 patcher.set(compat.JITFunction, "__call__", _jit_call(compat.JITFunction.__call__))
                 simulation = gluon_simulation(ctx, gluon) if gluon is not None else contextlib.nullcontext()

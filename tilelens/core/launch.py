@@ -23,6 +23,7 @@ from tilelens.core.arguments import (
 )
 from tilelens.core.interpreter import LAUNCH_LOCK, GluonLaunch, launch_patches, pre_run_hooks
 from tilelens.core.semantics import describe_failure
+from tilelens.core.writelog import WriteLog
 from tilelens.records import KernelIdentity, LaunchRecord, utcnow
 
 
@@ -57,12 +58,14 @@ def run_interpreted(
     meta: LaunchMeta,
     snapshots: bool = True,
     gluon: bool = False,
+    writes: WriteLog | None = None,
 ) -> tuple[Any, LaunchRecord, BaseException | None]:
     """Interpret one launch; return (kernel result, record, the exception it raised or None).
 
     ``snapshots=False`` leaves the tensor copies out of the record, for callers that keep the tensors
     themselves (replay compares the rebuilt arguments directly). ``gluon`` runs a Gluon kernel in the
-    simulator (``tilelens.core.gluon``) with the launch's ``num_warps``.
+    simulator (``tilelens.core.gluon``) with the launch's ``num_warps``. ``writes`` receives the old bytes of every
+    lane the launch writes (:mod:`tilelens.core.writelog`).
     """
     with LAUNCH_LOCK:
         bound, options = bind(params, args, kwargs)
@@ -81,7 +84,7 @@ def run_interpreted(
             with pre_run_hooks(interpreted, [capture_spans, *user_hooks]):
                 resolved = resolve_grid(grid, bound)
                 simulated = GluonLaunch(num_warps=int(options.get("num_warps") or 4)) if gluon else None
-                with launch_patches(collector, simulated):
+                with launch_patches(collector, simulated, writes):
                     result = interpreted.run(*args, grid=resolved, warmup=False, **kwargs)
         except BaseException as exc:  # recorded, then re-raised unchanged by the caller
             error = exc

@@ -1,0 +1,82 @@
+"""The write log: old bytes of every written lane, noted before the write, put back on rollback."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import triton
+import triton.language as tl
+
+from tilelens.core.arguments import kernel_params
+from tilelens.core.bounds import StorageTable
+from tilelens.core.identity import kernel_identity
+from tilelens.core.interpreter import make_interpreted
+from tilelens.core.launch import LaunchMeta, run_interpreted
+from tilelens.core.writelog import WriteLog
+from tilelens.errors import StateError
+
+
+def test_rollback_restores_the_bytes_before_the_first_write() -> None:
+    arena = np.arange(16, dtype=np.int32)
+    base = arena.ctypes.data
+    table = StorageTable([(base, base + arena.nbytes)])
+    log = WriteLog()
+    lanes = np.array([base + 4 * i for i in (1, 2, 3, 2)], dtype=np.uint64)  # lane 2 twice in one write
+    log.note(table, lanes, np.array([True, True, False, True]), 4)
+    arena[[1, 2]] = -7
+    log.note(table, lanes[:2], None, 4)
+    arena[[1, 2]] = -9
+    assert [e.addrs.size for e in log.entries()] == [3, 2] and log.bytes == 20
+    assert [e.old.view(np.int32).ravel().tolist() for e in log.entries()] == [[1, 2, 2], [-7, -7]]
+    log.rollback()
+    assert arena.tolist() == list(range(16)) and len(log) == 0
+
+
+def test_a_lane_outside_every_storage_is_refused_and_unknown_storage_marks_the_log_incomplete() -> None:
+    arena = np.zeros(4, dtype=np.int32)
+    table = StorageTable([(arena.ctypes.data, arena.ctypes.data + 16)])
+    log = WriteLog()
+    with pytest.raises(ValueError, match="outside every argument storage"):
+        log.note(table, np.array([arena.ctypes.data + 14], dtype=np.uint64), None, 4)
+    log.note(None, np.array([8], dtype=np.uint64), None, 4)
+    assert not log.complete
+    with pytest.raises(StateError):
+        log.rollback()
+
+
+@triton.jit
+def _scribble(x_ptr, acc_ptr, n, BLOCK: tl.constexpr):
+    pid = tl.program_id(0)
+    offs = pid * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs, mask=offs < n)
+    tl.store(x_ptr + offs, x * 2, mask=offs < n)
+    tl.store(x_ptr + offs, x * 3 + 1)  # no mask: the tail lanes run past the end of x (stray, never written)
+    tl.atomic_add(acc_ptr + pid % 2, tl.sum(x, axis=0))
+
+
+def test_an_interpreted_launch_rolls_back_to_its_arguments_exact_bytes() -> None:
+    x = torch.arange(37, dtype=torch.float32) / 3
+    acc = torch.tensor([0.25, -1.5])
+    before = (x.clone(), acc.clone())
+    log = WriteLog()
+    pyfn = _scribble.fn
+    _, record, error = run_interpreted(
+        make_interpreted(pyfn),
+        kernel_identity(_scribble),
+        kernel_params(pyfn),
+        [],
+        (x, acc, 37),
+        (3,),
+        {"BLOCK": 16},
+        LaunchMeta(),
+        snapshots=False,
+        writes=log,
+    )
+    assert error is None and record.summary.dropped_lanes == 11
+    assert torch.equal(x[:5], before[0][:5] * 3 + 1) and not torch.equal(acc, before[1])
+    # Two stores in each of 3 programs plus 3 atomics; the unmasked store's 11 stray lanes are never noted.
+    assert len(log) == 9 and sum(e.addrs.size for e in log.entries()) == 37 + 37 + 3
+    log.rollback()
+    assert x.view(torch.int32).tolist() == before[0].view(torch.int32).tolist()
+    assert acc.view(torch.int32).tolist() == before[1].view(torch.int32).tolist()

@@ -1,0 +1,125 @@
+"""The old bytes of every lane an interpreted launch writes, taken just before the write.
+
+Two users need what memory held before a launch wrote it, without copying whole tensors first:
+
+* the grid-batched engine, which must put memory back exactly as it was when it gives up part way and runs the
+  launch again one program at a time (``rollback``);
+* snapshots proportional to what a launch touches: the before-value of an overwritten element is the old value
+  its first write found (``entries``, oldest first).
+
+Invariants:
+
+* ``note`` runs before the interpreter's own store/atomic method, for the lanes that method will write: active,
+  not stray (a stray lane is never dereferenced, see :mod:`tilelens.core.bounds`), so every noted lane lies
+  inside one argument's storage and reading it is safe;
+* entries are kept in write order; ``rollback`` applies them newest first, so each byte ends with the value it
+  had before the launch's first write to it, whatever the launch wrote in between (a lane written twice in one
+  call read the same old bytes for both copies, so duplicates are harmless);
+* the log holds copies of the old bytes, never references to live memory, and references to the interpreter's
+  address arrays, which the interpreter never modifies after creating them.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from tilelens.core.bounds import StorageTable
+from tilelens.errors import StateError
+
+
+@dataclass(frozen=True)
+class WriteEntry:
+    """One write's lanes: their first byte addresses and the ``elem_bytes`` bytes each held before it."""
+
+    addrs: np.ndarray  # uint64, one per written lane
+    old: np.ndarray  # uint8, shape (lanes, elem_bytes)
+
+
+def _memory(start: int, end: int) -> np.ndarray:
+    """A writable uint8 view of ``[start, end)``: one argument storage, alive for the length of the launch."""
+    return np.ctypeslib.as_array((ctypes.c_uint8 * (end - start)).from_address(start))
+
+
+class WriteLog:
+    """Collects the old bytes of the lanes a launch writes; can put them back."""
+
+    def __init__(self) -> None:
+        self._entries: list[WriteEntry] = []
+        self._views: dict[int, np.ndarray] = {}  # storage start -> view of that storage
+        self.bytes = 0  # old bytes held
+        # False once a write could not be noted (its storages unknown): ``rollback`` then refuses.
+        self.complete = True
+        self._storage: StorageTable | None = None
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def _lanes(
+        self, storage: StorageTable, addrs: np.ndarray, elem_bytes: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Per lane: the index of its storage interval and its byte offset in it."""
+        idx = np.searchsorted(storage.np_starts, addrs, side="right").astype(np.int64) - 1
+        if (idx < 0).any() or (addrs > storage.np_ends[idx] - np.uint64(elem_bytes)).any():
+            raise ValueError("WriteLog: a noted lane lies outside every argument storage")
+        return idx, (addrs - storage.np_starts[idx]).astype(np.int64)
+
+    def _view(self, storage: StorageTable, i: int) -> np.ndarray:
+        start = storage.starts[i]
+        view = self._views.get(start)
+        if view is None or view.size != storage.ends[i] - start:
+            view = self._views[start] = _memory(start, storage.ends[i])
+        return view
+
+    def _gather(self, storage: StorageTable, addrs: np.ndarray, elem_bytes: int) -> np.ndarray:
+        idx, offsets = self._lanes(storage, addrs, elem_bytes)
+        old = np.empty((addrs.size, elem_bytes), dtype=np.uint8)
+        spread = np.arange(elem_bytes, dtype=np.int64)
+        for i in np.unique(idx).tolist():
+            sel = idx == i
+            old[sel] = self._view(storage, int(i))[offsets[sel, None] + spread]
+        return old
+
+    def note(
+        self, storage: StorageTable | None, addrs: np.ndarray, active: np.ndarray | None, elem_bytes: int
+    ) -> None:
+        """Keep the current bytes of the ``active`` lanes of ``addrs`` (None: all), about to be written.
+
+        ``storage`` None (the argument storages not known, which the launch's first pre-run hook settles) marks
+        the log incomplete instead of failing the user's launch.
+        """
+        if storage is None:
+            self.complete = False
+            return
+        flat = np.asarray(addrs).reshape(-1).astype(np.uint64, copy=False)
+        if active is not None:
+            flat = flat[np.broadcast_to(np.asarray(active, dtype=bool), np.shape(addrs)).reshape(-1)]
+        if flat.size == 0:
+            return
+        old = self._gather(storage, flat, elem_bytes)
+        self._entries.append(WriteEntry(flat, old))
+        self.bytes += old.size
+        self._storage = storage
+
+    def entries(self) -> Iterator[WriteEntry]:
+        """The writes in the order they happened."""
+        return iter(self._entries)
+
+    def rollback(self) -> None:
+        """Put every noted lane back to the bytes it held before the launch's first write to it; empties the log."""
+        if not self.complete:
+            raise StateError("WriteLog: a write could not be noted; memory cannot be put back")
+        storage = self._storage
+        if storage is None:
+            return
+        for entry in reversed(self._entries):
+            idx, offsets = self._lanes(storage, entry.addrs, entry.old.shape[1])
+            spread = np.arange(entry.old.shape[1], dtype=np.int64)
+            for i in np.unique(idx).tolist():
+                sel = idx == i
+                self._view(storage, int(i))[offsets[sel, None] + spread] = entry.old[sel]
+        self._entries.clear()
+        self.bytes = 0
