@@ -25,9 +25,32 @@ _PLAIN = (int, float, bool)
 
 
 class _TensorMeta(tuple):  # type: ignore[type-arg]
-    """(dtype, shape, strides, storage offset, storage pointer, storage bytes, device)."""
+    """(dtype, shape, strides, storage offset, storage pointer, storage bytes, device); dtype and device as
+    the text the record stores ("bfloat16", "cuda:0"), so the tuple holds only plain values (it may be sent
+    to the writer process)."""
 
     __slots__ = ()
+
+    def __reduce__(self) -> tuple[Any, ...]:  # pickled as a plain tuple plus the class: small and fast
+        return (_TensorMeta, (tuple(self),))
+
+
+_DTYPES: dict[Any, str] = {}
+_DEVICES: dict[Any, str] = {}
+
+
+def _dtype_text(dtype: Any) -> str:
+    text = _DTYPES.get(dtype)
+    if text is None:
+        text = _DTYPES[dtype] = str(dtype).removeprefix("torch.")
+    return text
+
+
+def _device_text(device: Any) -> str:
+    text = _DEVICES.get(device)
+    if text is None:
+        text = _DEVICES[device] = str(device)
+    return text
 
 
 class _Described(tuple):  # type: ignore[type-arg]
@@ -48,13 +71,13 @@ def snap_arguments(params: list[Param], bound: dict[str, Any]) -> list[Any]:
             out.append(
                 _TensorMeta(
                     (
-                        value.dtype,
+                        _DTYPES.get(value.dtype) or _dtype_text(value.dtype),
                         tuple(value.shape),
                         value.stride(),
                         value.storage_offset(),
                         s.data_ptr(),
                         s.nbytes(),
-                        value.device,
+                        _DEVICES.get(value.device) or _device_text(value.device),
                     )
                 )
             )
@@ -67,6 +90,16 @@ def snap_arguments(params: list[Param], bound: dict[str, Any]) -> list[Any]:
                 sp = _unwrap(value).untyped_storage().data_ptr()
             out.append(_Described((rec, sp)))
     return out
+
+
+def snapped_device(snapped: list[Any]) -> str:
+    """The device ``describe_snapped`` will give the launch (its first tensor argument's), without describing."""
+    for value in snapped:
+        if isinstance(value, _TensorMeta):
+            return str(value[6])
+        if isinstance(value, _Described) and value[0].kind == "tensor" and value[0].device:
+            return str(value[0].device)
+    return "cpu"
 
 
 def describe_snapped(params: list[Param], snapped: list[Any]) -> list[ArgumentRecord]:
@@ -88,13 +121,13 @@ def describe_snapped(params: list[Param], snapped: list[Any]) -> list[ArgumentRe
         elif isinstance(value, _TensorMeta):
             dtype, shape, strides, offset, sp, nbytes, device = value
             rec.kind = "tensor"
-            rec.dtype = str(dtype).removeprefix("torch.")
+            rec.dtype = dtype
             rec.shape = shape
             rec.strides = tuple(strides)
             rec.storage_offset = offset
             rec.storage_group = groups.setdefault(sp, len(groups))
             rec.storage_bytes = int(nbytes)
-            rec.device = str(device)
+            rec.device = device
         else:
             rec.kind, rec.value = "scalar", jsonable(value)
             rec.value_type = scalar_type(value, p)

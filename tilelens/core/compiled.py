@@ -20,15 +20,17 @@ The launch itself goes through ``runner`` (``compat.run_compiled``); tests witho
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from tilelens.core import compat
-from tilelens.core.arguments import Param, bind, describe_arguments, jsonable, kernel_params, resolve_grid
-from tilelens.core.capture import describe_snapped, snap_arguments
+from tilelens.core import compat, testid
+from tilelens.core.arguments import Param, bind, describe_arguments, kernel_params, resolve_grid
+from tilelens.core.capture import snap_arguments, snapped_device
+from tilelens.core.compiled_rows import first_device, record_of
 from tilelens.core.identity import kernel_identity
 from tilelens.core.interpreter import in_autotune_bench, original_run
 from tilelens.core.launch import config_dict
@@ -53,6 +55,7 @@ class _Kernel:
     jit: Any
     params: list[Param]
     identity: KernelIdentity
+    number: int = 0  # this recording's number for the kernel (the writer process learns it once)
 
 
 @dataclass
@@ -65,6 +68,13 @@ class CompiledRouter:
     _kernels: dict[int, _Kernel] = field(default_factory=dict)
     _local: threading.local = field(default_factory=threading.local)
     _gpu_names: dict[str, str | None] = field(default_factory=dict)
+    _metadata_cache: dict[int, tuple[Any, dict[str, Any]]] = field(default_factory=dict)
+    _config_cache: dict[int, tuple[Any, dict[str, Any]]] = field(default_factory=dict)
+    _key_cache: dict[Any, str] = field(default_factory=dict)
+    _numbers: Any = field(default_factory=lambda: itertools.count(1))
+    pool: Any = (
+        None  # the recording's PinnedPool for snapshots of device tensors (None: fresh pinned tensors)
+    )
 
     def route(self, kernel: Any, kind: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         if kind == "autotuner":
@@ -132,7 +142,9 @@ class CompiledRouter:
     def _kernel(self, jit: Any) -> _Kernel:
         known = self._kernels.get(id(jit))
         if known is None or known.jit is not jit:
-            known = self._kernels[id(jit)] = _Kernel(jit, kernel_params(jit.fn), kernel_identity(jit))
+            known = self._kernels[id(jit)] = _Kernel(
+                jit, kernel_params(jit.fn), kernel_identity(jit), next(self._numbers)
+            )
         return known
 
     def _launch(self, jit: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -154,11 +166,11 @@ class CompiledRouter:
         if self.policy.mode == "none":
             return self._launch_unsnapshotted(k, jit, args, grid, kwargs, bound, options, resolved, stack)
         records = describe_arguments(k.params, bound, snapshots=False)
-        pending = PendingSnapshots() if self.policy.wants(k.identity, records) else None
+        pending = PendingSnapshots(pool=self.pool) if self.policy.wants(k.identity, records) else None
         if pending is not None:
-            copy_spans(k.params, bound, records, pending.before)
+            copy_spans(k.params, bound, records, pending.before, pending)
         started, result, error, duration = self._run_timed(jit, args, grid, kwargs)
-        if pending is not None and copy_spans(k.params, bound, records, pending.after):
+        if pending is not None and copy_spans(k.params, bound, records, pending.after, pending):
             pending.event = record_event(records)
         context = self._context(stack, bound)
         rec = self._record(k, resolved, records, error, options, context, result, started, duration)
@@ -192,29 +204,69 @@ class CompiledRouter:
         resolved: tuple[int, int, int],
         stack: list[_Frame],
     ) -> Any:
-        """The fast path: the program's thread keeps immutable facts; the writer builds the record."""
+        """The fast path: the program's thread keeps a raw launch of plain values (``compiled_rows``); the
+        writer (a thread or the writer process) builds the record."""
         snapped = snap_arguments(k.params, bound)
         started, result, error, duration = self._run_timed(jit, args, grid, kwargs)
         context = self._context(stack, bound) if stack else None
-
-        def build() -> LaunchRecord:
-            records = describe_snapped(k.params, snapped)
-            return self._record(k, resolved, records, error, options, context, result, started, duration)
-
-        handle = self.sink.submit_launch(None, None, build)
+        raw = (
+            snapped,
+            resolved,
+            None if error is None else describe_failure(error),
+            options,
+            context,
+            None if result is None else self._metadata(result),
+            started,
+            duration,
+            self._gpu_name(snapped_device(snapped)),
+            testid.current(),
+        )
+        handle = self.sink.submit_raw(k, raw)
         if stack:
             self._attach(stack, handle)
         if error is not None:
             raise error
         return result
 
+    def _metadata(self, result: Any) -> dict[str, Any]:
+        """``compat.compile_metadata`` of a compiled kernel, read once per kernel object (after its first
+        launch, which is when Triton fills ``n_regs``/``n_spills``)."""
+        known = self._metadata_cache.get(id(result))
+        if known is not None and known[0] is result:
+            return known[1]
+        if len(self._metadata_cache) > 4096:  # stand-ins may return a new object per launch
+            self._metadata_cache.clear()
+        metadata = compat.compile_metadata(result)
+        self._metadata_cache[id(result)] = (result, metadata)
+        return metadata
+
     def _context(self, stack: list[_Frame], bound: dict[str, Any]) -> tuple[Any, ...]:
-        """What the frames say about this launch, read now (a later tuning may change ``best_config``)."""
+        """What the frames say about this launch, read now (a later tuning may change ``best_config``), as
+        plain values: the chosen config as its dict, the tuning key as its text."""
         tuner = next((f.layer for f in reversed(stack) if isinstance(f.layer, compat.Autotuner)), None)
-        best = None if tuner is None else (getattr(tuner, "best_config", None),)
+        best = None if tuner is None else (self._config_dict(getattr(tuner, "best_config", None)),)
         heuristics = {name: bound.get(name) for f in stack for name in f.heuristics}
         key = next((f.key for f in reversed(stack) if f.key is not None), None)
-        return best, heuristics, key
+        return best, heuristics, None if key is None else self._key_text(key)
+
+    def _config_dict(self, config: Any) -> dict[str, Any] | None:
+        if config is None:
+            return None
+        known = self._config_cache.get(id(config))
+        if known is None or known[0] is not config:
+            known = self._config_cache[id(config)] = (config, config_dict(config))
+        return known[1]
+
+    def _key_text(self, key: Any) -> str:
+        try:
+            text = self._key_cache.get(key)
+        except TypeError:  # an unhashable key: described every time
+            return str(key)
+        if text is None:
+            if len(self._key_cache) > 4096:
+                self._key_cache.clear()
+            text = self._key_cache[key] = str(key)
+        return text
 
     def _attach(self, stack: list[_Frame], handle: Any) -> None:
         tuner = next((f for f in reversed(stack) if isinstance(f.layer, compat.Autotuner)), None)
@@ -233,58 +285,31 @@ class CompiledRouter:
         started: Any,
         duration: float,
     ) -> LaunchRecord:
-        best, heuristics, key = context if context is not None else (None, {}, None)
-        device = next((a.device for a in records if a.kind == "tensor" and a.device), "cpu") or "cpu"
-        return LaunchRecord(
-            kernel=k.identity,
-            grid=resolved,
-            args=records,
-            status="ok" if error is None else "error",
-            error=None if error is None else describe_failure(error),
-            backend="compiled",
-            device=device,
-            role="launch",
-            config=self._config(k, records, options, best, heuristics, result),
-            tuning_key=None if key is None else str(key),
-            trace=None,
-            started_at=started,
-            duration_s=duration,
-            gpu_name=self._gpu_name(device),
+        return record_of(
+            k.identity,
+            resolved,
+            records,
+            None if error is None else describe_failure(error),
+            options,
+            context,
+            None if result is None else self._metadata(result),
+            started,
+            duration,
+            self._gpu_name(first_device(records)),
         )
-
-    def _config(
-        self,
-        k: _Kernel,
-        records: list[ArgumentRecord],
-        options: dict[str, Any],
-        best: tuple[Any] | None,
-        heuristics: dict[str, Any],
-        result: Any,
-    ) -> dict[str, Any]:
-        config: dict[str, Any] = {
-            "constexprs": {r.name: r.value for r in records if r.kind == "constexpr"},
-            "options": jsonable(options),
-        }
-        if best is not None:
-            config["autotune"] = {"chosen": config_dict(best[0]) if best[0] is not None else None}
-        if heuristics:
-            config["heuristics"] = jsonable(heuristics)
-        if result is not None:
-            metadata = compat.compile_metadata(result)
-            if metadata:
-                config["compiled"] = metadata
-        return config
 
     def _gpu_name(self, device: str) -> str | None:
         if not device.startswith("cuda"):
             return None
-        if device not in self._gpu_names:
-            import torch
+        name = self._gpu_names.get(device, False)
+        if name is not False:
+            return name  # type: ignore[return-value]
+        import torch
 
-            try:
-                self._gpu_names[device] = torch.cuda.get_device_name(torch.device(device))
-            except Exception:  # noqa: BLE001 - a name is nice to have, never worth failing a launch
-                self._gpu_names[device] = None
+        try:
+            self._gpu_names[device] = torch.cuda.get_device_name(torch.device(device))
+        except Exception:  # noqa: BLE001 - a name is nice to have, never worth failing a launch
+            self._gpu_names[device] = None
         return self._gpu_names[device]
 
 

@@ -53,6 +53,8 @@ class Recording:
         snapshot_kernels: tuple[str, ...] = (),
         snapshot_budget: int | None = None,
         runner: Any = None,
+        writer: str = "auto",
+        snapshot_pool_bytes: int = 0,
     ) -> None:
         if tag is None or autotune is None or on_oob is None or backend is None or snapshots is None:
             from tilelens.config import load_settings  # the project's: TILELENS_* or [tool.tilelens]
@@ -74,8 +76,13 @@ class Recording:
             )
         except ValueError as exc:
             raise UsageError(str(exc)) from None
-        self._writer: BackgroundWriter | None = None
+        self._writer: Any = None  # a BackgroundWriter (thread) or a ProcessWriter (core/writer_process.py)
         self._compiled: CompiledRouter | None = None
+        if writer not in ("auto", "thread", "process"):
+            raise UsageError(f"writer must be 'auto', 'thread' or 'process', not {writer!r}")
+        # "auto": a writer process where launches are plain values (snapshots="none"), else a thread.
+        self._writer_kind = writer
+        self._snapshot_pool_bytes = snapshot_pool_bytes
         if self.backend == "compiled":
             self._writer = BackgroundWriter(self._write_launches, self._write_event_now)
             self._compiled = CompiledRouter(self, self.snapshot_policy)
@@ -127,6 +134,8 @@ class Recording:
             self._history.blobs.check_writable()  # here, not at the first launch inside the user's program
         if not self._lazy_run:
             self._begin_run()
+        if self._compiled is not None:
+            self._start_compiled()
         session.activate(self)
         self._patches = self._interception()
         try:
@@ -266,6 +275,20 @@ class Recording:
 
     # -- compiled recordings: the background writer ------------------------------------------------------
 
+    def _start_compiled(self) -> None:
+        """The writer process (``snapshots="none"``, a run already begun) and the snapshot pinned pool."""
+        from tilelens.core import compiled_sink
+
+        assert self._compiled is not None
+        self._writer = compiled_sink.choose_writer(self, self._writer_kind) or self._writer
+        self._compiled.pool = compiled_sink.snapshot_pool(self.snapshot_policy, self._snapshot_pool_bytes)
+
+    def submit_raw(self, kernel: Any, raw: tuple[Any, ...]) -> Any:
+        """Queue a raw compiled launch (``compiled_rows.RawLaunch``); its handle or launch number."""
+        from tilelens.core import compiled_sink
+
+        return compiled_sink.submit_raw(self._writer, kernel, raw)
+
     def submit_launch(
         self, rec: LaunchRecord | None, pending: Any, build: Callable[[], LaunchRecord] | None = None
     ) -> Any:
@@ -295,18 +318,25 @@ class Recording:
     def flush(self) -> None:
         """Wait until every queued launch is written (compiled recordings; nothing to wait for otherwise)."""
         if self._writer is not None:
-            self._writer.flush()
+            seq = self._writer.flush()
+            if seq is not None:  # the writer process numbered the launches: continue after them
+                self._next_seq = seq
             self._report_writer_failure()
 
     def _close_writer(self) -> None:
         if self._writer is not None:
             self._writer.close()
             self._report_writer_failure()
+        if self._compiled is not None:
+            self._compiled.pool = None  # the pinned chunks go back to torch once the writer let go
 
     def _report_writer_failure(self) -> None:
         writer = self._writer
         if writer is not None and writer.failure is not None and not self.write_failure:
-            self.write_failure = f"{type(writer.failure).__name__}: {writer.failure}"
+            failure = writer.failure
+            self.write_failure = (
+                failure if isinstance(failure, str) else f"{type(failure).__name__}: {failure}"
+            )
             print(
                 f"tilelens: {writer.failed_launches} launch(es) could not be written: {self.write_failure}",
                 file=sys.stderr,
@@ -352,7 +382,7 @@ class Recording:
         if rec.test_nodeid is None:
             rec.test_nodeid = testid.current()
         if self._writer is not None:  # a compiled recording's interpreted launch: after those queued before
-            self._writer.flush()
+            self.flush()
         with self._lock:
             if self.run_id is None:
                 self._begin_run()
@@ -361,13 +391,15 @@ class Recording:
             launch_id = self._history.write_launch(self.run_id, rec)
             self._next_seq = rec.seq + 1  # the store may have given the next free seq instead
             self._count(rec, launch_id)
+            if hasattr(self._writer, "set_next_seq"):
+                self._writer.set_next_seq(self._next_seq)
         if self.on_launch is not None:
             self.on_launch(rec, launch_id)
         return cast(int, launch_id)
 
     def write_autotune_event(self, event: AutotuneEvent, launch_id: int | None) -> None:
         if self._writer is not None:
-            self._writer.flush()
+            self.flush()
         self._write_autotune_event(event, launch_id)
 
     def _write_autotune_event(self, event: AutotuneEvent, launch_id: int | None) -> None:
@@ -390,6 +422,7 @@ def record(
     snapshots: SnapshotMode | None = None,
     snapshot_kernels: tuple[str, ...] = (),
     snapshot_budget: int | None = None,
+    snapshot_pool_bytes: int = 0,
 ) -> Recording:
     """Record every Triton launch made inside the block.
 
@@ -407,10 +440,12 @@ def record(
 
     ``backend="compiled"`` (or ``[tool.tilelens] backend``) runs kernels compiled on their device instead, as
     they run without TileLens (Triton's own autotuning, real timings), and records everything but the access
-    trace (``tilelens trace`` derives it later from the before-snapshot); rows are written by a background
-    thread, drained when the block ends. ``snapshots`` ("all", "first": each kernel version's first launch per
-    argument shapes, "none"), ``snapshot_kernels`` (name patterns) and ``snapshot_budget`` (bytes) choose which
-    launches keep tensor snapshots; a launch without them is recorded but cannot be replayed.
+    trace (``tilelens trace`` derives it later from the before-snapshot); rows are written in the background
+    (with ``snapshots="none"`` by a writer process, else a thread) and land at the latest when the block ends.
+    ``snapshots`` ("all", "first": each kernel version's first launch per argument shapes, "none"),
+    ``snapshot_kernels`` (name patterns) and ``snapshot_budget`` (bytes) choose which launches keep tensor
+    snapshots; a launch without them is recorded but cannot be replayed. ``snapshot_pool_bytes`` pins that much
+    host memory for snapshots when the block starts (else the pool grows, doubling, as launches need it).
     """
     return Recording(
         db,
@@ -422,4 +457,5 @@ def record(
         snapshots=snapshots,
         snapshot_kernels=snapshot_kernels,
         snapshot_budget=snapshot_budget,
+        snapshot_pool_bytes=snapshot_pool_bytes,
     )

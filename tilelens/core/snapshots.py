@@ -86,6 +86,16 @@ class PendingSnapshots:
     before: dict[int, torch.Tensor] = field(default_factory=dict)  # by parameter position
     after: dict[int, torch.Tensor] = field(default_factory=dict)
     event: Any = None  # a torch.cuda.Event recorded after the last copy; None when every copy was synchronous
+    pool: Any = (
+        None  # the PinnedPool the device copies' host buffers came from (``tilelens.core.pinned_pool``)
+    )
+    leases: list[Any] = field(default_factory=list)
+
+    def release(self) -> None:
+        """The bytes are stored (or failed): give the pinned slices back to the pool. Idempotent."""
+        leases, self.leases = self.leases, []
+        for lease in leases:
+            self.pool.release(lease)
 
     def finish(self, records: list[ArgumentRecord]) -> None:
         if self.event is not None:
@@ -102,9 +112,16 @@ class PendingSnapshots:
 
 
 def copy_spans(
-    params: list[Param], bound: dict[str, Any], records: list[ArgumentRecord], into: dict[int, torch.Tensor]
+    params: list[Param],
+    bound: dict[str, Any],
+    records: list[ArgumentRecord],
+    into: dict[int, torch.Tensor],
+    pending: PendingSnapshots | None = None,
 ) -> bool:
-    """Queue a host copy of every tensor argument's span into ``into``; True when a device copy was queued."""
+    """Queue a host copy of every tensor argument's span into ``into``; True when a device copy was queued.
+
+    With ``pending.pool`` the host buffers of device tensors are slices of its pinned chunks (leased to
+    ``pending`` until the writer releases them), else fresh pinned tensors."""
     queued = False
     for p, rec in zip(params, records):
         if rec.kind != "tensor":
@@ -114,7 +131,11 @@ def copy_spans(
             into[p.position] = span_copy(t)
             continue
         n = extent(t)
-        host = torch.empty(n, dtype=t.dtype, pin_memory=True)
+        if pending is not None and pending.pool is not None:
+            host, lease = pending.pool.take(n * t.element_size(), t.dtype)
+            pending.leases.append(lease)
+        else:
+            host = torch.empty(n, dtype=t.dtype, pin_memory=True)
         if n:
             host.copy_(t.detach().as_strided((n,), (1,)), non_blocking=True)
             queued = True

@@ -168,6 +168,14 @@ class BackgroundWriter:
     def _write_batch(self, handles: list[LaunchHandle]) -> None:
         if not handles:
             return
+        pendings = [h.pending for h in handles if h.pending is not None]
+        try:
+            self._write_handles(handles)
+        finally:  # written or failed, the pinned host slices go back to the recording's pool
+            for pending in pendings:
+                pending.release()
+
+    def _write_handles(self, handles: list[LaunchHandle]) -> None:
         try:
             records: list[LaunchRecord] = []
             for h in handles:
@@ -176,7 +184,6 @@ class BackgroundWriter:
                     h.record, h.build = h.build(), None
                 if h.pending is not None:
                     h.pending.finish(h.record.args)
-                    h.pending = None
                 records.append(h.record)
             ids = self._write_launches(records)
         except Exception as exc:  # noqa: BLE001 - kept and reported by the recording
@@ -185,5 +192,6 @@ class BackgroundWriter:
             return
         for h, launch_id, rec in zip(handles, ids, records):
             h.id = launch_id
+            h.pending = None
             for a in rec.args:  # the bytes are in the blob store now: free the host copies
                 a.before = a.after = None

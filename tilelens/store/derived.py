@@ -46,8 +46,14 @@ def write_batch(history: History, run_id: int, recs: list[LaunchRecord]) -> list
                 refs.update(batch_refs)
             database.hold_blob_rows(s)  # first: gc then waits for this transaction (store.gc)
             history._register_blobs(s, refs.values())
+            in_batch: dict[tuple[str, str, str], int] = {}  # a kernel new to this batch: inserted once
             for rec, (_refs, launch, _args) in zip(recs, prepared):
-                launch["kernel_id"] = history._kernel_id(s, rec.kernel)
+                k = rec.kernel
+                key = (k.module, k.qualname, k.source_sha256)
+                kernel_id = in_batch.get(key)
+                if kernel_id is None:
+                    kernel_id = in_batch[key] = history._kernel_id(s, k)
+                launch["kernel_id"] = kernel_id
             # Two statements for the whole batch (many-row INSERTs; ids back in parameter order), not two
             # per launch: statement overhead is most of a small launch's write.
             table = cast(Table, Launch.__table__)

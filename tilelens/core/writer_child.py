@@ -1,0 +1,176 @@
+"""The writer process of a compiled recording: builds rows from raw launches and writes them, off the program.
+
+Started by :class:`tilelens.core.writer_process.ProcessWriter` as ``python -m tilelens.core.writer_child`` (a
+fresh interpreter, never a fork of a process holding CUDA, and never re-importing the user's ``__main__``).
+It reads framed messages from stdin and answers flushes on stdout. Messages are lists of items:
+
+* ``("o", db_url, blobs_dir, run_id, next_seq)``: a recording begins (one process serves a program's
+  recordings one after the other);
+* ``("k", number, KernelIdentity, params)``: a kernel, once, before its first launch;
+* ``("l", n, number, raw)``: launch ``n`` (the recording's n-th queued launch) of kernel ``number``, a
+  :data:`~tilelens.core.compiled_rows.RawLaunch`;
+* ``("e", AutotuneEvent, n or None)``: an autotune event, for launch ``n`` when it made one;
+* ``("q", next_seq)``: the recording wrote launches itself; continue numbering at ``next_seq``;
+* ``("f",)``: a flush: answer with :meth:`RawWriter.report` once everything before it is written;
+* ``("x",)``: the recording ends: write, answer.
+
+End of input without ``("x",)`` (the program died) still writes everything received, then exits: a crash of
+the program loses only the launches it had not sent yet. SIGINT/SIGTERM are ignored here: a Ctrl-C reaches the
+whole process group, and the recording, draining on its way out, needs this process until the end.
+
+The frames are pickles exchanged between TileLens's two processes of one recording (nothing is stored
+pickled). :class:`RawWriter` is also what the recording falls back to in its own process if this one dies.
+"""
+
+from __future__ import annotations
+
+import pickle
+import signal
+import struct
+import sys
+from typing import IO, Any
+
+from tilelens.core.compiled_rows import build_launch
+from tilelens.records import LaunchRecord
+
+HEADER = struct.Struct("<Q")
+
+
+def read_frame(stream: IO[bytes]) -> Any | None:
+    """One message, or None at the end of the stream."""
+    head = stream.read(HEADER.size)
+    if len(head) < HEADER.size:
+        return None
+    (size,) = HEADER.unpack(head)
+    body = stream.read(size)
+    if len(body) < size:
+        return None
+    return pickle.loads(body)
+
+
+def frame(message: Any) -> bytes:
+    body = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+    return HEADER.pack(len(body)) + body
+
+
+class RawWriter:
+    """Writes raw launches and events into ``history``'s run ``run_id``, batch by batch, in order.
+
+    A batch that fails is counted (``failed``, ``failure``) and the next one is tried; nothing raises.
+    ``report`` returns what was written since the last report, for the recording's counters.
+    """
+
+    def __init__(self, history: Any, run_id: int, next_seq: int) -> None:
+        self.history = history
+        self.run_id = run_id
+        self.next_seq = next_seq
+        self.kernels: dict[int, tuple[Any, Any]] = {}
+        self.ids: dict[int, int] = {}  # launch number -> row id, for the autotune events that name a launch
+        self.written: list[tuple[int, str, str, bool]] = []  # (id, kernel name, status, unsnapshotted)
+        self.events = 0
+        self.failed = 0
+        self.failure: str | None = None
+
+    def handle(self, items: list[tuple[Any, ...]]) -> None:
+        launches: list[tuple[int, LaunchRecord]] = []
+        for item in items:
+            tag = item[0]
+            if tag == "l":
+                try:
+                    identity, params = self.kernels[item[2]]
+                    launches.append((item[1], build_launch(identity, params, item[3])))
+                except Exception as exc:  # noqa: BLE001 - counted and reported by the recording
+                    self._fail(exc, 1)
+                continue
+            self._write(launches)
+            launches = []
+            if tag == "k":
+                self.kernels[item[1]] = (item[2], item[3])
+            elif tag == "e":
+                try:
+                    launch_id = None if item[2] is None else self.ids.get(item[2])
+                    self.history.write_autotune_event(self.run_id, item[1], launch_id)
+                    self.events += 1
+                except Exception as exc:  # noqa: BLE001
+                    self._fail(exc, 0)
+            elif tag == "q":
+                self.next_seq = item[1]
+        self._write(launches)
+
+    def _write(self, launches: list[tuple[int, LaunchRecord]]) -> None:
+        if not launches:
+            return
+        recs = [rec for _n, rec in launches]
+        for i, rec in enumerate(recs):
+            rec.seq = self.next_seq + i
+        try:
+            ids = list(self.history.write_launches(self.run_id, recs))
+        except Exception as exc:  # noqa: BLE001
+            self._fail(exc, len(recs))
+            return
+        self.next_seq = max(self.next_seq + len(recs), recs[-1].seq + 1)
+        for (n, rec), launch_id in zip(launches, ids):
+            self.ids[n] = launch_id
+            unsnapshotted = any(a.kind == "tensor" and a.before is None for a in rec.args)
+            self.written.append((launch_id, rec.kernel.name, rec.status, unsnapshotted))
+
+    def _fail(self, exc: BaseException, launches: int) -> None:
+        self.failed += launches
+        if self.failure is None:
+            self.failure = f"{type(exc).__name__}: {exc}"
+
+    def report(self) -> dict[str, Any]:
+        out = {
+            "written": self.written,
+            "events": self.events,
+            "failed": self.failed,
+            "failure": self.failure,
+            "next_seq": self.next_seq,
+        }
+        self.written, self.events, self.failed, self.failure = [], 0, 0, None
+        return out
+
+
+def main() -> int:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
+    from pathlib import Path
+
+    from tilelens.config import Location
+    from tilelens.store import History
+
+    opened: dict[tuple[str, str], Any] = {}
+    writer: RawWriter | None = None
+    try:
+        while True:
+            message = read_frame(stdin)
+            if message is None:  # the program is gone: what arrived was written; this process ends
+                return 0
+            start = 0
+            for i, item in enumerate(message):
+                if item[0] not in ("o", "f", "x"):
+                    continue
+                if writer is not None:
+                    writer.handle(message[start:i])
+                start = i + 1
+                if item[0] == "o":  # a recording begins: its history (kept open for the next ones) and run
+                    where = (item[1], item[2])
+                    if where not in opened:
+                        opened[where] = History.open(location=Location(item[1], Path(item[2])))
+                    writer = RawWriter(opened[where], item[3], item[4])
+                    continue
+                assert writer is not None
+                stdout.write(frame(writer.report()))
+                stdout.flush()
+                if item[0] == "x":
+                    writer = None
+            if writer is not None:
+                writer.handle(message[start:])
+    finally:
+        for history in opened.values():
+            history.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

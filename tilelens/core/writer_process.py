@@ -1,0 +1,271 @@
+"""A compiled recording's writer in a process of its own, so building rows and SQL never take the program's GIL.
+
+Measured on the H200 (issue 15): a writer *thread* spends 300-550 µs of Python per launch; under the program's
+GIL that is time a launch-bound program waits for, deferred or not. With ``snapshots="none"`` a launch is a
+:data:`~tilelens.core.compiled_rows.RawLaunch` of plain values, so it can go to another process instead:
+
+* the program's thread appends ``("l", n, kernel number, raw)`` to a deque (atomic, wakes nobody);
+* a feeder thread here sends what accumulated every ``FEED_S`` as one pickled frame on the child's stdin (the
+  pipe write releases the GIL; pickling plain tuples is C code, about a microsecond a launch);
+* the child (``tilelens.core.writer_child``, a fresh ``python -m``: never a fork of a process holding CUDA)
+  builds the records and writes them in batches, in launch order, into the same run.
+
+Guarantees (README, "Recording on a GPU"): rows land when the child has written them, at the latest when the
+recording ends (:meth:`close` sends the end and waits for the child's report; ``flush`` likewise). The
+program's outputs never depend on this process: if it dies, that is reported at the next flush or the end,
+the launches it had been sent but not confirmed are counted as possibly lost, and everything after is
+written by this process itself (:class:`~tilelens.core.writer_child.RawWriter`, the same code). If the
+program dies, the child still writes everything it received: only launches not yet sent (at most ``FEED_S``
+of them) are lost. The deque is bounded: a program faster than the child waits instead of growing memory.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import itertools
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from tilelens.core.writer_child import RawWriter, frame, read_frame
+
+_shared: subprocess.Popen[bytes] | None = None
+_shared_pid = 0  # the process that started it: a forked child must start its own (pipes are not shareable)
+_shared_lock = threading.Lock()
+
+
+def _writer_process() -> subprocess.Popen[bytes]:
+    """This program's writer process, started by its first compiled recording and kept for the next ones
+    (a fresh interpreter costs ~1 s of imports before it writes anything). Ends when the program does: its
+    stdin closes then. A dead one is replaced."""
+    global _shared, _shared_pid
+    with _shared_lock:
+        if _shared is not None and _shared_pid == os.getpid() and _shared.poll() is None:
+            return _shared
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+        _shared = subprocess.Popen(
+            [sys.executable, "-m", "tilelens.core.writer_child"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=env,
+            close_fds=True,
+        )
+        _shared_pid = os.getpid()
+        return _shared
+
+
+def stop_writer_process(timeout: float = 30.0) -> int | None:
+    """End this program's writer process (idle between recordings); its exit status, None if there was none."""
+    global _shared
+    with _shared_lock:
+        child, _shared = _shared, None
+    if child is None or _shared_pid != os.getpid():
+        return None
+    with contextlib.suppress(OSError):
+        assert child.stdin is not None
+        child.stdin.close()
+    try:
+        code = child.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:  # pragma: no cover - a child that does not end is ended
+        child.kill()
+        code = child.wait()
+    if child.stdout is not None:
+        child.stdout.close()
+    return code
+
+
+atexit.register(stop_writer_process)
+
+FEED_S = 0.01  # how often the feeder sends what accumulated (and how much a crash of the program may lose)
+QUEUE_SIZE = 65536  # queued items before the program waits for the feeder
+
+
+class ProcessWriter:
+    """Parent half; ``report`` receives each of the child's reports (``RawWriter.report``)."""
+
+    def __init__(
+        self,
+        db_url: str,
+        blobs_dir: str,
+        run_id: int,
+        next_seq: int,
+        report: Callable[[dict[str, Any]], None],
+        fallback: Callable[[int], RawWriter],
+    ) -> None:
+        self._report = report
+        self._fallback_factory = fallback
+        self._items: deque[Any] = deque()
+        self._numbers = itertools.count(1)
+        self._known: set[int] = set()  # kernel numbers already sent
+        self._wake = threading.Event()
+        self._sent = threading.Condition()
+        self._sent_upto = 0  # items handed to the child (or the fallback) so far
+        self._queued = itertools.count(1)
+        self._queued_n = 0
+        self._lock = threading.Lock()  # one flush or close at a time
+        self._stopping = False
+        self._local: RawWriter | None = None  # set once the child died: this process writes from then on
+        self._unconfirmed = 0  # launches sent to the child since its last report
+        self._next_seq = next_seq
+        self.failure: str | None = None
+        self.failed_launches = 0
+        self._child = _writer_process()
+        assert self._child.stdin is not None and self._child.stdout is not None
+        self._to_child = self._child.stdin
+        self._from_child = self._child.stdout
+        self._to_child.write(frame([("o", db_url, blobs_dir, run_id, next_seq)]))
+        self._to_child.flush()
+        self._feeder = threading.Thread(target=self._feed, name="tilelens-feeder", daemon=True)
+        self._feeder.start()
+
+    @property
+    def pid(self) -> int:
+        return self._child.pid
+
+    # -- the program's side: cheap, never blocks while below QUEUE_SIZE -----------------------------------
+
+    def submit_raw(self, kernel: Any, raw: tuple[Any, ...]) -> int:
+        """Queue a launch of ``kernel`` (the router's ``_Kernel``); returns its launch number."""
+        if kernel.number not in self._known:
+            self._known.add(kernel.number)
+            self._put(("k", kernel.number, kernel.identity, kernel.params))
+        n = next(self._numbers)
+        self._put(("l", n, kernel.number, raw))
+        return n
+
+    def submit_event(self, event: Any, launch: int | None) -> None:
+        self._put(("e", event, launch))
+
+    def _put(self, item: Any) -> None:
+        self._items.append(item)
+        self._queued_n = next(self._queued)
+        if len(self._items) > QUEUE_SIZE:  # bounded: wait for the feeder
+            self._wake.set()
+            while len(self._items) > QUEUE_SIZE // 2 and self._feeder.is_alive():
+                time.sleep(0.001)
+
+    # -- flush / close ------------------------------------------------------------------------------------
+
+    def flush(self) -> int:
+        """Block until everything queued so far is written (or counted failed); the next free seq."""
+        with self._lock:
+            self._exchange(("f",))
+            return self._next_seq
+
+    def set_next_seq(self, seq: int) -> None:
+        """The recording wrote launches itself (after a flush): the child continues at ``seq``."""
+        self._next_seq = seq
+        self._put(("q", seq))
+
+    def close(self) -> None:
+        with self._lock:
+            if self._stopping:
+                return
+            self._exchange(("x",))
+            self._stopping = True
+            self._wake.set()
+        self._feeder.join()
+        # The process stays for this program's next compiled recording (it ends with the program).
+
+    def _exchange(self, marker: tuple[str]) -> None:
+        self._put(marker)
+        target = self._queued_n
+        self._wake.set()
+        with self._sent:
+            while self._sent_upto < target and self._feeder.is_alive():
+                self._sent.wait(0.1)
+        if self._local is not None:  # the child died earlier: the feeder wrote everything here
+            self._deliver(self._local.report())
+            return
+        report = self._read_report()
+        if report is None:
+            self._child_died()
+            assert self._local is not None
+            self._deliver(self._local.report())
+            return
+        self._deliver(report)
+
+    def _read_report(self) -> dict[str, Any] | None:
+        try:
+            return read_frame(self._from_child)  # type: ignore[no-any-return]
+        except (OSError, EOFError, ValueError):
+            return None
+
+    def _deliver(self, report: dict[str, Any]) -> None:
+        self._unconfirmed = max(0, self._unconfirmed - len(report["written"]) - report["failed"])
+        self._next_seq = report["next_seq"]
+        if report["failure"] and self.failure is None:
+            self.failure = report["failure"]
+        self.failed_launches += report["failed"]
+        self._report(report)
+
+    def _child_died(self) -> None:
+        """Reported once; launches sent but unconfirmed may be lost; from now on this process writes."""
+        if self._local is not None:
+            return
+        code = self._child.poll()
+        lost = self._unconfirmed
+        self.failed_launches += lost
+        if self.failure is None:
+            self.failure = (
+                f"the writer process (pid {self._child.pid}) ended unexpectedly (exit status {code}); "
+                f"up to {lost} launch(es) it had been sent may be missing; later launches were written here"
+            )
+        self._unconfirmed = 0
+        # Launches the child did write keep their seq: a collision makes the store pick the next free one.
+        self._local = self._fallback_factory(self._next_seq + lost)
+
+    # -- the feeder thread --------------------------------------------------------------------------------
+
+    def _feed(self) -> None:
+        while True:
+            self._wake.wait(FEED_S)
+            self._wake.clear()
+            items: list[Any] = []
+            while self._items:
+                items.append(self._items.popleft())
+            if items:
+                self._send(items)
+                with self._sent:
+                    self._sent_upto += len(items)
+                    self._sent.notify_all()
+            if self._stopping and not self._items:
+                return
+
+    def _send(self, items: list[Any]) -> None:
+        launches = sum(1 for item in items if item[0] == "l")
+        if self._local is None:
+            try:
+                data = frame(items)
+            except Exception:  # noqa: BLE001 - an unpicklable value: each item on its own
+                data = b"".join(self._frames_one_by_one(items))
+            try:
+                self._to_child.write(data)
+                self._to_child.flush()
+                self._unconfirmed += launches
+                return
+            except (OSError, ValueError):
+                self._child_died()
+        assert self._local is not None
+        self._local.handle([item for item in items if item[0] not in ("f", "x")])
+
+    def _frames_one_by_one(self, items: list[Any]) -> list[bytes]:
+        out: list[bytes] = []
+        batch: list[Any] = []
+        for item in items:
+            try:
+                frame([item])
+                batch.append(item)
+            except Exception as exc:  # noqa: BLE001 - that launch is counted failed, the rest go on
+                self.failed_launches += 1
+                if self.failure is None:
+                    self.failure = f"{type(exc).__name__}: {exc}"
+        out.append(frame(batch))
+        return out
