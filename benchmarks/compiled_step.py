@@ -100,13 +100,33 @@ class Step:
         return loss[0] if isinstance(loss, tuple) else loss
 
 
+_CPU: dict[str, list[float]] = {}  # the program thread's CPU seconds per timed loop, by variant
+
+
 def _timed(fn: Any, steps: int) -> float:
     torch.cuda.synchronize()
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.thread_time()
     for _ in range(steps):
         fn()
+    _CPU.setdefault("untraced", []).append(time.thread_time() - c0)
     torch.cuda.synchronize()
     return time.perf_counter() - t0
+
+
+def gpu_busy_per_step(step: Step, n: int = 8) -> float:
+    """The GPU's own seconds per step: ``n`` steps queued behind a spin kernel run back to back, so the
+    CPU's pace (launch overhead) does not count. Compared with the untraced wall time per step it tells
+    whether the untraced loop is bound by the GPU or by the program's CPU."""
+    torch.cuda.synchronize()
+    start = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+    end = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+    torch.cuda._sleep(1_000_000_000)  # ~0.5 s of spinning: time to queue the steps behind it
+    start.record()
+    for _ in range(n):
+        step.run()
+    end.record()
+    torch.cuda.synchronize()
+    return float(start.elapsed_time(end)) / 1e3 / n
 
 
 def d2h_bandwidth(nbytes: int = 1 << 30) -> float:
@@ -155,12 +175,16 @@ def run(
         torch.cuda.synchronize()
         t_enter = time.perf_counter()
         with tilelens.Recording(
-            backend="compiled", snapshots=mode, snapshot_pool_bytes=pool, **where  # type: ignore[arg-type]
+            backend="compiled",
+            snapshots=mode,
+            snapshot_pool_bytes=pool,
+            **where,  # type: ignore[arg-type]
         ) as rec:
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.thread_time()
             enter_s[tag] = t0 - t_enter
             for _ in range(n):
                 what.run()
+            _CPU.setdefault(mode, []).append(time.thread_time() - c0)
             torch.cuda.synchronize()
             t_step = time.perf_counter() - t0
         t_all = time.perf_counter() - t0  # including the writer's drain at the end of the block
@@ -189,6 +213,10 @@ def run(
     out["ratio_none"] = min(none_) / min(base)
     out["ratio_none_with_drain"] = min(none_all) / min(base)
     out["enter_none_s"] = [enter_s[f"none{i}"] for i in range(samples)]
+    out["cpu_us_per_launch_untraced"] = min(_CPU["untraced"]) / launches * 1e6
+    out["cpu_us_per_launch_none"] = min(_CPU["none"]) / launches * 1e6
+    out["wall_us_per_launch_untraced"] = min(base) / launches * 1e6
+    out["gpu_busy_per_step_s"] = gpu_busy_per_step(step)
 
     per_step_base = min(base) / steps
     # An untimed warm-up recording measures how many snapshot bytes the step moves; the timed one pins that
@@ -237,6 +265,10 @@ def report(r: dict[str, Any]) -> str:
         f" timed: snapshots=none entries {', '.join(f'{e:.3f}' for e in r['enter_none_s'])} s;"
         f" snapshots=all entry {r['enter_all_s']:.3f} s incl. pinning a pool of {r['pool_bytes'] / 1e9:.2f} GB"
         " (sized by an untimed warm-up recording)",
+        f"  breakdown: GPU busy {r['gpu_busy_per_step_s'] * 1e3:.2f} ms per step when fed back to back vs"
+        f" {r['untraced_s'] / r['steps'] * 1e3:.2f} ms per untraced step; program thread CPU per launch:"
+        f" untraced {r['cpu_us_per_launch_untraced']:.1f} us, recorded (snapshots=none)"
+        f" {r['cpu_us_per_launch_none']:.1f} us (untraced wall {r['wall_us_per_launch_untraced']:.1f} us/launch)",
         f"  D2H bandwidth (pinned)   {r['d2h_bandwidth_gbs']:.1f} GB/s;  snapshot bytes ~{r['snapshot_bytes_estimate'] / 1e9:.2f} GB,"
         f" extra {r['extra_s']:.3f} s vs allowed {r['allowed_extra_s']:.3f} s at 70 %",
         f"  derived trace            {r['derived_trace_s_per_launch']:.2f} s per launch; outcomes {r['derived_outcomes']}",

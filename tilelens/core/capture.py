@@ -24,15 +24,9 @@ _Tensor = torch.Tensor
 _PLAIN = (int, float, bool)
 
 
-class _TensorMeta(tuple):  # type: ignore[type-arg]
-    """(dtype, shape, strides, storage offset, storage pointer, storage bytes, device); dtype and device as
-    the text the record stores ("bfloat16", "cuda:0"), so the tuple holds only plain values (it may be sent
-    to the writer process)."""
-
-    __slots__ = ()
-
-    def __reduce__(self) -> tuple[Any, ...]:  # pickled as a plain tuple plus the class: small and fast
-        return (_TensorMeta, (tuple(self),))
+# A plain tensor is snapped as a plain tuple (the only plain tuple in a snapped list): (dtype, shape,
+# strides, storage offset, storage pointer, storage bytes, device), dtype and device as the text the record
+# stores ("bfloat16", "cuda:0"). Only plain values: it is sent to the writer process, pickled in C.
 
 
 _DTYPES: dict[Any, str] = {}
@@ -61,24 +55,23 @@ class _Described(tuple):  # type: ignore[type-arg]
 
 def snap_arguments(params: list[Param], bound: dict[str, Any]) -> list[Any]:
     out: list[Any] = []
+    get = bound.get
     for p in params:
-        value = bound.get(p.name)
+        value = get(p.name)
         cls = type(value)
         if value is None or cls in _PLAIN:
             out.append(value)
-        elif isinstance(value, _Tensor) and not p.constexpr:
+        elif (cls is _Tensor or isinstance(value, _Tensor)) and not p.constexpr:
             s = value.untyped_storage()
             out.append(
-                _TensorMeta(
-                    (
-                        _DTYPES.get(value.dtype) or _dtype_text(value.dtype),
-                        tuple(value.shape),
-                        value.stride(),
-                        value.storage_offset(),
-                        s.data_ptr(),
-                        s.nbytes(),
-                        _DEVICES.get(value.device) or _device_text(value.device),
-                    )
+                (
+                    _DTYPES.get(value.dtype) or _dtype_text(value.dtype),
+                    tuple(value.shape),
+                    value.stride(),
+                    value.storage_offset(),
+                    s.data_ptr(),
+                    s.nbytes(),
+                    _DEVICES.get(value.device) or _device_text(value.device),
                 )
             )
         else:  # rare: described now, with its storage pointer for grouping
@@ -95,7 +88,7 @@ def snap_arguments(params: list[Param], bound: dict[str, Any]) -> list[Any]:
 def snapped_device(snapped: list[Any]) -> str:
     """The device ``describe_snapped`` will give the launch (its first tensor argument's), without describing."""
     for value in snapped:
-        if isinstance(value, _TensorMeta):
+        if type(value) is tuple:
             return str(value[6])
         if isinstance(value, _Described) and value[0].kind == "tensor" and value[0].device:
             return str(value[0].device)
@@ -118,7 +111,7 @@ def describe_snapped(params: list[Param], snapped: list[Any]) -> list[ArgumentRe
             rec.value_type = scalar_type(value, p)
         elif value is None:
             rec.kind = "none"
-        elif isinstance(value, _TensorMeta):
+        elif type(value) is tuple:
             dtype, shape, strides, offset, sp, nbytes, device = value
             rec.kind = "tensor"
             rec.dtype = dtype

@@ -59,6 +59,11 @@ def is_gluon(fn: Any) -> bool:
 
 def autotune_key(autotuner: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
     """The tuning key exactly as ``Autotuner.run`` builds it (same in 3.6 and 3.8)."""
+    if not kwargs:  # the common call: positional arguments only, every one named (the same key, fewer dicts)
+        named = dict(zip(autotuner.arg_names, args))
+        key = [named[k] for k in autotuner.keys if k in named]
+        key.extend(str(v.dtype) for v in named.values() if hasattr(v, "dtype"))
+        return tuple(key)
     nargs = dict(zip(autotuner.arg_names, args))
     all_args = {**nargs, **kwargs}
     named = {k: v for k, v in all_args.items() if k in autotuner.arg_names}

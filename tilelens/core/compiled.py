@@ -19,7 +19,6 @@ The launch itself goes through ``runner`` (``compat.run_compiled``); tests witho
 
 from __future__ import annotations
 
-import datetime as dt
 import itertools
 import threading
 import time
@@ -36,7 +35,7 @@ from tilelens.core.interpreter import in_autotune_bench, original_run
 from tilelens.core.launch import config_dict
 from tilelens.core.semantics import describe_failure
 from tilelens.core.snapshots import PendingSnapshots, SnapshotPolicy, copy_spans, record_event
-from tilelens.records import ArgumentRecord, AutotuneEvent, KernelIdentity, LaunchRecord, utcnow
+from tilelens.records import ArgumentRecord, AutotuneEvent, KernelIdentity, LaunchRecord
 
 Runner = Callable[[Any, tuple[Any, ...], Any, dict[str, Any]], Any]
 
@@ -72,6 +71,7 @@ class CompiledRouter:
     _config_cache: dict[int, tuple[Any, dict[str, Any]]] = field(default_factory=dict)
     _key_cache: dict[Any, str] = field(default_factory=dict)
     _numbers: Any = field(default_factory=lambda: itertools.count(1))
+    _originals: dict[type, Any] = field(default_factory=dict)
     pool: Any = (
         None  # the recording's PinnedPool for snapshots of device tensors (None: fresh pinned tensors)
     )
@@ -82,8 +82,14 @@ class CompiledRouter:
         if kind == "heuristics":
             frame = _Frame(kernel, heuristics=tuple(kernel.values))
             with self._framed(frame):
-                return original_run(compat.Heuristics)(kernel, *args, **kwargs)
+                return self._original(compat.Heuristics)(kernel, *args, **kwargs)
         return self._launch(kernel, args, kwargs)
+
+    def _original(self, cls: type) -> Any:
+        run = self._originals.get(cls)
+        if run is None:
+            run = self._originals[cls] = original_run(cls)
+        return run
 
     # -- frames ----------------------------------------------------------------------------------------
 
@@ -93,18 +99,8 @@ class CompiledRouter:
             stack = self._local.stack = []
         return stack
 
-    def _framed(self, frame: _Frame) -> Any:
-        router = self
-
-        class _Ctx:
-            def __enter__(self) -> _Frame:
-                router._stack().append(frame)
-                return frame
-
-            def __exit__(self, *exc: object) -> None:
-                router._stack().pop()
-
-        return _Ctx()
+    def _framed(self, frame: _Frame) -> _Framed:
+        return _Framed(self._stack(), frame)
 
     def _tune(self, tuner: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         key = compat.autotune_key(tuner, args, kwargs) if len(tuner.configs) > 1 else None
@@ -113,7 +109,7 @@ class CompiledRouter:
         frame = _Frame(tuner, key)
         try:
             with self._framed(frame):
-                return original_run(compat.Autotuner)(tuner, *args, **kwargs)
+                return self._original(compat.Autotuner)(tuner, *args, **kwargs)
         finally:
             if fresh and key in tuner.cache:
                 self._tuning_event(tuner, frame, timings_before)
@@ -148,7 +144,7 @@ class CompiledRouter:
         return known
 
     def _launch(self, jit: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        kwargs = dict(kwargs)
+        # ``kwargs`` is the dict the interception's ``run(**kwargs)`` made for this call: ours to change.
         grid = kwargs.pop("grid", None)
         kwargs.pop("warmup", None)
         stack = self._stack()
@@ -182,10 +178,11 @@ class CompiledRouter:
 
     def _run_timed(
         self, jit: Any, args: tuple[Any, ...], grid: Any, kwargs: dict[str, Any]
-    ) -> tuple[dt.datetime, Any, BaseException | None, float]:
-        """Run the launch as the program asked: its start, result, exception (re-raised by the caller after
-        recording it, unchanged) and duration in seconds."""
-        started = utcnow()
+    ) -> tuple[float, Any, BaseException | None, float]:
+        """Run the launch as the program asked: its start (seconds since the epoch; the record's datetime is
+        made later), result, exception (re-raised by the caller after recording it, unchanged) and duration
+        in seconds."""
+        started = time.time()
         t0 = time.perf_counter()
         try:
             return started, self.runner(jit, args, grid, kwargs), None, time.perf_counter() - t0
@@ -243,10 +240,17 @@ class CompiledRouter:
     def _context(self, stack: list[_Frame], bound: dict[str, Any]) -> tuple[Any, ...]:
         """What the frames say about this launch, read now (a later tuning may change ``best_config``), as
         plain values: the chosen config as its dict, the tuning key as its text."""
-        tuner = next((f.layer for f in reversed(stack) if isinstance(f.layer, compat.Autotuner)), None)
+        tuner = key = None
+        heuristics: dict[str, Any] = {}
+        for f in stack:
+            if f.heuristics:
+                for name in f.heuristics:
+                    heuristics[name] = bound.get(name)
+            if isinstance(f.layer, compat.Autotuner):
+                tuner = f.layer
+            if f.key is not None:
+                key = f.key
         best = None if tuner is None else (self._config_dict(getattr(tuner, "best_config", None)),)
-        heuristics = {name: bound.get(name) for f in stack for name in f.heuristics}
-        key = next((f.key for f in reversed(stack) if f.key is not None), None)
         return best, heuristics, None if key is None else self._key_text(key)
 
     def _config_dict(self, config: Any) -> dict[str, Any] | None:
@@ -311,6 +315,23 @@ class CompiledRouter:
         except Exception:  # noqa: BLE001 - a name is nice to have, never worth failing a launch
             self._gpu_names[device] = None
         return self._gpu_names[device]
+
+
+class _Framed:
+    """``with``: ``frame`` is on the launching thread's stack for the duration (one object per call, no class
+    made per call: this runs for every autotuned launch)."""
+
+    __slots__ = ("stack", "frame")
+
+    def __init__(self, stack: list[_Frame], frame: _Frame) -> None:
+        self.stack, self.frame = stack, frame
+
+    def __enter__(self) -> _Frame:
+        self.stack.append(self.frame)
+        return self.frame
+
+    def __exit__(self, *exc: object) -> None:
+        self.stack.pop()
 
 
 def _leaf(layer: Any) -> Any:

@@ -11,6 +11,7 @@ from the same launch (``tests/unit/test_compiled_capture.py`` checks it field by
 
 from __future__ import annotations
 
+import datetime as _dt
 from typing import Any
 
 from tilelens.core.arguments import Param, jsonable
@@ -18,7 +19,7 @@ from tilelens.core.capture import describe_snapped
 from tilelens.records import ArgumentRecord, KernelIdentity, LaunchRecord
 
 # (snapped arguments, resolved grid, error text or None, launch options, context or None, compile metadata,
-#  started (datetime), duration in seconds, GPU name or None, pytest node id or None).
+#  started (seconds since the epoch), duration in seconds, GPU name or None, pytest node id or None).
 # context: (best, heuristics, tuning key text); best is None without an autotuner, else (chosen config dict,).
 RawLaunch = tuple[Any, ...]
 
@@ -58,6 +59,8 @@ def record_of(
 ) -> LaunchRecord:
     best, heuristics, key = context if context is not None else (None, {}, None)
     device = first_device(records)
+    if isinstance(started, float):  # seconds since the epoch, as the launch's thread read them
+        started = _dt.datetime.fromtimestamp(started, _dt.timezone.utc)
     return LaunchRecord(
         kernel=identity,
         grid=resolved,
