@@ -19,6 +19,7 @@ The launch itself goes through ``runner`` (``compat.run_compiled``); tests witho
 
 from __future__ import annotations
 
+import inspect
 import itertools
 import threading
 import time
@@ -27,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tilelens.core import compat, testid
-from tilelens.core.arguments import Param, bind, describe_arguments, kernel_params, resolve_grid
+from tilelens.core.arguments import Param, describe_arguments, kernel_params, resolve_grid
 from tilelens.core.capture import snap_arguments, snapped_device
 from tilelens.core.compiled_rows import first_device, record_of
 from tilelens.core.identity import kernel_identity
@@ -55,6 +56,32 @@ class _Kernel:
     params: list[Param]
     identity: KernelIdentity
     number: int = 0  # this recording's number for the kernel (the writer process learns it once)
+    # What binding needs, computed once (``arguments.bind`` does the same per call).
+    names: tuple[str, ...] = ()
+    name_set: frozenset[str] = frozenset()
+    defaults: tuple[Param, ...] = ()
+
+    def __post_init__(self) -> None:
+        self.names = tuple(p.name for p in self.params)
+        self.name_set = frozenset(self.names)
+        self.defaults = tuple(p for p in self.params if p.default is not inspect.Parameter.empty)
+
+    def bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+        """``arguments.bind(self.params, args, kwargs)`` (``grid``/``warmup`` already taken out)."""
+        bound = dict(zip(self.names, args))
+        options: dict[str, Any] = {}
+        if kwargs:
+            names = self.name_set
+            for key, value in kwargs.items():
+                if key in names:
+                    bound[key] = value
+                elif key not in ("grid", "warmup"):
+                    options[key] = value
+        if len(bound) < len(self.names):
+            for p in self.defaults:
+                if p.name not in bound:
+                    bound[p.name] = p.default
+        return bound, options
 
 
 @dataclass
@@ -148,13 +175,15 @@ class CompiledRouter:
         grid = kwargs.pop("grid", None)
         kwargs.pop("warmup", None)
         stack = self._stack()
-        if in_autotune_bench():  # one config's benchmark: Triton's timing, unrecorded
+        if stack and in_autotune_bench():  # one config's benchmark (inside a tuner's frame), unrecorded
             tuner = next((f for f in reversed(stack) if f.key is not None), None)
             if tuner is not None:
                 tuner.trials += 1
             return self.runner(jit, args, grid, kwargs)
-        k = self._kernel(jit)
-        bound, options = bind(k.params, args, kwargs)
+        k = self._kernels.get(id(jit))
+        if k is None or k.jit is not jit:
+            k = self._kernel(jit)
+        bound, options = k.bind(args, kwargs)
         try:
             resolved = resolve_grid(grid, bound)
         except Exception:  # noqa: BLE001 - the launch below raises what the program would see
@@ -204,19 +233,33 @@ class CompiledRouter:
         """The fast path: the program's thread keeps a raw launch of plain values (``compiled_rows``); the
         writer (a thread or the writer process) builds the record."""
         snapped = snap_arguments(k.params, bound)
-        started, result, error, duration = self._run_timed(jit, args, grid, kwargs)
-        context = self._context(stack, bound) if stack else None
+        started = time.time()
+        t0 = time.perf_counter()
+        error: BaseException | None = None
+        try:
+            result = self.runner(jit, args, grid, kwargs)
+        except BaseException as exc:  # recorded, then re-raised unchanged
+            result, error = None, exc
+        duration = time.perf_counter() - t0
+        device = snapped_device(snapped)
+        gpu_name = self._gpu_names.get(device, False)
+        if gpu_name is False:
+            gpu_name = self._gpu_name(device)
+        metadata = None
+        if result is not None:
+            known = self._metadata_cache.get(id(result))
+            metadata = known[1] if known is not None and known[0] is result else self._metadata(result)
         raw = (
             snapped,
             resolved,
             None if error is None else describe_failure(error),
             options,
-            context,
-            None if result is None else self._metadata(result),
+            self._context(stack, bound) if stack else None,
+            metadata,
             started,
             duration,
-            self._gpu_name(snapped_device(snapped)),
-            testid.current(),
+            gpu_name,
+            testid._current,
         )
         handle = self.sink.submit_raw(k, raw)
         if stack:

@@ -1,0 +1,205 @@
+"""The writer process of a compiled recording (``snapshots="none"``): rows, flushes, its death, the program's.
+
+The compiled launch is the stand-in of ``test_compiled_recording`` (the kernel interpreted with compiled
+semantics); the writer process is the real one (``python -m tilelens.core.writer_child``).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from sqlalchemy import select
+
+import tilelens
+from tilelens.core import writer_process
+from tilelens.store import History
+from tilelens.store.models import Kernel, Launch, LaunchArg, Run
+
+from .test_compiled_recording import StandIn, scale_kernel
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _launches(count: int) -> tuple[list[torch.Tensor], Any]:
+    x = torch.arange(8, dtype=torch.float32)
+    ys = [torch.zeros(8) for _ in range(count)]
+
+    def body(start: int = 0, stop: int = count) -> None:
+        for i in range(start, stop):
+            scale_kernel[(1,)](x, ys[i], 8, float(i), BLOCK=8)
+
+    return ys, body
+
+
+def _rows(db: Path, blobs: Path) -> list[tuple[Any, ...]]:
+    """Every launch of the history with its arguments, minus what differs between two runs (ids, times)."""
+    with History.open(str(db), blobs) as h, h.session() as s:
+        out = []
+        for launch in s.execute(select(Launch).order_by(Launch.seq)).scalars():
+            kernel = s.get(Kernel, launch.kernel_id)
+            args = s.execute(
+                select(LaunchArg).where(LaunchArg.launch_id == launch.id).order_by(LaunchArg.position)
+            ).scalars()
+            out.append(
+                (
+                    launch.seq,
+                    kernel.qualname if kernel is not None else None,
+                    launch.grid,
+                    launch.status,
+                    launch.backend,
+                    launch.device,
+                    launch.config,
+                    launch.tuning_key,
+                    [
+                        (
+                            a.position,
+                            a.name,
+                            a.kind,
+                            a.dtype,
+                            a.shape,
+                            a.strides,
+                            a.storage_group,
+                            a.value,
+                            a.value_type,
+                            a.before_blob,
+                        )
+                        for a in args
+                    ],
+                )
+            )
+        return out
+
+
+def test_the_writer_process_writes_exactly_the_rows_the_thread_writes(tmp_path: Path) -> None:
+    recs = {}
+    for kind in ("thread", "process"):
+        ys, body = _launches(300)
+        rec = tilelens.Recording(
+            str(tmp_path / f"{kind}.db"),
+            tmp_path / f"{kind}-b",
+            backend="compiled",
+            snapshots="none",
+            runner=StandIn(),
+            writer=kind,
+        )
+        with rec:
+            body()
+        assert [y[1].item() for y in ys] == [float(i) for i in range(300)]  # the outputs are the program's
+        recs[kind] = rec
+    assert isinstance(recs["process"]._writer, writer_process.ProcessWriter)
+    thread_rows = _rows(tmp_path / "thread.db", tmp_path / "thread-b")
+    process_rows = _rows(tmp_path / "process.db", tmp_path / "process-b")
+    assert len(process_rows) == 300 and [r[0] for r in process_rows] == list(range(300))
+    assert process_rows == thread_rows
+    # The same launches recorded with snapshots (records described at launch time, on the program's thread):
+    # the same rows apart from the snapshot blobs.
+    ys, body = _launches(300)
+    with tilelens.Recording(
+        str(tmp_path / "all.db"), tmp_path / "all-b", backend="compiled", snapshots="all", runner=StandIn()
+    ):
+        body()
+    described = [(*r[:-1], [a[:-1] for a in r[-1]]) for r in _rows(tmp_path / "all.db", tmp_path / "all-b")]
+    assert described == [(*r[:-1], [a[:-1] for a in r[-1]]) for r in process_rows]
+    rec = recs["process"]
+    assert len(rec.launch_ids) == 300 and len(set(rec.launch_ids)) == 300
+    assert rec.unsnapshotted == 300 and rec.launches_per_kernel == recs["thread"].launches_per_kernel
+    assert sum(rec.launches_per_kernel.values()) == 300
+    assert rec.write_failure is None
+
+
+def test_flush_makes_the_rows_visible_and_the_end_of_the_block_drains_everything(tmp_path: Path) -> None:
+    ys, body = _launches(120)
+    db, blobs = tmp_path / "h.db", tmp_path / "b"
+    rec = tilelens.Recording(str(db), blobs, backend="compiled", snapshots="none", runner=StandIn())
+    with rec:
+        body(0, 70)
+        rec.flush()
+        with History.open(str(db), blobs) as h, h.session() as s:
+            assert s.scalar(select(Launch.id).where(Launch.seq == 69)) is not None
+            assert s.scalar(select(Launch.id).where(Launch.seq == 70)) is None
+        assert len(rec.launch_ids) == 70
+        body(70, 120)
+    with History.open(str(db), blobs) as h, h.session() as s:
+        seqs = s.execute(select(Launch.seq).order_by(Launch.seq)).scalars().all()
+        assert seqs == list(range(120))
+        assert s.execute(select(Run.status)).scalar_one() == "ok"
+    assert len(rec.launch_ids) == 120
+
+
+def test_the_writer_process_dying_is_reported_and_later_launches_are_written_here(tmp_path: Path) -> None:
+    ys, body = _launches(100)
+    db, blobs = tmp_path / "h.db", tmp_path / "b"
+    writer_process.stop_writer_process()  # a process of this test's own, so that killing it harms no other
+    rec = tilelens.Recording(str(db), blobs, backend="compiled", snapshots="none", runner=StandIn())
+    with rec:
+        body(0, 40)
+        rec.flush()  # 40 written by the process
+        writer = rec._writer
+        os.kill(writer.pid, signal.SIGKILL)
+        writer._child.wait()
+        body(40, 100)  # the program goes on as if nothing happened
+    assert [y[1].item() for y in ys] == [float(i) for i in range(100)]
+    assert rec.write_failure is not None and "writer process" in rec.write_failure
+    assert f"pid {writer.pid}" in rec.write_failure
+    with History.open(str(db), blobs) as h, h.session() as s:
+        seqs = s.execute(select(Launch.seq).order_by(Launch.seq)).scalars().all()
+    # The first 40 were confirmed; of the rest, those sent to the dead process before the program noticed
+    # are lost (counted), every later one was written by the recording's own process.
+    lost = rec._writer.failed_launches
+    assert seqs[:40] == list(range(40)) and len(seqs) == 100 - lost
+    assert len(set(seqs)) == len(seqs)
+    assert len(rec.launch_ids) == 100 - lost
+    assert writer_process._writer_process().pid != writer.pid  # the next recording gets a new one
+
+
+PROGRAM = textwrap.dedent(
+    """
+    import os, sys, time, torch
+    sys.path.insert(0, {tests!r})
+    import tilelens
+    from tilelens.core import writer_process
+    from unit.test_compiled_recording import StandIn, scale_kernel
+
+    rec = tilelens.Recording({db!r}, {blobs!r}, backend="compiled", snapshots="none", runner=StandIn())
+    rec.__enter__()
+    x = torch.ones(8)
+    for i in range(50):
+        scale_kernel[(1,)](x, torch.zeros(8), 8, float(i), BLOCK=8)
+    w = rec._writer
+    while w._sent_upto < w._queued_n:  # everything handed to the writer process's pipe
+        time.sleep(0.001)
+    print(w.pid, flush=True)
+    os._exit(3)  # a crash: no __exit__, no flush
+    """
+)
+
+
+def test_a_crash_of_the_program_loses_only_what_it_had_not_sent(tmp_path: Path) -> None:
+    db, blobs = tmp_path / "h.db", tmp_path / "b"
+    script = tmp_path / "program.py"
+    script.write_text(PROGRAM.format(tests=str(ROOT / "tests"), db=str(db), blobs=str(blobs)))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), *sys.path]))
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 3, done.stderr
+    child = int(done.stdout.split()[-1])
+    # The writer process sees the end of its input, writes what it received and ends (waited for, up to a
+    # minute: it was orphaned, so only its pid can be watched).
+    for _ in range(6000):
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.01)
+    with History.open(str(db), blobs) as h, h.session() as s:
+        seqs = s.execute(select(Launch.seq).order_by(Launch.seq)).scalars().all()
+        status = s.execute(select(Run.status)).scalar_one()
+    assert seqs == list(range(50))
+    assert status == "lost"  # the program died without finishing its run
