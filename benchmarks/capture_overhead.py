@@ -106,7 +106,83 @@ def run(launches: int = 4000) -> dict[str, float]:
     }
 
 
+def breakdown(launches: int = 3000) -> list[tuple[str, float]]:
+    """Where the launch thread's time goes: the recorded loop with stages of the router cut off one by one
+    (program-thread CPU µs per launch, best of 3). Benchmark-only monkeypatching of TileLens's router."""
+    from triton.runtime.jit import JITFunction
+
+    import tilelens
+    from tilelens.core import compiled as C
+
+    x = torch.zeros(64, 128)
+    w = torch.ones(128)
+    y = torch.empty_like(x)
+    rstd = torch.empty(64)
+    a, b, c = (torch.zeros(64, 64, dtype=torch.bfloat16) for _ in range(3))
+    mm_like.cache[MM_KEY] = mm_like.configs[0]
+
+    def step() -> None:
+        for _ in range(4):
+            mm_like[lambda m: (4,)](a, b, c, 64, 64, 64)
+        rms_like[(64,)](x, w, y, rstd, x.stride(0), 128, 1e-6, BLOCK=128, num_warps=4)
+
+    out: list[tuple[str, float]] = []
+
+    def measure(label: str) -> None:
+        step()
+        best = float("inf")
+        for _ in range(3):
+            c0 = time.thread_time()
+            for _ in range(launches // 5):
+                step()
+            best = min(best, (time.thread_time() - c0) / launches * 1e6)
+        out.append((label, best))
+
+    original = JITFunction.run
+    JITFunction.run = lambda self, *args, **kwargs: _META  # type: ignore[method-assign]
+    try:
+        measure("untraced (Triton's layers, stand-in launch)")
+    finally:
+        JITFunction.run = original  # type: ignore[method-assign]
+    folder = Path(tempfile.mkdtemp(prefix="tilelens-capture-bench-"))
+    rec = tilelens.Recording(
+        str(folder / "h.db"), folder / "b", backend="compiled", snapshots="none", runner=fake_runner
+    )
+    saved = {name: getattr(C.CompiledRouter, name) for name in ("_launch", "_tune", "_launch_unsnapshotted")}
+    with rec:
+        measure("recorded")
+        submit = rec.submit_raw
+        rec.submit_raw = lambda k, raw: 0  # type: ignore[method-assign]
+        measure("recorded, nothing queued")
+        rec.submit_raw = submit  # type: ignore[method-assign]
+        try:
+            C.CompiledRouter._launch_unsnapshotted = (  # type: ignore[method-assign]
+                lambda self, k, jit, args, grid, kwargs, *rest: self.runner(jit, args, grid, kwargs)
+            )
+            measure("  ... up to binding and the grid only")
+
+            def bare(self: Any, jit: Any, args: Any, kwargs: Any) -> Any:
+                grid = kwargs.pop("grid", None)
+                kwargs.pop("warmup", None)
+                return self.runner(jit, args, grid, kwargs)
+
+            C.CompiledRouter._launch = bare  # type: ignore[method-assign]
+            measure("  ... interception and autotune frames only")
+            C.CompiledRouter._tune = (  # type: ignore[method-assign]
+                lambda self, tuner, args, kwargs: self._original(C.compat.Autotuner)(tuner, *args, **kwargs)
+            )
+            measure("  ... interception only")
+        finally:
+            for name, fn in saved.items():
+                setattr(C.CompiledRouter, name, fn)
+    return out
+
+
 if __name__ == "__main__":
+    if "--breakdown" in sys.argv:
+        for label, us in breakdown():
+            print(f"  {label:48s} {us:6.1f} us/launch")
+        sys.exit(0)
     r = run(int(sys.argv[1]) if len(sys.argv) > 1 else 4000)
     print(
         f"{r['launches']} launches: untraced (stand-in compiled call) {r['untraced_us']:.2f} us; recorded: program loop "

@@ -41,7 +41,7 @@ from tilelens.records import ArgumentRecord, AutotuneEvent, KernelIdentity, Laun
 Runner = Callable[[Any, tuple[Any, ...], Any, dict[str, Any]], Any]
 
 
-@dataclass
+@dataclass(slots=True)
 class _Frame:
     layer: Any
     key: tuple[Any, ...] | None = None
@@ -99,9 +99,8 @@ class CompiledRouter:
     _key_cache: dict[Any, str] = field(default_factory=dict)
     _numbers: Any = field(default_factory=lambda: itertools.count(1))
     _originals: dict[type, Any] = field(default_factory=dict)
-    pool: Any = (
-        None  # the recording's PinnedPool for snapshots of device tensors (None: fresh pinned tensors)
-    )
+    # The recording's PinnedPool for snapshots of device tensors (None: fresh pinned tensors).
+    pool: Any = None
 
     def route(self, kernel: Any, kind: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         if kind == "autotuner":
@@ -132,12 +131,14 @@ class CompiledRouter:
     def _tune(self, tuner: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         key = compat.autotune_key(tuner, args, kwargs) if len(tuner.configs) > 1 else None
         fresh = key is not None and key not in tuner.cache
-        timings_before = getattr(tuner, "configs_timings", None)
+        timings_before = getattr(tuner, "configs_timings", None) if fresh else None
         frame = _Frame(tuner, key)
+        stack = self._stack()
+        stack.append(frame)  # on this thread's stack while the tuner runs (runs for every autotuned launch)
         try:
-            with self._framed(frame):
-                return self._original(compat.Autotuner)(tuner, *args, **kwargs)
+            return self._original(compat.Autotuner)(tuner, *args, **kwargs)
         finally:
+            stack.pop()
             if fresh and key in tuner.cache:
                 self._tuning_event(tuner, frame, timings_before)
 
