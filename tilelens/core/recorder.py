@@ -426,6 +426,7 @@ def record(
     snapshot_kernels: tuple[str, ...] = (),
     snapshot_budget: int | None = None,
     snapshot_pool_bytes: int = 0,
+    writer: str = "auto",
 ) -> Recording:
     """Record every Triton launch made inside the block.
 
@@ -449,6 +450,8 @@ def record(
     ``snapshot_kernels`` (name patterns) and ``snapshot_budget`` (bytes) choose which launches keep tensor
     snapshots; a launch without them is recorded but cannot be replayed. ``snapshot_pool_bytes`` pins that much
     host memory for snapshots when the block starts (else the pool grows, doubling, as launches need it).
+    ``writer="thread"`` writes ``snapshots="none"`` launches from a thread of this process instead of the
+    writer process (``tilelens.core.writer_process``).
     """
     return Recording(
         db,
@@ -461,4 +464,5 @@ def record(
         snapshot_kernels=snapshot_kernels,
         snapshot_budget=snapshot_budget,
         snapshot_pool_bytes=snapshot_pool_bytes,
+        writer=writer,
     )
