@@ -151,10 +151,12 @@ def breakdown(launches: int = 3000) -> list[tuple[str, float]]:
     saved = {name: getattr(C.CompiledRouter, name) for name in ("_launch", "_tune", "_launch_unsnapshotted")}
     with rec:
         measure("recorded")
-        submit = rec.submit_raw
-        rec.submit_raw = lambda k, raw: 0  # type: ignore[method-assign]
+        router = rec._compiled
+        assert router is not None
+        submit = router.submit
+        router.submit = lambda k, raw: 0
         measure("recorded, nothing queued")
-        rec.submit_raw = submit  # type: ignore[method-assign]
+        router.submit = submit
         try:
             C.CompiledRouter._launch_unsnapshotted = (  # type: ignore[method-assign]
                 lambda self, k, jit, args, grid, kwargs, *rest: self.runner(jit, args, grid, kwargs)

@@ -101,6 +101,8 @@ class CompiledRouter:
     _originals: dict[type, Any] = field(default_factory=dict)
     # The recording's PinnedPool for snapshots of device tensors (None: fresh pinned tensors).
     pool: Any = None
+    # Where raw launches go when set (the writer process's ``submit_raw``); else ``sink.submit_raw``.
+    submit: Any = None
 
     def route(self, kernel: Any, kind: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         if kind == "autotuner":
@@ -262,7 +264,8 @@ class CompiledRouter:
             gpu_name,
             testid._current,
         )
-        handle = self.sink.submit_raw(k, raw)
+        submit = self.submit
+        handle = submit(k, raw) if submit is not None else self.sink.submit_raw(k, raw)
         if stack:
             self._attach(stack, handle)
         if error is not None:

@@ -194,7 +194,8 @@ class Recording:
             self._writer is not None
         ):  # the parent's writer thread did not survive the fork; its queue is its own
             self._writer = BackgroundWriter(self._write_launches, self._write_event_now)
-            self.__dict__.pop("submit_raw", None)  # the parent's writer process is the parent's
+            if self._compiled is not None:
+                self._compiled.submit = None  # the parent's writer process is the parent's
         self.on_launch = None  # the parent's live status line is not this process's
         self._argv = []
         self._history.engine.dispose(close=False)
@@ -282,8 +283,8 @@ class Recording:
 
         assert self._compiled is not None
         self._writer = compiled_sink.choose_writer(self, self._writer_kind) or self._writer
-        if hasattr(self._writer, "submit_raw"):  # the launch's thread calls the process writer directly
-            self.submit_raw = self._writer.submit_raw  # type: ignore[method-assign]
+        # The launch's thread calls the writer process directly (one call less per launch).
+        self._compiled.submit = getattr(self._writer, "submit_raw", None)
         self._compiled.pool = compiled_sink.snapshot_pool(self.snapshot_policy, self._snapshot_pool_bytes)
 
     def submit_raw(self, kernel: Any, raw: tuple[Any, ...]) -> Any:

@@ -24,6 +24,7 @@ pickled). :class:`RawWriter` is also what the recording falls back to in its own
 
 from __future__ import annotations
 
+import os
 import pickle
 import signal
 import struct
@@ -134,7 +135,12 @@ class RawWriter:
 def main() -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
+    stdin = sys.stdin.buffer
+    # Reports go to the pipe on fd 1; anything else this process might print (a library's warning) goes to
+    # stderr, so no stray byte can corrupt a frame.
+    stdout = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
     from pathlib import Path
 
     from tilelens.config import Location
