@@ -58,7 +58,7 @@ def snap_arguments(params: list[Param], bound: dict[str, Any]) -> list[Any]:
     get = bound.get
     for p in params:
         value = get(p.name)
-        cls = type(value)
+        cls: Any = type(value)
         if value is None or cls in _PLAIN:
             out.append(value)
         elif (cls is _Tensor or isinstance(value, _Tensor)) and not p.constexpr:

@@ -25,6 +25,7 @@ import atexit
 import contextlib
 import itertools
 import os
+import pickle
 import subprocess
 import sys
 import threading
@@ -194,8 +195,9 @@ class ProcessWriter:
 
     def _read_report(self) -> dict[str, Any] | None:
         try:
-            return read_frame(self._from_child)  # type: ignore[no-any-return]
-        except (OSError, EOFError, ValueError):
+            report: dict[str, Any] | None = read_frame(self._from_child)
+            return report
+        except (OSError, EOFError, ValueError, pickle.UnpicklingError):
             return None
 
     def _deliver(self, report: dict[str, Any]) -> None:
