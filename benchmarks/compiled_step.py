@@ -265,7 +265,8 @@ def report(r: dict[str, Any]) -> str:
         f" timed: snapshots=none entries {', '.join(f'{e:.3f}' for e in r['enter_none_s'])} s;"
         f" snapshots=all entry {r['enter_all_s']:.3f} s incl. pinning a pool of {r['pool_bytes'] / 1e9:.2f} GB"
         " (sized by an untimed warm-up recording)",
-        f"  breakdown: GPU busy {r['gpu_busy_per_step_s'] * 1e3:.2f} ms per step when fed back to back vs"
+        f"  breakdown: GPU busy ~{r['gpu_busy_per_step_s'] * 1e3:.2f} ms per step queued behind a spin kernel"
+        " (an estimate: clocks after the spin may differ) vs"
         f" {r['untraced_s'] / r['steps'] * 1e3:.2f} ms per untraced step; program thread CPU per launch:"
         f" untraced {r['cpu_us_per_launch_untraced']:.1f} us, recorded (snapshots=none)"
         f" {r['cpu_us_per_launch_none']:.1f} us (untraced wall {r['wall_us_per_launch_untraced']:.1f} us/launch)",
