@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from tilelens.core import compat, descriptors
+from tilelens.core import compat, descriptors, touched
 from tilelens.core.access import ArgSpan, SpanTable
 from tilelens.core.bounds import StorageTable
 from tilelens.records import ArgumentRecord
@@ -178,9 +178,16 @@ def _is_gluon_layout(value: Any) -> bool:
 
 
 def describe_arguments(
-    params: list[Param], bound: dict[str, Any], snapshots: bool = True
+    params: list[Param],
+    bound: dict[str, Any],
+    snapshots: bool = True,
+    deferred: dict[int, torch.Tensor] | None = None,
 ) -> list[ArgumentRecord]:
-    """One record per parameter, with a 'before' snapshot of every tensor (unless ``snapshots`` is off)."""
+    """One record per parameter, with a 'before' snapshot of every tensor (unless ``snapshots`` is off).
+
+    Given ``deferred``, a tensor that ``tilelens.core.touched.defer`` picks is not copied: it goes into
+    ``deferred`` by position, for its snapshot to be built after the launch from what the launch touched.
+    """
     groups: dict[int, int] = {}
     records = []
     for p in params:
@@ -202,7 +209,10 @@ def describe_arguments(
             rec.storage_group = groups.setdefault(sp, len(groups))
             rec.storage_bytes = int(t.untyped_storage().nbytes())
             rec.device = str(t.device)
-            rec.before = span_copy(t) if snapshots else None
+            if snapshots and deferred is not None and touched.defer(t):
+                deferred[p.position] = t
+            else:
+                rec.before = span_copy(t) if snapshots else None
             if descriptors.kind_of(value) is not None:  # a host TMA descriptor: its tensor, plus the box
                 rec.value = descriptors.describe(value, jsonable)
             elif t is not value:

@@ -31,6 +31,8 @@ from tilelens.errors import BlobCorruptError, BlobError, BlobFolderError, BlobMi
 if TYPE_CHECKING:
     import torch
 
+    from tilelens.store.sparse import SparseSnapshot
+
 _SHA_RE = re.compile(r"^[0-9a-f]{64}$")
 PARQUET_COMPRESSION = "zstd"
 
@@ -279,6 +281,13 @@ class BlobStore:
         self._recent.add(tensor, ref)
         return ref
 
+    def store_sparse(self, snap: SparseSnapshot, kind: str = "tensor") -> BlobRef:
+        """A sparse snapshot (:mod:`tilelens.store.sparse`): Arrow IPC like a tensor, content-addressed too."""
+        from tilelens.store.sparse import sparse_to_table
+
+        table = sparse_to_table(snap)
+        return self.store_bytes(table_to_ipc(table), kind, rows=table.num_rows)
+
     def put_bytes(self, data: bytes | bytearray | memoryview | pa.Buffer, kind: str) -> str:
         return self.store_bytes(data, kind).sha256
 
@@ -318,3 +327,11 @@ class BlobStore:
         from tilelens.store.tensors import table_to_tensor
 
         return table_to_tensor(self.get_table(sha256))
+
+    def get_snapshot(self, sha256: str) -> torch.Tensor | SparseSnapshot:
+        """A tensor snapshot blob: a whole span (a tensor) or a sparse one (:mod:`tilelens.store.sparse`)."""
+        from tilelens.store.sparse import is_sparse_table, table_to_sparse
+        from tilelens.store.tensors import table_to_tensor
+
+        table = self.get_table(sha256)
+        return table_to_sparse(table) if is_sparse_table(table) else table_to_tensor(table)

@@ -433,9 +433,14 @@ class History:
         # this runs once per recorded launch.
         args: list[dict[str, Any]] = []
         for a in rec.args:
-            before = keep(self.blobs.store_tensor(a.before)) if a.before is not None else None
-            after = keep(self.blobs.store_tensor(a.after)) if a.after is not None else before
-            tensor = a.before if a.before is not None else a.after
+            touched = getattr(a, "touched", None)
+            if touched is not None:  # a sparse snapshot: the touched elements only (tilelens.core.touched)
+                before, after = self._store_sparse(a, touched, keep)
+                tensor = None
+            else:
+                before = keep(self.blobs.store_tensor(a.before)) if a.before is not None else None
+                after = keep(self.blobs.store_tensor(a.after)) if a.after is not None else before
+                tensor = a.before if a.before is not None else a.after
             args.append(
                 {
                     "position": a.position,
@@ -462,6 +467,7 @@ class History:
                     ),
                     "before_blob": before,
                     "after_blob": after,
+                    "snapshot_elements": None if touched is None else int(touched.numel()),
                 }
             )
         trace_ref = (
@@ -501,6 +507,17 @@ class History:
             "created_at": utcnow(),
         }
         return refs, launch, args
+
+    def _store_sparse(self, a: Any, touched: Any, keep: Any) -> tuple[str | None, str | None]:
+        """Blobs of a sparse snapshot's before and after (after = before when the launch changed none)."""
+        from tilelens.store.sparse import for_argument
+
+        if a.before is None:
+            return None, None
+        before = keep(self.blobs.store_sparse(for_argument(a, touched.numpy(), a.before)))
+        if a.after is None:
+            return before, before
+        return before, keep(self.blobs.store_sparse(for_argument(a, touched.numpy(), a.after)))
 
     def attach_trace(self, launch_id: int, rec: LaunchRecord) -> None:
         """Store ``rec``'s access trace and counts on launch ``launch_id``, marked derived (``store.derived``)."""

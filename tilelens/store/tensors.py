@@ -125,6 +125,10 @@ def tensor_to_table(t: torch.Tensor) -> pa.Table:
 def table_to_tensor(table: pa.Table) -> torch.Tensor:
     meta = table.schema.metadata or {}
     if meta.get(b"format") != FORMAT.encode():
+        if meta.get(b"format") == b"tilelens.sparse":
+            raise TensorCodecError(
+                "blob holds a sparse snapshot (only the elements its launch touched), not a whole tensor"
+            )
         raise TensorCodecError("table is not a TileLens tensor")
     if meta.get(b"version") != FORMAT_VERSION.encode():
         raise TensorCodecError(f"unsupported tensor format version {meta.get(b'version')!r}")
