@@ -31,7 +31,6 @@ import numpy as np
 import torch
 
 from tilelens.core.arguments import span_copy
-
 from tilelens.replay.result import ReplayFailure
 from tilelens.store import BlobError, BlobStore
 from tilelens.store.launches import ArgSpec, LaunchSpec

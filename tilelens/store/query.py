@@ -163,10 +163,18 @@ class HistoryQuery:
         return ", ".join(f"l.{name}" if name in have else f"NULL AS {name}" for name in names)
 
     @functools.cached_property
+    def _arg_columns(self) -> frozenset[str]:
+        return frozenset(self.reader.execute("SELECT * FROM launch_args WHERE 1 = 0").columns)
+
+    @property
     def _arg_distinct(self) -> str:
         """``distinct_elements`` where the history has migration 0011's column, else NULL (computed from traces)."""
-        have = self.reader.execute("SELECT * FROM launch_args WHERE 1 = 0").columns
-        return "distinct_elements" if "distinct_elements" in have else "NULL"
+        return "distinct_elements" if "distinct_elements" in self._arg_columns else "NULL"
+
+    @property
+    def _arg_snapshot(self) -> str:
+        """``snapshot_elements`` where the history has migration 0014's column, else NULL (whole snapshots)."""
+        return "snapshot_elements" if "snapshot_elements" in self._arg_columns else "NULL"
 
     @property
     def _has_procs_columns(self) -> bool:
@@ -380,7 +388,8 @@ class HistoryQuery:
             {"blob": extra[11], "rows": extra[12], "bytes": extra[13]} if extra[11] is not None else None
         )
 
-        arg_rows = self._rows(_ARGS_SELECT.format(distinct=self._arg_distinct), {"id": launch_id})
+        select_args = _ARGS_SELECT.format(distinct=self._arg_distinct, snapshot=self._arg_snapshot)
+        arg_rows = self._rows(select_args, {"id": launch_id})
         # The trace is read only for what the rows do not hold: Parquet means importing pyarrow, a third of
         # this command's time. Launches recorded since migration 0011 store each argument's distinct elements
         # (column 13), which spares it for those without out-of-bounds lanes.
@@ -451,6 +460,7 @@ class HistoryQuery:
             value=decode_json(r[9]),
             before_blob=r[11],
             after_blob=r[12],
+            snapshot_elements=None if r[14] is None else int(r[14]),
             access=(
                 AccessStats.of(access, distinct.get(position, 0) if distinct is not None else None)
                 if access is not None
@@ -605,7 +615,8 @@ class HistoryQuery:
 
 _ARGS_SELECT = (
     "SELECT position, name, kind, dtype, shape, strides, storage_offset, storage_group, device, value, "
-    "access, before_blob, after_blob, {distinct} FROM launch_args WHERE launch_id = :id ORDER BY position"
+    "access, before_blob, after_blob, {distinct}, {snapshot} FROM launch_args WHERE launch_id = :id "
+    "ORDER BY position"
 )
 _ARG_NAMES = "SELECT position, name FROM launch_args WHERE launch_id = :id"
 
