@@ -29,3 +29,9 @@ with knobs.runtime.scope():
         offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
         mask = offs < n
         tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=mask) * 2.0, mask=mask)
+
+    @triton.jit
+    def atomic_kernel(x_ptr, at):
+        # Every program adds 1 to element ``at`` and 2 to the next: the same elements written many times.
+        offs = tl.arange(0, 2)
+        tl.atomic_add(x_ptr + at + offs, (offs + 1).to(tl.float32))
