@@ -10,13 +10,14 @@ from __future__ import annotations
 import enum
 import inspect
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
-from tilelens.core import compat, descriptors, touched
+from tilelens.core import compat, descriptors
 from tilelens.core.access import ArgSpan, SpanTable
 from tilelens.core.bounds import StorageTable
 from tilelens.records import ArgumentRecord
@@ -182,11 +183,12 @@ def describe_arguments(
     bound: dict[str, Any],
     snapshots: bool = True,
     deferred: dict[int, torch.Tensor] | None = None,
+    defer: Callable[[torch.Tensor], bool] | None = None,
 ) -> list[ArgumentRecord]:
     """One record per parameter, with a 'before' snapshot of every tensor (unless ``snapshots`` is off).
 
-    Given ``deferred``, a tensor that ``tilelens.core.touched.defer`` picks is not copied: it goes into
-    ``deferred`` by position, for its snapshot to be built after the launch from what the launch touched.
+    A tensor that ``defer`` picks (``tilelens.core.touched.defer``) is not copied: it goes into ``deferred`` by
+    position, for its snapshot to be built after the launch from what the launch touched.
     """
     groups: dict[int, int] = {}
     records = []
@@ -209,7 +211,7 @@ def describe_arguments(
             rec.storage_group = groups.setdefault(sp, len(groups))
             rec.storage_bytes = int(t.untyped_storage().nbytes())
             rec.device = str(t.device)
-            if snapshots and deferred is not None and touched.defer(t):
+            if snapshots and deferred is not None and defer is not None and defer(t):
                 deferred[p.position] = t
             else:
                 rec.before = span_copy(t) if snapshots else None

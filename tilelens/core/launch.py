@@ -23,7 +23,7 @@ from tilelens.core.arguments import (
 )
 from tilelens.core.interpreter import LAUNCH_LOCK, GluonLaunch, launch_patches, pre_run_hooks
 from tilelens.core.semantics import describe_failure
-from tilelens.core.touched import TouchedSnapshots
+from tilelens.core.touched import TouchedSnapshots, defer
 from tilelens.core.writelog import WriteLog
 from tilelens.records import KernelIdentity, LaunchRecord, utcnow
 
@@ -75,7 +75,7 @@ def run_interpreted(
         error: BaseException | None = None
         result = None
         deferred: dict[int, Any] = {}
-        arg_records = describe_arguments(params, bound, snapshots, deferred)
+        arg_records = describe_arguments(params, bound, snapshots, deferred, defer)
         touched = TouchedSnapshots(arg_records, deferred)
         if touched.needed and writes is None:  # large tensors: snapshots of what the launch touches
             writes = WriteLog()

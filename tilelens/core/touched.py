@@ -33,6 +33,7 @@ import pyarrow as pa
 import torch
 
 from tilelens.core.access import SpanTable
+from tilelens.core.arguments import extent, same_bytes, span_copy
 from tilelens.core.writelog import WriteLog
 from tilelens.records import AccessSummary, ArgumentRecord
 
@@ -66,7 +67,7 @@ class TouchedSnapshots:
 
     def __init__(self, records: list[ArgumentRecord], tensors: dict[int, torch.Tensor]) -> None:
         self.deferred = [
-            _Deferred(rec, t, _extent(t), t.element_size())
+            _Deferred(rec, t, extent(t), t.element_size())
             for rec in records
             if (t := tensors.get(rec.position)) is not None
         ]
@@ -104,8 +105,6 @@ class TouchedSnapshots:
 
     def _whole(self, d: _Deferred, where: tuple[int, int] | None, writes: WriteLog) -> None:
         """The whole span before (memory now, written bytes put back) and after, as a copy before would be."""
-        from tilelens.core.arguments import same_bytes, span_copy
-
         rec = d.record
         after = span_copy(d.tensor)
         if not writes.complete:  # a write went unnoted: what it overwrote is unknown, so is the input
@@ -140,15 +139,9 @@ class TouchedSnapshots:
         rec.after = None if np.array_equal(after, before) else _values(after, rec, d)
 
 
-def _extent(t: torch.Tensor) -> int:
-    from tilelens.core.arguments import extent
-
-    return extent(t)
-
-
 def defer(t: torch.Tensor) -> bool:
     """Whether a tensor argument's snapshot waits for the trace: only spans worth more than the analysis."""
-    return _extent(t) * t.element_size() > WHOLE_BELOW
+    return extent(t) * t.element_size() > WHOLE_BELOW
 
 
 def _host_spans(spans: SpanTable) -> dict[int, tuple[int, int]]:

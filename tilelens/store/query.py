@@ -163,18 +163,12 @@ class HistoryQuery:
         return ", ".join(f"l.{name}" if name in have else f"NULL AS {name}" for name in names)
 
     @functools.cached_property
-    def _arg_columns(self) -> frozenset[str]:
-        return frozenset(self.reader.execute("SELECT * FROM launch_args WHERE 1 = 0").columns)
-
-    @property
-    def _arg_distinct(self) -> str:
-        """``distinct_elements`` where the history has migration 0011's column, else NULL (computed from traces)."""
-        return "distinct_elements" if "distinct_elements" in self._arg_columns else "NULL"
-
-    @property
-    def _arg_snapshot(self) -> str:
-        """``snapshot_elements`` where the history has migration 0014's column, else NULL (whole snapshots)."""
-        return "snapshot_elements" if "snapshot_elements" in self._arg_columns else "NULL"
+    def _arg_late(self) -> dict[str, str]:
+        """``distinct_elements`` (0011) and ``snapshot_elements`` (0014), or NULL where the history predates them
+        (distinct elements are then computed from traces; snapshots were whole)."""
+        have = self.reader.execute("SELECT * FROM launch_args WHERE 1 = 0").columns
+        names = ("distinct_elements", "snapshot_elements")
+        return {name.split("_")[0]: name if name in have else "NULL" for name in names}
 
     @property
     def _has_procs_columns(self) -> bool:
@@ -388,8 +382,7 @@ class HistoryQuery:
             {"blob": extra[11], "rows": extra[12], "bytes": extra[13]} if extra[11] is not None else None
         )
 
-        select_args = _ARGS_SELECT.format(distinct=self._arg_distinct, snapshot=self._arg_snapshot)
-        arg_rows = self._rows(select_args, {"id": launch_id})
+        arg_rows = self._rows(_ARGS_SELECT.format(**self._arg_late), {"id": launch_id})
         # The trace is read only for what the rows do not hold: Parquet means importing pyarrow, a third of
         # this command's time. Launches recorded since migration 0011 store each argument's distinct elements
         # (column 13), which spares it for those without out-of-bounds lanes.
