@@ -36,6 +36,7 @@ from tilelens.core.access import SpanTable
 from tilelens.core.arguments import extent, same_bytes, span_copy
 from tilelens.core.writelog import WriteLog
 from tilelens.records import AccessSummary, ArgumentRecord
+from tilelens.store.arrowbuild import column_numbers
 
 #: Spans up to this many bytes are copied whole before the launch, as they always were.
 WHOLE_BELOW = 1 << 20
@@ -180,7 +181,7 @@ def _worth_decoding(
         if s is not None:
             lanes += s.load_lanes + s.store_lanes + s.atomic_lanes
     if trace.num_rows and "elem_bytes" in trace.column_names:
-        widest = int(np.max(trace.column("elem_bytes").to_numpy()))
+        widest = int(np.max(column_numbers(trace, "elem_bytes")))
         lanes *= max(1, -(-widest // d.itemsize))
     return sparse_cost(lanes, d.itemsize) <= DECODE_FACTOR * d.span * d.itemsize
 
@@ -192,8 +193,8 @@ def _touched(trace: pa.Table, spans: SpanTable, targets: list[tuple[int, int, in
     found: list[list[np.ndarray]] = [[] for _ in targets]
     if trace.num_rows == 0:
         return [np.zeros(0, dtype=np.int64) for _ in targets]
-    arg = trace.column("arg").to_numpy().astype(np.int64)
-    elem_bytes = trace.column("elem_bytes").to_numpy().astype(np.int64)
+    arg = column_numbers(trace, "arg")
+    elem_bytes = column_numbers(trace, "elem_bytes").astype(np.int64)
     # Where each row's offsets count from: its argument's host start, in its argument's element size.
     starts = {s.position: (s.start, s.elem_bytes) for s in spans.spans}
     row_start = np.array([starts.get(int(a), (0, 0))[0] for a in arg], dtype=np.int64)
@@ -256,3 +257,4 @@ def _gather(t: torch.Tensor, span: int, idx: np.ndarray) -> np.ndarray:
 
 def _values(raw: np.ndarray, rec: ArgumentRecord, d: _Deferred) -> torch.Tensor:
     return torch.from_numpy(np.ascontiguousarray(raw).reshape(-1)).view(d.tensor.dtype)
+

@@ -18,6 +18,7 @@ import numpy as np
 import pyarrow as pa
 
 from tilelens.replay.rebuild import RebuiltTensor
+from tilelens.store.arrowbuild import column_numbers
 
 
 @dataclass(frozen=True)
@@ -42,7 +43,7 @@ def unknown_reads(trace: pa.Table | None, tensors: list[RebuiltTensor]) -> list[
 
     ops = trace.column("op").to_pylist()
     reads = np.array([op == "load" or op.startswith("atomic") for op in ops], dtype=bool)
-    arg = trace.column("arg").to_numpy().astype(np.int64)
+    arg = column_numbers(trace, "arg")
     wanted = {rt.spec.position: rt for rt in sparse}
     found: dict[int, list[np.ndarray]] = {}
     for chunk in LaneDecoder(trace).chunks():
@@ -65,3 +66,4 @@ def unknown_reads(trace: pa.Table | None, tensors: list[RebuiltTensor]) -> list[
         missing = np.unique(np.concatenate(parts))
         out.append(UnknownRead(wanted[position].spec.name, position, int(missing.size), int(missing[0])))
     return out
+

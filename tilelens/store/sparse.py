@@ -26,6 +26,7 @@ import pyarrow as pa
 import torch
 
 from tilelens.errors import TensorCodecError
+from tilelens.store import arrowbuild
 from tilelens.store.tensors import DTYPES, dtype_name
 
 FORMAT = "tilelens.sparse"
@@ -97,13 +98,13 @@ def sparse_to_table(snap: SparseSnapshot) -> pa.Table:
         raise TensorCodecError(f"sparse snapshot: {index.size} indices but {raw.size // itemsize} values")
     return pa.Table.from_arrays(
         [
-            pa.array([dtype_name(snap.dtype)], pa.string()),
-            pa.array([list(snap.shape)], pa.list_(pa.int64())),
-            pa.array([list(snap.strides)], pa.list_(pa.int64())),
-            pa.array([snap.storage_offset], pa.int64()),
-            pa.array([snap.span], pa.int64()),
-            pa.array([index.tobytes()], pa.large_binary()),
-            pa.array([raw.tobytes()], pa.large_binary()),
+            arrowbuild.strings([dtype_name(snap.dtype)]),
+            arrowbuild.lists([list(snap.shape)], pa.list_(pa.int64())),
+            arrowbuild.lists([list(snap.strides)], pa.list_(pa.int64())),
+            arrowbuild.numbers([snap.storage_offset], pa.int64()),
+            arrowbuild.numbers([snap.span], pa.int64()),
+            arrowbuild.binaries([index.tobytes()], pa.large_binary()),
+            arrowbuild.binaries([raw.tobytes()], pa.large_binary()),
         ],
         schema=SCHEMA,
     )
