@@ -57,10 +57,9 @@ from tilelens.store.models import (
     Run,
 )
 from tilelens.store.oobsample import oob_sample
-from tilelens.store.traces import TRACE_WRITE_OPTIONS
+from tilelens.store.tracestore import TraceStore
 
 if TYPE_CHECKING:
-    import pyarrow as pa
 
     from tilelens.store.gc import GcReport
 
@@ -133,6 +132,7 @@ class History:
         self.location = location
         self.engine = engine
         self.blobs = blobs
+        self._traces = TraceStore(blobs)
         self._kernel_ids: dict[tuple[str, str, str], int] = {}  # filled after commits only
         self.migrated_from: tuple[str, ...] = ()
 
@@ -428,7 +428,9 @@ class History:
             return ref.sha256
 
         per_arg = getattr(rec, "per_arg", None) or {}
-        distinct = _distinct_elements(rec.trace)
+        trace, distinct = self._traces.store(rec.trace)  # first: a reused trace is confirmed on disk
+        if trace is not None:
+            keep(trace)
         # Plain rows through SQLAlchemy Core: ORM objects cost more than the SQL itself at this size, and
         # this runs once per recorded launch.
         args: list[dict[str, Any]] = []
@@ -470,12 +472,6 @@ class History:
                     "snapshot_elements": None if touched is None else int(touched.numel()),
                 }
             )
-        trace_ref = (
-            keep(self.blobs.store_table(rec.trace, "trace", **TRACE_WRITE_OPTIONS))
-            if rec.trace is not None
-            else None
-        )
-        trace = refs[trace_ref] if trace_ref is not None else None
 
         s_ = rec.summary
         grid = tuple(rec.grid) + (1,) * (3 - len(rec.grid))
@@ -611,21 +607,6 @@ class History:
                 Kernel.source_sha256 == k.source_sha256,
             )
         ).scalar_one()
-
-
-_LANE_COLUMNS = {"arg", "lanes", "shape", "strides", "base", "offsets", "mask", "oob_mask"}
-
-
-def _distinct_elements(trace: pa.Table | None) -> dict[int, int] | None:
-    """Per argument, the distinct elements its lanes touched: stored so that ``show`` need not decode traces.
-
-    None (``show`` then computes it from the trace) for a trace without the lane columns, such as a test's.
-    """
-    if trace is None or not set(trace.column_names) >= _LANE_COLUMNS:
-        return None
-    from tilelens.store.lanes import distinct_elements
-
-    return distinct_elements(trace)
 
 
 def _summary(summary: AccessSummary | None) -> dict[str, int] | None:
