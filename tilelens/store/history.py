@@ -420,7 +420,13 @@ class History:
     def _launch_rows(
         self, run_id: int, rec: LaunchRecord
     ) -> tuple[dict[str, BlobRef], dict[str, Any], list[dict[str, Any]]]:
-        """A launch's blobs (stored now) and its rows, ready to insert."""
+        """A launch's blobs (stored now, durable together when this returns) and its rows, ready to insert."""
+        with self.blobs.batch():
+            return self._rows_and_blobs(run_id, rec)
+
+    def _rows_and_blobs(
+        self, run_id: int, rec: LaunchRecord
+    ) -> tuple[dict[str, BlobRef], dict[str, Any], list[dict[str, Any]]]:
         refs: dict[str, BlobRef] = {}
 
         def keep(ref: BlobRef) -> str:
