@@ -5,7 +5,7 @@ its name, the folder fsync'd (:mod:`tilelens.store.blobs`). One launch usually a
 for the first time, outputs, its trace), each in another folder, and doing those steps blob by blob costs two
 fsyncs in a row per blob: on a busy disk, most of a small launch's recording time. A :class:`Batch` keeps the
 order per blob but overlaps the waits across blobs: every temp file is written, then all are fsync'd at once
-(threads: the file system commits concurrent fsyncs together), renamed, and their folders fsync'd at once. The
+(one thread each, joined: the file system commits concurrent fsyncs together), renamed, and their folders fsync'd at once. The
 guarantee is unchanged: when ``close`` returns, every blob of the batch is on disk under its name, durably, and
 no row names it before (``History.write_launch`` writes rows after the batch closes).
 
@@ -18,22 +18,9 @@ from __future__ import annotations
 
 import os
 import tempfile
+import threading
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-
-_pool: ThreadPoolExecutor | None = None
-_pool_pid = -1
-WORKERS = 4
-
-
-def _executor() -> ThreadPoolExecutor:
-    """One small pool per process (a forked child makes its own: the parent's threads are not in it)."""
-    global _pool, _pool_pid
-    if _pool is None or _pool_pid != os.getpid():
-        _pool = ThreadPoolExecutor(WORKERS, thread_name_prefix="tilelens-fsync")
-        _pool_pid = os.getpid()
-    return _pool
 
 
 def fsync_path(path: Path) -> None:
@@ -45,14 +32,29 @@ def fsync_path(path: Path) -> None:
 
 
 def _each(fn: Callable[[Path], None], paths: Iterable[Path]) -> None:
-    """``fn`` on every path, concurrently when there are several; the first error is raised after all ran."""
+    """``fn`` on every path, concurrently when there are several; the first error is raised after all ran.
+
+    Plain threads, joined before returning: no thread outlives a batch (a pool's idle threads would make every
+    later ``fork`` of the user's program a fork of a multi-threaded process).
+    """
     todo = list(paths)
-    if len(todo) <= 1:
-        for p in todo:
+    errors: list[BaseException] = []
+
+    def run(p: Path) -> None:
+        try:
             fn(p)
-        return
-    for future in [_executor().submit(fn, p) for p in todo]:
-        future.result()
+        except BaseException as exc:  # re-raised on the calling thread below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(p,), name="tilelens-fsync") for p in todo[1:]]
+    for t in threads:
+        t.start()
+    if todo:
+        run(todo[0])
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
 
 
 class Batch:
