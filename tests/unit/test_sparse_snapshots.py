@@ -235,3 +235,16 @@ def test_only_large_spans_are_deferred() -> None:
     assert not touched.defer(torch.empty(touched.WHOLE_BELOW // 4))
     assert touched.defer(torch.empty(touched.WHOLE_BELOW // 4 + 1))
     assert touched.sparse_wins(64, CACHE, 4) and not touched.sparse_wins(CACHE // 2, CACHE, 4)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device here (torch.cuda.is_available() is False)")
+def test_a_cuda_replay_of_a_sparse_launch_matches_and_says_what_it_cannot_check(
+    history_location: Location,
+) -> None:
+    launch, cache, original, new = _record_update(history_location)
+    with History.open(location=history_location) as h:
+        r = replay_launch(h, launch, device="cuda")
+    assert r.outcome == "match", r.message
+    (arg,) = [d for d in r.tensors if d.name == "cache_ptr"]
+    assert arg.sparse and arg.equal and arg.elements == CACHE
+    assert "elements the recorded launch did not touch were rebuilt as zeros" in r.message
