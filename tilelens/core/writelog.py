@@ -55,10 +55,10 @@ class WriteEntry:
 
 def _compact(flat: np.ndarray) -> np.ndarray | tuple[int, int]:
     """(first, step) when ``flat`` is an arithmetic progression with a non-negative step, else ``flat``."""
-    if flat.size < 8:
+    if flat.size < 8 or flat[1] < flat[0]:  # checked first: a uint64 step below zero would wrap
         return flat
     step = flat[1] - flat[0]
-    if flat[1] < flat[0] or not bool((np.diff(flat) == step).all()):
+    if not bool((np.diff(flat) == step).all()):  # a later step below zero wraps, and differs
         return flat
     return (int(flat[0]), int(step))
 
