@@ -249,10 +249,13 @@ def _gather(t: torch.Tensor, span: int, idx: np.ndarray) -> np.ndarray:
     """The bytes of span elements ``idx`` of ``t``, shape (len(idx), itemsize), on the host."""
     eb = t.element_size()
     flat = t.detach().as_strided((span,), (1,))
+    out: np.ndarray
     if flat.device.type == "cpu":
-        return flat.view(torch.uint8).numpy().reshape(span, eb)[idx]
-    picked = flat[torch.from_numpy(idx).to(flat.device)].cpu()
-    return picked.contiguous().view(torch.uint8).numpy().reshape(-1, eb).copy()
+        out = flat.view(torch.uint8).numpy().reshape(span, eb)[idx]
+    else:
+        picked = flat[torch.from_numpy(idx).to(flat.device)].cpu()
+        out = picked.contiguous().view(torch.uint8).numpy().reshape(-1, eb).copy()
+    return out
 
 
 def _values(raw: np.ndarray, rec: ArgumentRecord, d: _Deferred) -> torch.Tensor:

@@ -49,8 +49,8 @@ class WriteEntry:
         if isinstance(self.lanes, np.ndarray):
             return self.lanes
         first, step = self.lanes
-        count = self.old.shape[0]
-        return (np.uint64(first) + np.arange(count, dtype=np.uint64) * np.uint64(step)).astype(np.uint64)
+        out: np.ndarray = np.arange(self.old.shape[0], dtype=np.uint64) * np.uint64(step) + np.uint64(first)
+        return out
 
 
 def _compact(flat: np.ndarray) -> np.ndarray | tuple[int, int]:
