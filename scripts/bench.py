@@ -5,9 +5,12 @@
     python scripts/bench.py --json bench.json       # the full suite, every figure to a file
     python scripts/bench.py --compare main          # main vs the working tree, interleaved (seed table)
     python scripts/bench.py --compiled              # on a CUDA machine: recording with backend="compiled"
+    python scripts/bench.py --touched               # 64 elements of a 256 MiB tensor; a tiny launch's cost
 
 Targets it reports against: median recorded/stock ratio <= 1.15 (none above 1.3), access traces <= 0.5 bytes
-per lane, CPU replay <= 1.2x recording, `ls` / `show` / indexed `sql` under 0.3 s at 1,000,000 launches.
+per lane, CPU replay <= 1.2x recording, `ls` / `show` / indexed `sql` under 0.3 s at 1,000,000 launches;
+--touched: recording a 64-element launch on a 256 MiB tensor within 3x of the plain program, < 4 MiB of blobs,
+peak RSS < 1.2x the program's own.
 """
 
 from __future__ import annotations
@@ -124,6 +127,13 @@ def main(argv: list[str] | None = None) -> int:
         default="2048,1024,2816,32000,8",
         help="--compiled: tokens,hidden,intermediate,vocab,layers (default 2048,1024,2816,32000,8)",
     )
+    p.add_argument(
+        "--touched",
+        action="store_true",
+        help="Only the touched-snapshot benchmark: one launch touching 64 elements of a 256 MiB tensor, plain "
+        "vs recorded (time, blob bytes, peak RSS, each in its own process), and a tiny launch's fixed cost.",
+    )
+    p.add_argument("--launches", type=int, default=200, help="--touched: tiny launches timed (default 200)")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     samples = args.samples or (3 if args.quick else 5)
@@ -147,6 +157,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\nmachine: {machine()}")
         if args.json:
             args.json.write_text(json.dumps({"machine": machine(), "compiled": result}, indent=2))
+        return 0
+
+    if args.touched:
+        from benchmarks.touched import kv_cache, tiny_launches
+        from benchmarks.touched import report as touched_report
+
+        kv, tiny = kv_cache(256), tiny_launches(args.launches)
+        print("## Snapshots of what a launch touches, and a tiny launch's fixed cost (issue 18)\n")
+        print(touched_report(kv, tiny))
+        print(f"\nmachine: {machine()}")
+        if args.json:
+            args.json.write_text(json.dumps({"machine": machine(), "touched": kv, "tiny": tiny}, indent=2))
         return 0
 
     if args.children:

@@ -30,8 +30,10 @@ Backend = Literal["interpreter", "compiled"]
 #: ``interrupted`` (Ctrl-C) or ``terminated`` (SIGTERM/SIGHUP); ``lost`` when its process died without saying
 #: how it ended (SIGKILL, ``os._exit``, a crash: see tilelens.store.liveness).
 RunStatus = Literal["running", "ok", "failed", "interrupted", "terminated", "lost"]
-#: A replay: outputs (and trace) as recorded, not as recorded, or the launch could not be replayed as asked.
-ReplayOutcome = Literal["match", "mismatch", "error"]
+#: A replay: outputs (and trace) as recorded, not as recorded, or the launch could not be replayed as asked;
+#: ``unknown-read``: the kernel read elements a sparse snapshot does not hold (an edited kernel), so its outputs
+#: cannot be judged.
+ReplayOutcome = Literal["match", "mismatch", "error", "unknown-read"]
 
 ARG_KINDS: tuple[ArgKind, ...] = get_args(ArgKind)
 LAUNCH_STATUSES: tuple[LaunchStatus, ...] = get_args(LaunchStatus)
@@ -42,7 +44,9 @@ RUN_STATUSES: tuple[RunStatus, ...] = get_args(RunStatus)
 FINISHED_RUN_STATUSES: tuple[RunStatus, ...] = tuple(s for s in RUN_STATUSES if s not in ("running", "lost"))
 REPLAY_OUTCOMES: tuple[ReplayOutcome, ...] = get_args(ReplayOutcome)
 #: The statuses and outcomes that report a problem (front ends show them as such).
-PROBLEMS: frozenset[str] = frozenset({"error", "failed", "interrupted", "terminated", "lost", "mismatch"})
+PROBLEMS: frozenset[str] = frozenset(
+    {"error", "failed", "interrupted", "terminated", "lost", "mismatch", "unknown-read"}
+)
 
 
 def utcnow() -> _dt.datetime:
@@ -76,6 +80,10 @@ class ArgumentRecord:
     For tensors, ``before``/``after`` hold host copies of the argument view (same dtype, shape, strides and
     storage offset); ``after`` is None when the launch did not change the tensor. Arguments with the same
     ``storage_group`` shared one storage at record time; ``storage_offset`` is in elements of that storage.
+
+    A sparse snapshot (:mod:`tilelens.core.touched`) sets ``touched``: the positions, in the view's span, of the
+    elements the launch read or wrote (int64, sorted, unique); ``before``/``after`` then hold those elements'
+    values only (1-D, one per position), ``after`` None again when none of them changed.
     """
 
     position: int
@@ -92,6 +100,7 @@ class ArgumentRecord:
     after: torch.Tensor | None = None
     storage_bytes: int | None = None  # size of the whole storage behind the view (its allocation)
     value_type: str | None = None  # scalars/constexprs: "int", "float", "bool" (+ ":fp32" when annotated)
+    touched: torch.Tensor | None = None  # sparse snapshot: span positions of before/after's values, else None
 
 
 @dataclass

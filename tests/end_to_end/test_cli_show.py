@@ -53,6 +53,7 @@ ARG_KEYS = [
     "before_blob",
     "after_blob",
     "access",
+    "snapshot_elements",
     "changed",
 ]
 ACCESS_KEYS = [

@@ -166,7 +166,7 @@ def test_cli_batch_in_a_fresh_process_loads_kernels_from_their_recorded_files(
     )
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)  # the progress bar went to stderr, stdout is pure JSON
-    assert data["summary"] == {"match": 6, "mismatch": 0, "error": 0}
+    assert data["summary"] == {"match": 6, "mismatch": 0, "error": 0, "unknown-read": 0}
     assert all(r["trace_equal"] for r in data["results"])
     table = subprocess.run(
         [*cmd, "replay", "--kernel", "softmax_kernel"], cwd=tmp_path, env=env, capture_output=True, text=True
@@ -211,7 +211,7 @@ def test_cli_last_replays_the_newest_run(
             select(Launch.id).where(Launch.run_id == newest, Launch.role == "launch").order_by(Launch.id)
         ).all()
     assert code == 0 and [r["launch_id"] for r in results] == expected and len(expected) > 0
-    assert report["summary"] == {"match": len(expected), "mismatch": 0, "error": 0}
+    assert report["summary"] == {"match": len(expected), "mismatch": 0, "error": 0, "unknown-read": 0}
 
 
 # -- changed kernels -----------------------------------------------------------------------------------------

@@ -194,3 +194,35 @@ def test_recent_identical_tensor_is_not_encoded_again(store: BlobStore, monkeypa
     assert changed.sha256 != first.sha256 and writes == ["tensor", "tensor"]
     assert torch.equal(store.get_tensor(changed.sha256), t)
     assert store.store_tensor(t.view(10, 100)).sha256 != changed.sha256  # other geometry, other blob
+
+
+def test_a_batch_makes_its_blobs_appear_when_it_ends(store: BlobStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    import tilelens.store.durable as durable
+
+    synced: list[str] = []
+    real = durable.fsync_path
+    monkeypatch.setattr(durable, "fsync_path", lambda p: (synced.append(Path(p).name), real(p))[1])
+    blobs = [f"blob {i}".encode() for i in range(3)]
+    with store.batch():
+        shas = [store.put_bytes(b, "raw") for b in blobs]
+        assert store.put_bytes(blobs[0], "raw") == shas[0]  # the same content twice: one pending file
+        with store.batch():  # a nested block joins the outer one
+            store.put_bytes(b"inner", "raw")
+        assert not any(store.exists(s) for s in shas)  # nothing is named before the batch is durable
+        assert len(list(store.root.rglob("*.tmp"))) == 4
+    assert [store.get_bytes(s) for s in shas] == blobs and store.exists(hashlib.sha256(b"inner").hexdigest())
+    assert not list(store.root.rglob("*.tmp"))
+    assert all(not os.stat(store.path(s)).st_mode & stat.S_IWUSR for s in shas)  # read-only, as always
+    # Each temp file fsync'd, then each folder (blob subfolders and the root that got new ones): 4 + 4 + 1.
+    assert sum(name.endswith(".tmp") for name in synced) == 4
+    assert {name for name in synced if not name.endswith(".tmp")} == {s[:2] for s in shas} | {
+        hashlib.sha256(b"inner").hexdigest()[:2], store.root.name
+    }
+
+
+def test_a_failed_batch_names_nothing_and_leaves_no_temp_files(store: BlobStore) -> None:
+    with pytest.raises(RuntimeError), store.batch():
+        sha = store.put_bytes(b"never named", "raw")
+        raise RuntimeError("the launch's rows could not be built")
+    assert not store.exists(sha) and not list(store.root.rglob("*.tmp"))
+    assert store.put_bytes(b"never named", "raw") == sha and store.get_bytes(sha) == b"never named"

@@ -80,3 +80,22 @@ def test_an_interpreted_launch_rolls_back_to_its_arguments_exact_bytes() -> None
     log.rollback()
     assert x.view(torch.int32).tolist() == before[0].view(torch.int32).tolist()
     assert acc.view(torch.int32).tolist() == before[1].view(torch.int32).tolist()
+
+
+def test_evenly_spaced_lanes_are_kept_as_first_address_and_step() -> None:
+    arena = np.arange(64, dtype=np.int32)
+    base = arena.ctypes.data
+    table = StorageTable([(base, base + arena.nbytes)])
+    log = WriteLog()
+    strided = np.array([base + 8 * i for i in range(16)], dtype=np.uint64)  # every other element
+    gather = np.array([base + 4 * i for i in (40, 3, 41, 7, 50, 51, 52, 53)], dtype=np.uint64)
+    log.note(table, strided, None, 4)
+    log.note(table, gather, None, 4)
+    first, second = log.entries()
+    assert first.lanes == (base, 8) and np.array_equal(first.addrs, strided)  # no per-lane addresses held
+    assert isinstance(second.lanes, np.ndarray) and np.array_equal(second.addrs, gather)
+    assert first.old.view(np.int32).ravel().tolist() == list(range(0, 32, 2))
+    arena[0:32:2] = -1
+    arena[[40, 3, 41, 7, 50, 51, 52, 53]] = -2
+    log.rollback()
+    assert arena.tolist() == list(range(64))

@@ -81,15 +81,17 @@ def _lane(lane: dict[str, Any]) -> str:
 
 
 def _output(o: TensorDiff) -> str:
+    # A note with elements compared qualifies the comparison (sparse snapshots); without, it replaces it.
+    also = f" ({o.note})" if o.note is not None and o.elements is not None else ""
     if o.same:
-        return f"{o.name}: same" + (" (bit-exact)" if o.bit_exact else "")
-    if o.note is not None:
+        return f"{o.name}: same" + (" (bit-exact)" if o.bit_exact else "") + also
+    if o.note is not None and not also:
         return f"{o.name}: {o.note}"
     index = "[" + ", ".join(str(i) for i in o.first_index or []) + "]"
     return (
         f"{o.name}: {render.count(o.differing)} of {render.count(o.elements)} elements differ; first "
         f"{index}: {o.first_a} -> {o.first_b}; max abs err {o.max_abs_err:.6g}, max rel err "
-        f"{o.max_rel_err:.6g}"
+        f"{o.max_rel_err:.6g}{also}"
     )
 
 

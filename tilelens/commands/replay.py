@@ -24,7 +24,7 @@ from tilelens.records import REPLAY_OUTCOMES
 if TYPE_CHECKING:
     from tilelens.api import ReplayResult
 
-_STYLE = {"match": "green", "mismatch": "red", "error": "yellow"}
+_STYLE = {"match": "green", "mismatch": "red", "error": "yellow", "unknown-read": "red"}
 # What to type when a replay was refused (the result's own message names no flags).
 _REFUSAL_HINTS = {
     "source-changed": "--allow-changed replays it anyway, --from-history --trust-source runs the recorded source",

@@ -10,6 +10,7 @@ from __future__ import annotations
 import enum
 import inspect
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -178,9 +179,17 @@ def _is_gluon_layout(value: Any) -> bool:
 
 
 def describe_arguments(
-    params: list[Param], bound: dict[str, Any], snapshots: bool = True
+    params: list[Param],
+    bound: dict[str, Any],
+    snapshots: bool = True,
+    deferred: dict[int, torch.Tensor] | None = None,
+    defer: Callable[[torch.Tensor], bool] | None = None,
 ) -> list[ArgumentRecord]:
-    """One record per parameter, with a 'before' snapshot of every tensor (unless ``snapshots`` is off)."""
+    """One record per parameter, with a 'before' snapshot of every tensor (unless ``snapshots`` is off).
+
+    A tensor that ``defer`` picks (``tilelens.core.touched.defer``) is not copied: it goes into ``deferred`` by
+    position, for its snapshot to be built after the launch from what the launch touched.
+    """
     groups: dict[int, int] = {}
     records = []
     for p in params:
@@ -202,7 +211,10 @@ def describe_arguments(
             rec.storage_group = groups.setdefault(sp, len(groups))
             rec.storage_bytes = int(t.untyped_storage().nbytes())
             rec.device = str(t.device)
-            rec.before = span_copy(t) if snapshots else None
+            if snapshots and deferred is not None and defer is not None and defer(t):
+                deferred[p.position] = t
+            else:
+                rec.before = span_copy(t) if snapshots else None
             if descriptors.kind_of(value) is not None:  # a host TMA descriptor: its tensor, plus the box
                 rec.value = descriptors.describe(value, jsonable)
             elif t is not value:

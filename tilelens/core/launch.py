@@ -23,6 +23,7 @@ from tilelens.core.arguments import (
 )
 from tilelens.core.interpreter import LAUNCH_LOCK, GluonLaunch, launch_patches, pre_run_hooks
 from tilelens.core.semantics import describe_failure
+from tilelens.core.touched import TouchedSnapshots, defer
 from tilelens.core.writelog import WriteLog
 from tilelens.records import KernelIdentity, LaunchRecord, utcnow
 
@@ -73,7 +74,11 @@ def run_interpreted(
         t0 = time.perf_counter()
         error: BaseException | None = None
         result = None
-        arg_records = describe_arguments(params, bound, snapshots)
+        deferred: dict[int, Any] = {}
+        arg_records = describe_arguments(params, bound, snapshots, deferred, defer)
+        touched = TouchedSnapshots(arg_records, deferred)
+        if touched.needed and writes is None:  # large tensors: snapshots of what the launch touches
+            writes = WriteLog()
         collector = AccessCollector()
         resolved: tuple[int, int, int] = (0, 0, 0)
 
@@ -92,6 +97,8 @@ def run_interpreted(
         if snapshots:
             capture_after(params, bound, arg_records)
         trace = collector.finish()
+        if touched.needed and writes is not None:
+            touched.finish(trace, collector.spans, writes, collector.per_arg, collector.summary)
         config: dict[str, Any] = {
             "constexprs": {p.name: jsonable(bound.get(p.name)) for p in params if p.constexpr},
             "options": jsonable(options),

@@ -16,7 +16,9 @@ Invariants:
   had before the launch's first write to it, whatever the launch wrote in between (a lane written twice in one
   call read the same old bytes for both copies, so duplicates are harmless);
 * the log holds copies of the old bytes, never references to live memory, and references to the interpreter's
-  address arrays, which the interpreter never modifies after creating them.
+  address arrays, which the interpreter never modifies after creating them; evenly spaced lanes are kept as
+  (first address, step) instead (``WriteEntry.lanes``; ``addrs`` rebuilds them), so a log of whole-tensor
+  stores holds about the bytes it overwrote, not eight more per lane.
 """
 
 from __future__ import annotations
@@ -33,10 +35,32 @@ from tilelens.errors import StateError
 
 @dataclass(frozen=True)
 class WriteEntry:
-    """One write's lanes: their first byte addresses and the ``elem_bytes`` bytes each held before it."""
+    """One write's lanes: their first byte addresses and the ``elem_bytes`` bytes each held before it.
 
-    addrs: np.ndarray  # uint64, one per written lane
+    Lanes at evenly spaced addresses (a contiguous or strided 1-D block, the common store) keep only the first
+    address and the spacing, not eight bytes per lane: ``addrs`` rebuilds them when asked.
+    """
+
+    lanes: np.ndarray | tuple[int, int]  # uint64 addresses, one per written lane; or (first, step)
     old: np.ndarray  # uint8, shape (lanes, elem_bytes)
+
+    @property
+    def addrs(self) -> np.ndarray:
+        if isinstance(self.lanes, np.ndarray):
+            return self.lanes
+        first, step = self.lanes
+        out: np.ndarray = np.arange(self.old.shape[0], dtype=np.uint64) * np.uint64(step) + np.uint64(first)
+        return out
+
+
+def _compact(flat: np.ndarray) -> np.ndarray | tuple[int, int]:
+    """(first, step) when ``flat`` is an arithmetic progression with a non-negative step, else ``flat``."""
+    if flat.size < 8 or flat[1] < flat[0]:  # checked first: a uint64 step below zero would wrap
+        return flat
+    step = flat[1] - flat[0]
+    if not bool((np.diff(flat) == step).all()):  # a later step below zero wraps, and differs
+        return flat
+    return (int(flat[0]), int(step))
 
 
 def _memory(start: int, end: int) -> np.ndarray:
@@ -100,7 +124,7 @@ class WriteLog:
         if flat.size == 0:
             return
         old = self._gather(storage, flat, elem_bytes)
-        self._entries.append(WriteEntry(flat, old))
+        self._entries.append(WriteEntry(_compact(flat), old))
         self.bytes += old.size
         self._storage = storage
 

@@ -30,6 +30,7 @@ from tilelens.replay.rebuild import RebuiltArgs, decode_options, rebuild_argumen
 from tilelens.replay.resolve import KernelResolver, ResolvedKernel
 from tilelens.replay.result import ReplayFailure, ReplayResult, TensorDiff
 from tilelens.replay.traces import first_difference, last_writer
+from tilelens.replay.unknown import unknown_reads
 from tilelens.store import BlobError, History
 from tilelens.store.launches import LaunchSpec, load_launch
 
@@ -211,6 +212,8 @@ def _replay_cpu(
     traced.records.clear()
     result.replay_error = record.error if record is not None else _message(error)
     names = {a.position: a.name for a in spec.args}
+    if record is not None:
+        result.unknown_reads = [u.describe() for u in unknown_reads(record.trace, args.tensors)]
     if recorded_trace is not None and record is not None and record.trace is not None:
         result.trace_diff = first_difference(recorded_trace, record.trace, names)
         result.trace_equal = result.trace_diff is None
@@ -274,6 +277,7 @@ def _compare(rt: Any, tolerance: Tolerance | None) -> TensorDiff:
     replayed = span_copy(rt.view)
     shape, strides = rt.spec.shape or (), rt.spec.strides or ()
     diff = compare_span(rt.spec.name, rt.spec.position, rt.expected, replayed, shape, strides, tolerance)
+    diff.sparse = rt.known is not None
     if tolerance is not None:
         diff.atol, diff.rtol = tolerance.atol, tolerance.rtol
     return diff
@@ -315,6 +319,11 @@ def _conclude(spec: LaunchSpec, resolved: ResolvedKernel, result: ReplayResult) 
         prefix = f"kernel file changed since the record ({spec.kernel.file}); "
     # What loading the kernel's file left out (a script's top-level statements), said after every outcome.
     suffix = f"; {resolved.skipped}" if resolved.skipped else ""
+    if result.backend == "compiled" and any(d.sparse for d in result.tensors):
+        suffix += (
+            "; sparse snapshot: elements the recorded launch did not touch were rebuilt as zeros, and a "
+            "compiled replay cannot tell whether the kernel read them (replay on the cpu to check)"
+        )
     where = f"launch {spec.id} ({spec.kernel.name}) on {result.device}"
     if spec.status == "error":
         result.outcome = "error"
@@ -326,6 +335,17 @@ def _conclude(spec: LaunchSpec, resolved: ResolvedKernel, result: ReplayResult) 
         else:
             how = f"the replay failed with a different error: {result.replay_error}"
         result.message = f"{prefix}{where} was recorded failing ({spec.error}); {how}{suffix}"
+        return
+    if result.unknown_reads:
+        result.outcome = "unknown-read"
+        result.headline = f"{prefix}{where}"
+        result.details = list(result.unknown_reads)
+        result.message = (
+            f"{result.headline}: read elements its sparse snapshot does not hold (the record keeps only the "
+            "elements the recorded launch touched; they were rebuilt as zeros), outputs not judged: "
+            + "; ".join(result.unknown_reads)
+            + suffix
+        )
         return
     problems = []
     if result.replay_error is not None:

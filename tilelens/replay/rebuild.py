@@ -13,6 +13,11 @@ storage size (made before migration 0003), and storages far larger than what the
 guard after the last recorded byte instead: unmasked out-of-bounds reads then read zeros that belong to no
 argument, instead of whichever tensor the allocator happened to place next.
 
+A sparse snapshot (:mod:`tilelens.store.sparse`) holds only the elements the recorded launch touched: they are
+written over zeros, after the group's whole spans, and the rest of the span is *unknown* (``RebuiltTensor.known``):
+the recorded launch neither read nor wrote it, so its expected after-value is what the rebuild put there, and a
+CPU replay that reads it is told apart (``tilelens.replay.unknown``).
+
 For a GPU replay each group is rebuilt inside a larger buffer, ``margin`` bytes on both sides, with the bytes
 the recorded out-of-bounds lanes read placed where the compiled kernel will read them.
 """
@@ -25,9 +30,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from tilelens.core.arguments import span_copy
 from tilelens.replay.result import ReplayFailure
 from tilelens.store import BlobError, BlobStore
 from tilelens.store.launches import ArgSpec, LaunchSpec
+from tilelens.store.sparse import SparseSnapshot
 from tilelens.store.tensors import DTYPES
 
 GUARD_BYTES = 16 * 1024
@@ -40,6 +47,9 @@ class RebuiltTensor:
     spec: ArgSpec
     view: torch.Tensor  # what the kernel gets (a TensorWrapper's base when reinterpreted)
     expected: torch.Tensor  # recorded state after the launch: the span, 1-D, on the host
+    # A sparse snapshot's known span elements (sorted); None when the whole span was recorded. The others
+    # are unknown: rebuilt as zeros, and expected unchanged (the recorded launch did not write them).
+    known: np.ndarray | None = None
 
 
 @dataclass
@@ -81,7 +91,11 @@ def rebuild_arguments(
                 if a.after_blob in (None, a.before_blob)
                 else _load(blobs, launch, a, a.after_blob, "after")
             )
-            out.tensors.append(RebuiltTensor(a, views[a.position], after))
+            known = None
+            if isinstance(after, SparseSnapshot):  # what the rebuilt span holds, with the known after-values
+                known = after.index
+                after = after.dense(span_copy(views[a.position]))
+            out.tensors.append(RebuiltTensor(a, views[a.position], after, known))
             out.kwargs[a.name] = _maybe_reinterpret(launch, a, views[a.position])
         elif a.kind == "none":
             out.kwargs[a.name] = None
@@ -113,18 +127,20 @@ def typed_value(value: Any, value_type: str | None) -> Any:
     return value
 
 
-def _load(blobs: BlobStore, launch: LaunchSpec, a: ArgSpec, sha: str | None, which: str) -> torch.Tensor:
+def _load(
+    blobs: BlobStore, launch: LaunchSpec, a: ArgSpec, sha: str | None, which: str
+) -> torch.Tensor | SparseSnapshot:
     if sha is None:
         raise ReplayFailure(f"launch {launch.id}: argument {a.name} has no {which} snapshot to rebuild from")
     try:
-        t = blobs.get_tensor(sha)
+        t = blobs.get_snapshot(sha)
     except BlobError as exc:
         raise ReplayFailure(f"launch {launch.id}: argument {a.name} ({which} snapshot): {exc}") from None
     except ValueError as exc:  # not a tensor this code can decode
         raise ReplayFailure(
             f"launch {launch.id}: argument {a.name} ({which} snapshot) blob {sha}: {exc}"
         ) from None
-    return t.reshape(-1)
+    return t if isinstance(t, SparseSnapshot) else t.reshape(-1)
 
 
 def _dtype(launch: LaunchSpec, a: ArgSpec) -> torch.dtype:
@@ -153,7 +169,7 @@ def storage_size(members: list[ArgSpec]) -> int:
 def _rebuild_group(
     launch: LaunchSpec,
     members: list[ArgSpec],
-    snapshots: dict[int, torch.Tensor],
+    snapshots: dict[int, torch.Tensor | SparseSnapshot],
     device: torch.device,
     extra: list[tuple[int, bytes]],
     margin: int,
@@ -165,16 +181,20 @@ def _rebuild_group(
         dtype = _dtype(launch, a)
         span = span_elements(a.shape, a.strides)
         snap = snapshots[a.position]
-        if snap.dtype != dtype or snap.numel() != span:
+        count = snap.span if isinstance(snap, SparseSnapshot) else snap.numel()
+        if snap.dtype != dtype or count != span:
             raise ReplayFailure(
-                f"launch {launch.id}: argument {a.name} snapshot holds {snap.numel()} {snap.dtype} elements, "
+                f"launch {launch.id}: argument {a.name} snapshot holds {count} {snap.dtype} elements, "
                 f"its view ({a.dtype}, shape {list(a.shape)}, strides {list(a.strides)}) reaches {span}"
             )
         start = a.storage_offset * dtype.itemsize
         placed.append((a, dtype, start, snap))
     nbytes = margin + storage_size(members) + margin
-    snaps = [(margin + start, snap) for _a, _dt, start, snap in placed]
+    snaps = [(margin + start, snap) for _a, _dt, start, snap in placed if not isinstance(snap, SparseSnapshot)]
+    sparse = [(margin + start, snap) for _a, _dt, start, snap in placed if isinstance(snap, SparseSnapshot)]
     raw = _fill(nbytes, snaps, device, [(margin + pos, data) for pos, data in extra])
+    for start, snap in sparse:  # after the whole spans: only the known elements, over zeros
+        _scatter(raw, start, snap)
     storage = raw.untyped_storage()
     views = {}
     for a, dtype, _start, _snap in placed:
@@ -229,6 +249,19 @@ def _fill_snapshots(
             chunk = snap.contiguous().view(torch.uint8)
             raw[start : start + chunk.numel()].copy_(chunk)
     return raw
+
+
+def _scatter(raw: torch.Tensor, start: int, snap: SparseSnapshot) -> None:
+    """Write a sparse snapshot's known elements into ``raw`` (bytes) at byte offset ``start``."""
+    if not snap.elements:
+        return
+    width = snap.dtype.itemsize
+    where = start + snap.index[:, None] * width + np.arange(width, dtype=np.int64)
+    data = snap.values.contiguous().view(torch.uint8).reshape(-1)
+    if raw.device.type == "cpu":
+        raw.numpy()[where.reshape(-1)] = data.numpy()
+    else:
+        raw[torch.from_numpy(where.reshape(-1)).to(raw.device)] = data.to(raw.device)
 
 
 def _maybe_reinterpret(launch: LaunchSpec, a: ArgSpec, view: torch.Tensor) -> Any:

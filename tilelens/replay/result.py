@@ -14,7 +14,7 @@ from typing import Any
 from tilelens.errors import ReplayFailure
 from tilelens.records import ReplayOutcome
 
-EXIT_CODES: dict[ReplayOutcome, int] = {"match": 0, "mismatch": 1, "error": 2}
+EXIT_CODES: dict[ReplayOutcome, int] = {"match": 0, "mismatch": 1, "error": 2, "unknown-read": 3}
 
 __all__ = ["EXIT_CODES", "ReplayFailure", "ReplayResult", "TensorDiff", "TraceDiff", "Writer"]
 
@@ -58,6 +58,7 @@ class TensorDiff:
     written_by: Writer | None = None
     atol: float | None = None  # the tolerance applied; None: bit for bit
     rtol: float | None = None
+    sparse: bool = False  # rebuilt from a sparse snapshot: elements the record did not touch were zeros
 
     def describe(self) -> str:
         if self.equal:
@@ -139,6 +140,7 @@ class ReplayResult:
     run_s: float | None = None  # the replayed kernel run alone
     duration_s: float = 0.0  # the whole replay: reading, rebuilding, resolving, running, comparing
     replay_id: int | None = None
+    unknown_reads: list[str] = field(default_factory=list)  # sparse snapshots: elements read but not recorded
     derived_trace: bool = False  # ``tilelens trace``: this replay's access trace was stored on the launch
 
     @property

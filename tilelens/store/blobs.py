@@ -15,10 +15,12 @@ flipped byte keeps the name and the size). A file that differs is replaced atomi
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -27,9 +29,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tilelens.errors import BlobCorruptError, BlobError, BlobFolderError, BlobMissingError
+from tilelens.store.durable import Batch
 
 if TYPE_CHECKING:
     import torch
+
+    from tilelens.store.sparse import SparseSnapshot
 
 _SHA_RE = re.compile(r"^[0-9a-f]{64}$")
 PARQUET_COMPRESSION = "zstd"
@@ -188,6 +193,8 @@ class BlobStore:
         # Names whose file this store wrote or compared with the content: checked once per process, so
         # a tensor recorded a thousand times is compared once, not read back a thousand times.
         self._intact: set[str] = set()
+        self._batch: Batch | None = None  # while ``batch()`` runs: new files made durable together at its end
+        self._batch_shas: set[str] = set()
 
     def __repr__(self) -> str:
         return f"BlobStore({str(self.root)!r})"
@@ -225,6 +232,8 @@ class BlobStore:
         sha = hashlib.sha256(view).hexdigest()
         path = self.path(sha)
         size = view.nbytes
+        if self._batch is not None and path in self._batch:  # written moments ago in this batch
+            return BlobRef(sha, kind, size, rows)
         try:
             on_disk = path.stat().st_size
         except FileNotFoundError:
@@ -232,11 +241,33 @@ class BlobStore:
         intact = on_disk == size and (sha in self._intact or _same_content(path, view))
         # A reused file gets mtime now so gc leaves it alone; one this user may not touch is written anew.
         if not (intact and _refresh(path)):
-            self._write_atomic(
-                path, view
-            )  # missing, truncated, corrupt or not ours: the right bytes, atomically
+            # Missing, truncated, corrupt or not ours: the right bytes, atomically (with the batch, at its end).
+            if self._batch is not None:
+                self._batch.add(path, view)
+                self._batch_shas.add(sha)
+            else:
+                self._write_atomic(path, view)
         self._intact.add(sha)
         return BlobRef(sha, kind, size, rows)
+
+    @contextlib.contextmanager
+    def batch(self) -> Iterator[None]:
+        """Blobs stored inside are durable, under their names, when the block ends (not when ``store_*``
+        returns): their fsyncs overlap (:mod:`tilelens.store.durable`). Write no row naming them before the
+        block ends. A block inside another joins it."""
+        if self._batch is not None:
+            yield
+            return
+        self._batch, self._batch_shas = Batch(), set()
+        try:
+            yield
+            self._batch.close()
+        except BaseException:
+            self._batch.discard()
+            self._intact -= self._batch_shas  # never named: a later store writes them again
+            raise
+        finally:
+            self._batch = None
 
     def _write_atomic(self, path: Path, view: memoryview) -> None:
         folder = path.parent
@@ -279,6 +310,13 @@ class BlobStore:
         self._recent.add(tensor, ref)
         return ref
 
+    def store_sparse(self, snap: SparseSnapshot, kind: str = "tensor") -> BlobRef:
+        """A sparse snapshot (:mod:`tilelens.store.sparse`): Arrow IPC like a tensor, content-addressed too."""
+        from tilelens.store.sparse import sparse_to_table
+
+        table = sparse_to_table(snap)
+        return self.store_bytes(table_to_ipc(table), kind, rows=table.num_rows)
+
     def put_bytes(self, data: bytes | bytearray | memoryview | pa.Buffer, kind: str) -> str:
         return self.store_bytes(data, kind).sha256
 
@@ -318,3 +356,11 @@ class BlobStore:
         from tilelens.store.tensors import table_to_tensor
 
         return table_to_tensor(self.get_table(sha256))
+
+    def get_snapshot(self, sha256: str) -> torch.Tensor | SparseSnapshot:
+        """A tensor snapshot blob: a whole span (a tensor) or a sparse one (:mod:`tilelens.store.sparse`)."""
+        from tilelens.store.sparse import is_sparse_table, table_to_sparse
+        from tilelens.store.tensors import table_to_tensor
+
+        table = self.get_table(sha256)
+        return table_to_sparse(table) if is_sparse_table(table) else table_to_tensor(table)

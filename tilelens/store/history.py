@@ -57,10 +57,9 @@ from tilelens.store.models import (
     Run,
 )
 from tilelens.store.oobsample import oob_sample
-from tilelens.store.traces import TRACE_WRITE_OPTIONS
+from tilelens.store.tracestore import TraceStore
 
 if TYPE_CHECKING:
-    import pyarrow as pa
 
     from tilelens.store.gc import GcReport
 
@@ -133,6 +132,7 @@ class History:
         self.location = location
         self.engine = engine
         self.blobs = blobs
+        self._traces = TraceStore(blobs)
         self._kernel_ids: dict[tuple[str, str, str], int] = {}  # filled after commits only
         self.migrated_from: tuple[str, ...] = ()
 
@@ -420,7 +420,13 @@ class History:
     def _launch_rows(
         self, run_id: int, rec: LaunchRecord
     ) -> tuple[dict[str, BlobRef], dict[str, Any], list[dict[str, Any]]]:
-        """A launch's blobs (stored now) and its rows, ready to insert."""
+        """A launch's blobs (stored now, durable together when this returns) and its rows, ready to insert."""
+        with self.blobs.batch():
+            return self._rows_and_blobs(run_id, rec)
+
+    def _rows_and_blobs(
+        self, run_id: int, rec: LaunchRecord
+    ) -> tuple[dict[str, BlobRef], dict[str, Any], list[dict[str, Any]]]:
         refs: dict[str, BlobRef] = {}
 
         def keep(ref: BlobRef) -> str:
@@ -428,14 +434,21 @@ class History:
             return ref.sha256
 
         per_arg = getattr(rec, "per_arg", None) or {}
-        distinct = _distinct_elements(rec.trace)
+        trace, distinct = self._traces.store(rec.trace)  # first: a reused trace is confirmed on disk
+        if trace is not None:
+            keep(trace)
         # Plain rows through SQLAlchemy Core: ORM objects cost more than the SQL itself at this size, and
         # this runs once per recorded launch.
         args: list[dict[str, Any]] = []
         for a in rec.args:
-            before = keep(self.blobs.store_tensor(a.before)) if a.before is not None else None
-            after = keep(self.blobs.store_tensor(a.after)) if a.after is not None else before
-            tensor = a.before if a.before is not None else a.after
+            touched = getattr(a, "touched", None)
+            if touched is not None:  # a sparse snapshot: the touched elements only (tilelens.core.touched)
+                before, after = self._store_sparse(a, touched, keep)
+                tensor = None
+            else:
+                before = keep(self.blobs.store_tensor(a.before)) if a.before is not None else None
+                after = keep(self.blobs.store_tensor(a.after)) if a.after is not None else before
+                tensor = a.before if a.before is not None else a.after
             args.append(
                 {
                     "position": a.position,
@@ -462,14 +475,9 @@ class History:
                     ),
                     "before_blob": before,
                     "after_blob": after,
+                    "snapshot_elements": None if touched is None else int(touched.numel()),
                 }
             )
-        trace_ref = (
-            keep(self.blobs.store_table(rec.trace, "trace", **TRACE_WRITE_OPTIONS))
-            if rec.trace is not None
-            else None
-        )
-        trace = refs[trace_ref] if trace_ref is not None else None
 
         s_ = rec.summary
         grid = tuple(rec.grid) + (1,) * (3 - len(rec.grid))
@@ -501,6 +509,17 @@ class History:
             "created_at": utcnow(),
         }
         return refs, launch, args
+
+    def _store_sparse(self, a: Any, touched: Any, keep: Any) -> tuple[str | None, str | None]:
+        """Blobs of a sparse snapshot's before and after (after = before when the launch changed none)."""
+        from tilelens.store.sparse import for_argument
+
+        if a.before is None:
+            return None, None
+        before = keep(self.blobs.store_sparse(for_argument(a, touched.numpy(), a.before)))
+        if a.after is None:
+            return before, before
+        return before, keep(self.blobs.store_sparse(for_argument(a, touched.numpy(), a.after)))
 
     def attach_trace(self, launch_id: int, rec: LaunchRecord) -> None:
         """Store ``rec``'s access trace and counts on launch ``launch_id``, marked derived (``store.derived``)."""
@@ -594,21 +613,6 @@ class History:
                 Kernel.source_sha256 == k.source_sha256,
             )
         ).scalar_one()
-
-
-_LANE_COLUMNS = {"arg", "lanes", "shape", "strides", "base", "offsets", "mask", "oob_mask"}
-
-
-def _distinct_elements(trace: pa.Table | None) -> dict[int, int] | None:
-    """Per argument, the distinct elements its lanes touched: stored so that ``show`` need not decode traces.
-
-    None (``show`` then computes it from the trace) for a trace without the lane columns, such as a test's.
-    """
-    if trace is None or not set(trace.column_names) >= _LANE_COLUMNS:
-        return None
-    from tilelens.store.lanes import distinct_elements
-
-    return distinct_elements(trace)
 
 
 def _summary(summary: AccessSummary | None) -> dict[str, int] | None:

@@ -18,6 +18,8 @@ from typing import Any, cast
 import numpy as np
 import pyarrow as pa
 
+from tilelens.store.arrowbuild import array_numbers
+
 #: One row per lane: the flat table ``tilelens export`` writes.
 LANE_SCHEMA = pa.schema(
     [
@@ -52,7 +54,7 @@ def _column(table: pa.Table, name: str) -> pa.Array:
 
 
 def _numpy(table: pa.Table, name: str, dtype: Any) -> np.ndarray:
-    return cast("np.ndarray", _column(table, name).to_numpy(zero_copy_only=False).astype(dtype, copy=False))
+    return array_numbers(_column(table, name)).astype(dtype, copy=False)
 
 
 def _validity(arr: pa.Array) -> np.ndarray:
@@ -69,16 +71,16 @@ def _validity(arr: pa.Array) -> np.ndarray:
 
 def _list_lengths(arr: pa.Array) -> np.ndarray:
     """Length of every list (0 for a null one)."""
-    lengths: np.ndarray = np.diff(arr.offsets.to_numpy(zero_copy_only=False)).astype(np.int64)
+    lengths: np.ndarray = np.diff(array_numbers(arr.offsets)).astype(np.int64)
     lengths[~_validity(arr)] = 0
     return lengths
 
 
 def _flatten(arr: pa.Array) -> np.ndarray:
     """The values of every non-null list, in order, as int64 (``ListArray.flatten`` needs pyarrow.compute)."""
-    offsets = arr.offsets.to_numpy(zero_copy_only=False).astype(np.int64)
+    offsets = array_numbers(arr.offsets).astype(np.int64)
     lengths = _list_lengths(arr)
-    values = arr.values.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+    values = array_numbers(arr.values).astype(np.int64, copy=False)
     if lengths.sum() == offsets[-1] - offsets[0]:  # no null list hides values: one contiguous slice
         return cast("np.ndarray", values[offsets[0] : offsets[-1]])
     starts = np.repeat(offsets[:-1], lengths)
@@ -108,7 +110,7 @@ def _codes(col: pa.ChunkedArray) -> tuple[np.ndarray, list[str]]:
             local = np.array(
                 [index.setdefault(v, len(index)) for v in chunk.dictionary.to_pylist()], np.int64
             )
-            codes = chunk.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+            codes = array_numbers(chunk.indices).astype(np.int64)
             parts.append(local[codes] if local.size else codes)
         else:
             parts.append(np.array([index.setdefault(v, len(index)) for v in chunk.to_pylist()], np.int64))

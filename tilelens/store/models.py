@@ -236,6 +236,9 @@ class LaunchArg(Base):
     after_blob: Mapped[str | None] = mapped_column(
         ForeignKey("blobs.sha256")
     )  # == before_blob when unchanged
+    # Migration 0014: the elements a sparse snapshot holds (the ones the launch touched, tilelens.store.sparse);
+    # None for a whole-span snapshot, or none.
+    snapshot_elements: Mapped[int | None] = mapped_column(BigInteger)
 
     launch: Mapped[Launch] = relationship(back_populates="args")
 

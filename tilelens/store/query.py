@@ -163,10 +163,12 @@ class HistoryQuery:
         return ", ".join(f"l.{name}" if name in have else f"NULL AS {name}" for name in names)
 
     @functools.cached_property
-    def _arg_distinct(self) -> str:
-        """``distinct_elements`` where the history has migration 0011's column, else NULL (computed from traces)."""
+    def _arg_late(self) -> dict[str, str]:
+        """``distinct_elements`` (0011) and ``snapshot_elements`` (0014), or NULL where the history predates them
+        (distinct elements are then computed from traces; snapshots were whole)."""
         have = self.reader.execute("SELECT * FROM launch_args WHERE 1 = 0").columns
-        return "distinct_elements" if "distinct_elements" in have else "NULL"
+        names = ("distinct_elements", "snapshot_elements")
+        return {name.split("_")[0]: name if name in have else "NULL" for name in names}
 
     @property
     def _has_procs_columns(self) -> bool:
@@ -380,7 +382,7 @@ class HistoryQuery:
             {"blob": extra[11], "rows": extra[12], "bytes": extra[13]} if extra[11] is not None else None
         )
 
-        arg_rows = self._rows(_ARGS_SELECT.format(distinct=self._arg_distinct), {"id": launch_id})
+        arg_rows = self._rows(_ARGS_SELECT.format(**self._arg_late), {"id": launch_id})
         # The trace is read only for what the rows do not hold: Parquet means importing pyarrow, a third of
         # this command's time. Launches recorded since migration 0011 store each argument's distinct elements
         # (column 13), which spares it for those without out-of-bounds lanes.
@@ -451,6 +453,7 @@ class HistoryQuery:
             value=decode_json(r[9]),
             before_blob=r[11],
             after_blob=r[12],
+            snapshot_elements=None if r[14] is None else int(r[14]),
             access=(
                 AccessStats.of(access, distinct.get(position, 0) if distinct is not None else None)
                 if access is not None
@@ -605,7 +608,8 @@ class HistoryQuery:
 
 _ARGS_SELECT = (
     "SELECT position, name, kind, dtype, shape, strides, storage_offset, storage_group, device, value, "
-    "access, before_blob, after_blob, {distinct} FROM launch_args WHERE launch_id = :id ORDER BY position"
+    "access, before_blob, after_blob, {distinct}, {snapshot} FROM launch_args WHERE launch_id = :id "
+    "ORDER BY position"
 )
 _ARG_NAMES = "SELECT position, name FROM launch_args WHERE launch_id = :id"
 

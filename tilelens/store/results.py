@@ -179,6 +179,8 @@ class ArgumentInfo:
     before_blob: str | None
     after_blob: str | None
     access: AccessStats | None
+    # A sparse snapshot's element count (the elements the launch touched, tilelens.store.sparse); None: whole.
+    snapshot_elements: int | None = None
 
     @property
     def changed(self) -> bool:

@@ -42,7 +42,49 @@ def compare_blobs(blobs_dir: Path, position: int, name: str, a: str | None, b: s
     from tilelens.store.blobs import BlobStore
 
     store = BlobStore(blobs_dir)
-    return compare_tensors(position, name, store.get_tensor(a), store.get_tensor(b))
+    return compare_snapshots(position, name, store.get_snapshot(a), store.get_snapshot(b))
+
+
+def compare_snapshots(position: int, name: str, a: Any, b: Any) -> TensorDiff:
+    """Whole tensors element by element; with a sparse snapshot (``tilelens.store.sparse``) on either side,
+    the span elements both sides hold (the others are unknown), indices then being span positions."""
+    from tilelens.store.sparse import SparseSnapshot
+
+    if not isinstance(a, SparseSnapshot) and not isinstance(b, SparseSnapshot):
+        return compare_tensors(position, name, a, b)
+    import numpy as np
+    import torch
+
+    index_a, values_a = _span_values(a)
+    index_b, values_b = _span_values(b)
+    if values_a.dtype != values_b.dtype:
+        return TensorDiff(position, name, False, False, note=f"{values_a.dtype} against {values_b.dtype}")
+    common = index_a if index_b is None else index_b if index_a is None else np.intersect1d(index_a, index_b)
+    if common is None:
+        common = np.arange(values_a.numel(), dtype=np.int64)
+
+    def pick(index: np.ndarray | None, values: torch.Tensor) -> torch.Tensor:
+        at = common if index is None else np.searchsorted(index, common)
+        return values[torch.from_numpy(at)]
+
+    out = compare_tensors(position, name, pick(index_a, values_a), pick(index_b, values_b))
+    if out.first_index is not None:
+        out.first_index = [int(common[out.first_index[0]])]
+    out.note = (
+        f"sparse snapshot: compared the {len(common)} span elements both launches recorded; "
+        "the others are unknown (neither launch touched them), first index is a span position"
+    )
+    return out
+
+
+def _span_values(s: Any) -> tuple[Any, Any]:
+    """(sorted span positions or None for all of them, values) of a snapshot."""
+    from tilelens.store.sparse import SparseSnapshot
+
+    if isinstance(s, SparseSnapshot):
+        return s.index, s.values
+    span = 0 if s.numel() == 0 else 1 + sum((n - 1) * st for n, st in zip(s.shape, s.stride()))
+    return None, s.as_strided((span,), (1,), s.storage_offset())
 
 
 def compare_tensors(position: int, name: str, a: torch.Tensor, b: torch.Tensor) -> TensorDiff:

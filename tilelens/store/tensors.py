@@ -22,6 +22,7 @@ import pyarrow as pa
 import torch
 
 from tilelens.errors import TensorCodecError
+from tilelens.store import arrowbuild
 
 FORMAT = "tilelens.tensor"
 FORMAT_VERSION = "1"
@@ -109,13 +110,15 @@ def tensor_to_table(t: torch.Tensor) -> pa.Table:
     cuts = [*range(0, raw.nbytes, CHUNK_BYTES), raw.nbytes] if raw.nbytes else [0]
     offsets = pa.py_buffer(np.asarray(cuts, dtype=np.int64))
     chunks = pa.Array.from_buffers(pa.large_binary(), len(cuts) - 1, [None, offsets, pa.py_buffer(raw)])
-    data = pa.ListArray.from_arrays(pa.array([0, len(chunks)], pa.int32()), chunks)
+    list_offsets = pa.py_buffer(np.array([0, len(chunks)], dtype=np.int32))
+    data = pa.Array.from_buffers(SCHEMA.field("data").type, 1, [None, list_offsets], children=[chunks])
+    # Built from buffers (tilelens.store.arrowbuild): pyarrow.array would import pandas.
     return pa.Table.from_arrays(
         [
-            pa.array([name], pa.string()),
-            pa.array([list(t.shape)], pa.list_(pa.int64())),
-            pa.array([list(t.stride())], pa.list_(pa.int64())),
-            pa.array([t.storage_offset()], pa.int64()),
+            arrowbuild.strings([name]),
+            arrowbuild.lists([list(t.shape)], pa.list_(pa.int64())),
+            arrowbuild.lists([list(t.stride())], pa.list_(pa.int64())),
+            arrowbuild.numbers([t.storage_offset()], pa.int64()),
             data,
         ],
         schema=SCHEMA,
@@ -125,6 +128,10 @@ def tensor_to_table(t: torch.Tensor) -> pa.Table:
 def table_to_tensor(table: pa.Table) -> torch.Tensor:
     meta = table.schema.metadata or {}
     if meta.get(b"format") != FORMAT.encode():
+        if meta.get(b"format") == b"tilelens.sparse":
+            raise TensorCodecError(
+                "blob holds a sparse snapshot (only the elements its launch touched), not a whole tensor"
+            )
         raise TensorCodecError("table is not a TileLens tensor")
     if meta.get(b"version") != FORMAT_VERSION.encode():
         raise TensorCodecError(f"unsupported tensor format version {meta.get(b'version')!r}")

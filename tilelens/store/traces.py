@@ -18,6 +18,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from tilelens.store import arrowbuild
+
 TRACE_SCHEMA = pa.schema(
     [
         pa.field("pid_x", pa.int32()),
@@ -69,32 +71,19 @@ def encode_trace(columns: Mapping[str, Sequence[Any]]) -> pa.Table:
     ``offsets`` entries are None (an affine event, described by ``base`` and ``strides``) or a 1-D int64
     array of every lane's element offset; they become one list column built from a flat buffer, without
     Python lists. ``op`` entries are strings. Every other column takes the values its field's type takes.
+    Arrays are built from buffers (:mod:`tilelens.store.arrowbuild`): ``pyarrow.array`` would import pandas.
     """
-    offsets = columns["offsets"]
-    n = len(offsets)
-    validity = np.array([o is not None for o in offsets], dtype=bool)
-    lengths = np.zeros(n, dtype=np.int32)
-    parts = []
-    for i, o in enumerate(offsets):
-        if o is not None:
-            lengths[i] = o.size
-            parts.append(o)
-    list_offsets = np.zeros(n + 1, dtype=np.int32)
-    np.cumsum(lengths, out=list_offsets[1:])
-    values = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
-    offsets_arr = pa.ListArray.from_arrays(
-        pa.array(list_offsets, type=pa.int32()),
-        pa.array(values, type=pa.int64()),
-        mask=pa.array(~validity) if n else None,
-    )
     arrays = []
     for field in TRACE_SCHEMA:
-        if field.name == "offsets":
-            arrays.append(offsets_arr)
-        elif field.name == "op":
-            arrays.append(pa.array(columns["op"], type=pa.string()).dictionary_encode().cast(field.type))
+        values = columns[field.name]
+        if field.name == "op":
+            arrays.append(arrowbuild.dictionary(values, field.type))
+        elif pa.types.is_list(field.type):
+            arrays.append(arrowbuild.lists(values, field.type))
+        elif pa.types.is_binary(field.type):
+            arrays.append(arrowbuild.binaries(values, field.type))
         else:
-            arrays.append(pa.array(columns[field.name], type=field.type))
+            arrays.append(arrowbuild.numbers(values, field.type))
     return pa.Table.from_arrays(arrays, schema=TRACE_SCHEMA)
 
 

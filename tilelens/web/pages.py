@@ -171,6 +171,8 @@ def _arguments(d: LaunchDetail) -> str:
     rows = []
     for a in d.args:
         value = ("written" if a.changed else "unchanged") if a.kind == "tensor" else json.dumps(a.value)
+        if a.snapshot_elements is not None:  # a sparse snapshot: the untouched elements are unknown
+            value += f", snapshot of the {a.snapshot_elements} touched elements only"
         acc = a.access
         rows.append(
             (
