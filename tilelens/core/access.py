@@ -34,6 +34,18 @@ SHARED_ARG = -2
 PENDING_LANES = 1 << 21
 
 
+class _BatchProgram:
+    """The program of an access made by all the programs of a grid-batched run at once."""
+
+    def __repr__(self) -> str:
+        return "BATCH_PROGRAM"
+
+
+# What the builder's ``grid_idx`` holds during a grid-batched run (:mod:`tilelens.core.batched`): the access
+# hooks pass it on, and ``AccessCollector.record`` keeps the whole ``(B, *shape)`` block as one entry.
+BATCH_PROGRAM: tuple[int, int, int] = _BatchProgram()  # type: ignore[assignment]
+
+
 @dataclass(frozen=True)
 class ArgSpan:
     """Byte span of one tensor argument as the interpreter sees it (host addresses)."""
@@ -244,6 +256,18 @@ class AccessCollector:
         self.shared: dict[str, int] = {}  # Gluon shared-memory events and lanes, when there were any
         # (argument an event was attributed to, other argument whose view its out-of-bounds lanes hit): lanes
         self.cross: dict[tuple[int, int], int] = {}
+        # A grid-batched run: its programs (stock loop order) and one entry per batched access, in statement
+        # order (op, addrs, mask, elem_bytes, line, values, stray), each array with the program axis first.
+        self.programs: list[tuple[int, int, int]] = []
+        self.batched: list[tuple[Any, ...]] = []
+
+    def reset(self) -> None:
+        """Forget every access (a batched run that gave up); the spans stay."""
+        spans = self.spans
+        self.__init__(spans)  # type: ignore[misc]
+
+    def begin_batch(self, programs: list[tuple[int, int, int]]) -> None:
+        self.programs = programs
 
     def set_spans(self, spans: SpanTable) -> None:
         self.spans = spans
@@ -266,6 +290,9 @@ class AccessCollector:
         ``values`` is what a load or atomic returned (kept for its out-of-bounds lanes), ``stray`` the lanes
         the bounds guard kept the interpreter from dereferencing.
         """
+        if program is BATCH_PROGRAM:
+            self.batched.append((op, addrs, mask, elem_bytes, self._frames.line(), values, stray))
+            return
         if program != self._program:
             self._program = program
             self._event = 0
@@ -438,7 +465,26 @@ class AccessCollector:
             "store_lanes": int(lanes[ops == SHARED_STORE].sum()),
         }
 
+    def _expand_batched(self) -> None:
+        """The batched entries as the per-program run records them: program-major, events numbered per program."""
+        entries, self.batched = self.batched, []
+        for p, program in enumerate(self.programs):
+            for event, (op, addrs, mask, eb, line, values, stray) in enumerate(entries):
+                self._analyse(
+                    op,
+                    addrs[p],
+                    None if mask is None else mask[p],
+                    eb,
+                    program,
+                    event,
+                    line,
+                    None if values is None else values[p],
+                    None if stray is None else stray[p],
+                )
+
     def finish(self) -> pa.Table:
         self._drain()
+        if self.batched:
+            self._expand_batched()
         self._tally()
         return encode_trace(self._cols)
