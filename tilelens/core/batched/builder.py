@@ -105,6 +105,10 @@ def batched_methods(installed: dict[str, Callable[..., Any]], state: BatchState)
 
     def refuse(name: str, original: Callable[..., Any], always: bool = False) -> Callable[..., Any]:
         reason = {"create_print": "device_print", "create_atomic_cas": "atomic_cas"}.get(name, name)
+        if "descriptor" in name:
+            reason = "tensor descriptor"
+        elif name == "create_inline_asm":
+            reason = "inline_asm"
 
         def method(self: Any, *args: Any, **kw: Any) -> Any:
             if always or has_batched(args):

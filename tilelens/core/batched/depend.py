@@ -24,67 +24,99 @@ from tilelens.core.access import LOAD
 
 
 def _touched(entry: Any) -> tuple[np.ndarray, np.ndarray]:
-    """(byte addresses, program of each) of the lanes of one batched entry that reach memory."""
-    op, addrs, mask, eb, _line, _values, stray = entry[:7]
-    act = np.ones(addrs.shape, dtype=bool) if mask is None else np.broadcast_to(mask, addrs.shape)
+    """(active lanes reaching memory, addresses) of one batched entry, both shaped (B, lanes)."""
+    _op, addrs, mask, _eb, _line, _values, stray = entry[:7]
+    b = addrs.shape[0]
+    flat = addrs.reshape(b, -1)
+    act = np.ones(flat.shape, dtype=bool) if mask is None else np.broadcast_to(mask, addrs.shape).reshape(b, -1)
     if stray is not None:
-        act = act & ~stray
-    flat = act.reshape(addrs.shape[0], -1)
-    progs, lanes = np.nonzero(flat)
-    return addrs.reshape(addrs.shape[0], -1)[progs, lanes], progs
+        act = act & ~stray.reshape(b, -1)
+    return act, flat
+
+
+def _mixed_components(lo: np.ndarray, hi: np.ndarray, prog: np.ndarray, write: np.ndarray) -> np.ndarray:
+    """Per interval: whether it lies in a run of overlapping intervals with two programs and a write."""
+    order = np.argsort(lo, kind="stable")
+    lo, hi, prog, write = lo[order], hi[order], prog[order], write[order]
+    reach = np.maximum.accumulate(hi)
+    new = np.concatenate(([True], lo[1:] >= reach[:-1]))
+    comp = np.cumsum(new) - 1
+    starts = np.flatnonzero(new)
+    multi = np.minimum.reduceat(prog, starts) != np.maximum.reduceat(prog, starts)
+    writes = np.maximum.reduceat(write.astype(np.int8), starts) > 0
+    out = np.empty(order.size, dtype=bool)
+    out[order] = (multi & writes)[comp]
+    return out
 
 
 def conflict(entries: Sequence[Any]) -> bool:
     """True when the batched run's order could differ from the per-program run's (see the module docstring)."""
-    touched: list[tuple[int, np.ndarray, np.ndarray, int, bool]] = []
-    hulls_w: list[tuple[int, int]] = []
+    if not any(e[0] != LOAD for e in entries):
+        return False
+    # Per entry and program, the hull of the lanes reaching memory: disjoint hulls cannot conflict.
+    touched = []
+    los, his, progs, writes, owners = [], [], [], [], []
     for k, entry in enumerate(entries):
-        addrs, progs = _touched(entry)
-        if addrs.size == 0:
+        act, addrs = _touched(entry)
+        rows = np.flatnonzero(act.any(axis=1))
+        if rows.size == 0:
             continue
-        write = entry[0] != LOAD
         eb = int(entry[3])
-        touched.append((k, addrs, progs, eb, write))
-        if write:
-            hulls_w.append((int(addrs.min()), int(addrs.max()) + eb))
-    if not hulls_w:
+        a, m = addrs[rows], act[rows]
+        lo = np.where(m, a, np.uint64(np.iinfo(np.uint64).max)).min(axis=1)
+        hi = np.where(m, a, np.uint64(0)).max(axis=1) + np.uint64(eb)
+        touched.append((k, act, addrs, eb, entry[0] != LOAD))
+        los.append(lo)
+        his.append(hi)
+        progs.append(rows)
+        writes.append(np.full(rows.size, entry[0] != LOAD))
+        owners.append(np.full(rows.size, len(touched) - 1))
+    if not touched:
         return False
-    # Only entries whose address range meets some write's can conflict.
-    lo_w = np.array([h[0] for h in hulls_w], dtype=np.uint64)
-    hi_w = np.array([h[1] for h in hulls_w], dtype=np.uint64)
-    relevant = []
-    for k, addrs, progs, eb, write in touched:
-        lo, hi = int(addrs.min()), int(addrs.max()) + eb
-        if write or bool(((lo_w < np.uint64(hi)) & (hi_w > np.uint64(lo))).any()):
-            relevant.append((k, addrs, progs, eb, write))
-    # A quick exit: every relevant lane of one program only.
-    if all(int(p.min()) == int(p.max()) == int(relevant[0][2][0]) for _, _, p, _, _ in relevant):
+    mixed = _mixed_components(
+        np.concatenate(los), np.concatenate(his), np.concatenate(progs), np.concatenate(writes)
+    )
+    if not mixed.any():
         return False
+    suspects = set(np.concatenate(owners)[mixed].tolist())
+    relevant = [t for i, t in enumerate(touched) if i in suspects]
+    return _exact(relevant)
+
+
+def _exact(relevant: list[tuple[int, np.ndarray, np.ndarray, int, bool]]) -> bool:
+    """The lane-exact check over the entries that may conflict."""
     g = 0
     for _, _, _, eb, _ in relevant:
         g = math.gcd(g, eb)
-    if any(bool((a % np.uint64(g)).any()) for _, a, _, _, _ in relevant):
-        g = 1
     grans, progs_all, insts, writes = [], [], [], []
-    for k, addrs, progs, eb, write in relevant:
-        gran = addrs // np.uint64(g)
+    for k, act, addrs, eb, write in relevant:
+        progs, lanes = np.nonzero(act)
+        a = addrs[progs, lanes]
+        if g > 1 and bool((a % np.uint64(g)).any()):
+            g = 1
+        grans.append(a)
+        progs_all.append(progs.astype(np.int64))
+        insts.append(np.full(a.size, k, dtype=np.int64))
+        writes.append(np.full(a.size, write))
+        grans[-1] = (a, eb)  # type: ignore[call-overload]
+    expanded = []
+    for i, (a, eb) in enumerate(grans):  # type: ignore[misc]
+        gran = a // np.uint64(g)
         n = eb // g
         if n > 1:
             gran = (gran[:, None] + np.arange(n, dtype=np.uint64)).ravel()
-            progs = np.repeat(progs, n)
-        grans.append(gran)
-        progs_all.append(progs.astype(np.int64))
-        insts.append(np.full(gran.size, k, dtype=np.int64))
-        writes.append(np.full(gran.size, write))
-    gran = np.concatenate(grans)
+            progs_all[i] = np.repeat(progs_all[i], n)
+            insts[i] = np.repeat(insts[i], n)
+            writes[i] = np.repeat(writes[i], n)
+        expanded.append(gran)
+    gran = np.concatenate(expanded)
     prog = np.concatenate(progs_all)
     inst = np.concatenate(insts)
-    written = np.unique(gran[np.concatenate(writes)])
-    keep = np.isin(gran, written, assume_unique=False)
-    gran, prog, inst = gran[keep], prog[keep], inst[keep]
+    write = np.concatenate(writes)
     order = np.argsort(gran, kind="stable")
-    gran, prog, inst = gran[order], prog[order], inst[order]
+    gran, prog, inst, write = gran[order], prog[order], inst[order], write[order]
     starts = np.flatnonzero(np.concatenate(([True], gran[1:] != gran[:-1])))
     pmin, pmax = np.minimum.reduceat(prog, starts), np.maximum.reduceat(prog, starts)
     kmin, kmax = np.minimum.reduceat(inst, starts), np.maximum.reduceat(inst, starts)
-    return bool(((pmin != pmax) & (kmin != kmax)).any())
+    wrote = np.maximum.reduceat(write.astype(np.int8), starts) > 0
+    return bool((wrote & (pmin != pmax) & (kmin != kmax)).any())

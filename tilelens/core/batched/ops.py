@@ -16,7 +16,6 @@ write (a spin loop): the dependence check runs there, at doubling intervals.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable
 from typing import Any
 
@@ -26,6 +25,36 @@ from tilelens.core import compat
 from tilelens.core.batched.state import BatchedHandle, BatchState, Fallback, TensorHandle
 
 tl = compat.tl
+
+
+class _LiftedType(tl.block_type):  # type: ignore[misc, name-defined]
+    """A block type with the program axis in front: any size (Triton's own insists on powers of two)."""
+
+    def __init__(self, element_ty: Any, shape: list[int]) -> None:
+        self.element_ty = element_ty
+        self.shape = tuple(int(n) for n in shape)
+        self.numel = int(np.prod(self.shape))
+        self.name = f"<{self.shape}, {self.element_ty}>"
+
+
+_LIFTED: dict[type, type] = {}
+
+
+def _lifted_op(op: Any, axis: int | None) -> Any:
+    """``op`` over the lifted operands: same combine function, ``axis``, results typed with ``_LiftedType``."""
+    cls = type(op)
+    lifted = _LIFTED.get(cls)
+    if lifted is None:
+
+        def to_tensor(self: Any, ret: Any, dtype: Any) -> Any:
+            np_dtype = compat.np_dtype(dtype)
+            if hasattr(ret, "shape") and ret.shape:
+                ret = ret.astype(np_dtype)
+                return tl.core.tensor(TensorHandle(ret, dtype.scalar), _LiftedType(dtype, list(ret.shape)))
+            return tl.core.tensor(TensorHandle(np.array([ret], dtype=np_dtype), dtype.scalar), dtype)
+
+        lifted = _LIFTED[cls] = type(f"Lifted{cls.__name__}", (cls,), {"to_tensor": to_tensor})
+    return lifted(axis, op.combine_fn, op.keep_dims)
 
 
 def _order_free(op: Any, tensors: tuple[Any, ...]) -> bool:
@@ -90,19 +119,18 @@ def _reduce_batched(original: Callable[..., Any], op: Any, tensors: tuple[Any, .
     size = state.size
     shape = list(tensors[0].type.shape)
     axis = op.axis
-    lifted_op = copy.copy(op)
     if axis is None:
         n = int(np.prod(shape))
         datas = [np.asarray(state.full(t.handle)).reshape(size, n) for t in tensors]
-        lifted_op.axis = 1
+        lifted_op = _lifted_op(op, 1)
         out_shape = [1] * len(shape) if op.keep_dims else []
     else:
         axis = int(axis) + (len(shape) if int(axis) < 0 else 0)
         datas = [np.asarray(state.full(t.handle)) for t in tensors]
-        lifted_op.axis = axis + 1
+        lifted_op = _lifted_op(op, axis + 1)
         out_shape = shape[:axis] + ([1] if op.keep_dims else []) + shape[axis + 1 :]
     lifted = tuple(
-        tl.core.tensor(TensorHandle(d, t.handle.dtype), tl.block_type(t.dtype, list(d.shape)))
+        tl.core.tensor(TensorHandle(d, t.handle.dtype), _LiftedType(t.dtype, list(d.shape)))
         for d, t in zip(datas, tensors)
     )
     results = original(lifted_op, lifted)
@@ -110,7 +138,7 @@ def _reduce_batched(original: Callable[..., Any], op: Any, tensors: tuple[Any, .
     for r in results:
         per = tuple(out_shape) if out_shape else (1,)
         data = np.asarray(r.handle.data).reshape((size, *per))
-        ty = tl.block_type(r.dtype, out_shape) if out_shape else r.dtype
+        ty = tl.block_type(r.dtype, out_shape) if out_shape else r.dtype  # per program: Triton's own
         out.append(tl.core.tensor(BatchedHandle(data, r.handle.dtype), ty))
     return tuple(out)
 
