@@ -128,5 +128,7 @@ def test_seed_workload_batched_equals_per_program_and_stock(
 
 
 @pytest.mark.parametrize("case", sorted(batched_cases.FALLBACKS))
-def test_fallback_records_its_reason_and_matches(case: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_fallback_records_its_reason_and_matches(
+    case: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     _check(f"fallback:{case}", tmp_path, monkeypatch, batched_cases.FALLBACKS[case][1])

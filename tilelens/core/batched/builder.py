@@ -36,27 +36,89 @@ from tilelens.core.batched.state import (
 # Methods computing each output lane from the same lane of their operands (shapes already equal per program).
 ELEMENTWISE = frozenset(
     {
-        "binary_op", "ternary_op", "unary_op", "cast_impl", "create_fp_to_fp", "create_bitcast",
-        "create_si_to_fp", "create_ui_to_fp", "create_fp_to_si", "create_fp_to_ui", "create_fp_ext",
-        "create_fp_trunc", "create_int_cast", "create_int_to_ptr", "create_ptr_to_int",
-        "create_fadd", "create_fmul", "create_fdiv", "create_frem", "create_fsub", "create_fneg", "create_mul",
-        "create_precise_divf", "create_sdiv", "create_udiv", "create_srem", "create_urem", "create_add",
-        "create_sub", "create_shl", "create_lshr", "create_ashr", "create_minsi", "create_minui",
-        "create_minimumf", "create_minnumf", "create_maxsi", "create_maxui", "create_maximumf",
-        "create_maxnumf", "create_and", "create_xor", "create_or", "create_idiv", "create_umulhi",
-        "create_clampf", "create_select", "create_fma", "create_fabs", "create_cos", "create_exp",
-        "create_exp2", "create_iabs", "create_floor", "create_ceil", "create_log", "create_log2",
-        "create_precise_sqrt", "create_sqrt", "create_sin", "create_erf", "create_rsqrt", "create_addptr",
+        "binary_op",
+        "ternary_op",
+        "unary_op",
+        "cast_impl",
+        "create_fp_to_fp",
+        "create_bitcast",
+        "create_si_to_fp",
+        "create_ui_to_fp",
+        "create_fp_to_si",
+        "create_fp_to_ui",
+        "create_fp_ext",
+        "create_fp_trunc",
+        "create_int_cast",
+        "create_int_to_ptr",
+        "create_ptr_to_int",
+        "create_fadd",
+        "create_fmul",
+        "create_fdiv",
+        "create_frem",
+        "create_fsub",
+        "create_fneg",
+        "create_mul",
+        "create_precise_divf",
+        "create_sdiv",
+        "create_udiv",
+        "create_srem",
+        "create_urem",
+        "create_add",
+        "create_sub",
+        "create_shl",
+        "create_lshr",
+        "create_ashr",
+        "create_minsi",
+        "create_minui",
+        "create_minimumf",
+        "create_minnumf",
+        "create_maxsi",
+        "create_maxui",
+        "create_maximumf",
+        "create_maxnumf",
+        "create_and",
+        "create_xor",
+        "create_or",
+        "create_idiv",
+        "create_umulhi",
+        "create_clampf",
+        "create_select",
+        "create_fma",
+        "create_fabs",
+        "create_cos",
+        "create_exp",
+        "create_exp2",
+        "create_iabs",
+        "create_floor",
+        "create_ceil",
+        "create_log",
+        "create_log2",
+        "create_precise_sqrt",
+        "create_sqrt",
+        "create_sin",
+        "create_erf",
+        "create_rsqrt",
+        "create_addptr",
         "create_extern_elementwise",
     }  # fmt: skip
 )
 # Methods that take their batched path even with uniform operands: their result depends on the program.
 ALWAYS = frozenset(
     {
-        "create_get_program_id", "create_masked_load", "create_masked_store", "create_load", "create_store",
-        "create_atomic_rmw", "create_atomic_cas", "create_print", "create_inline_asm",
-        "create_make_tensor_descriptor", "create_descriptor_load", "create_descriptor_store",
-        "create_descriptor_gather", "create_descriptor_scatter",
+        "create_get_program_id",
+        "create_masked_load",
+        "create_masked_store",
+        "create_load",
+        "create_store",
+        "create_atomic_rmw",
+        "create_atomic_cas",
+        "create_print",
+        "create_inline_asm",
+        "create_make_tensor_descriptor",
+        "create_descriptor_load",
+        "create_descriptor_store",
+        "create_descriptor_gather",
+        "create_descriptor_scatter",
     }  # fmt: skip
 )
 _TYPES = frozenset({"set_grid_idx", "set_grid_dim", "get_ptr_ty", "get_block_ty"})
@@ -78,7 +140,9 @@ def _expected_ndim(args: tuple[Any, ...]) -> int:
     return best
 
 
-def batched_methods(installed: dict[str, Callable[..., Any]], state: BatchState) -> dict[str, Callable[..., Any]]:
+def batched_methods(
+    installed: dict[str, Callable[..., Any]], state: BatchState
+) -> dict[str, Callable[..., Any]]:
     """Replacements for ``installed`` (name -> the builder's method now) for the batched attempt ``state``."""
     size = state.size
     out: dict[str, Callable[..., Any]] = {}
@@ -135,7 +199,9 @@ def batched_methods(installed: dict[str, Callable[..., Any]], state: BatchState)
     return out
 
 
-def _shape_impls(installed: dict[str, Callable[..., Any]], state: BatchState) -> dict[str, Callable[..., Any]]:
+def _shape_impls(
+    installed: dict[str, Callable[..., Any]], state: BatchState
+) -> dict[str, Callable[..., Any]]:
     size = state.size
 
     def per_ndim(h: Any) -> int:
@@ -211,7 +277,9 @@ def _shape_impls(installed: dict[str, Callable[..., Any]], state: BatchState) ->
     return {k: v for k, v in impls.items() if k in installed}
 
 
-def _memory_impls(installed: dict[str, Callable[..., Any]], state: BatchState) -> dict[str, Callable[..., Any]]:
+def _memory_impls(
+    installed: dict[str, Callable[..., Any]], state: BatchState
+) -> dict[str, Callable[..., Any]]:
     """Memory methods over whole ``(B, *shape)`` blocks, through the installed access hooks."""
     load, store = installed["create_masked_load"], installed["create_masked_store"]
     rmw = installed["create_atomic_rmw"]

@@ -28,7 +28,9 @@ def _touched(entry: Any) -> tuple[np.ndarray, np.ndarray]:
     _op, addrs, mask, _eb, _line, _values, stray = entry[:7]
     b = addrs.shape[0]
     flat = addrs.reshape(b, -1)
-    act = np.ones(flat.shape, dtype=bool) if mask is None else np.broadcast_to(mask, addrs.shape).reshape(b, -1)
+    act = (
+        np.ones(flat.shape, dtype=bool) if mask is None else np.broadcast_to(mask, addrs.shape).reshape(b, -1)
+    )
     if stray is not None:
         act = act & ~stray.reshape(b, -1)
     return act, flat

@@ -115,7 +115,9 @@ def _per_program(original: Callable[..., Any], op: Any, tensors: tuple[Any, ...]
     return tuple(out)
 
 
-def _reduce_batched(original: Callable[..., Any], op: Any, tensors: tuple[Any, ...], state: BatchState) -> Any:
+def _reduce_batched(
+    original: Callable[..., Any], op: Any, tensors: tuple[Any, ...], state: BatchState
+) -> Any:
     size = state.size
     shape = list(tensors[0].type.shape)
     axis = op.axis
@@ -147,15 +149,17 @@ def _agreed(data: np.ndarray, size: int) -> np.ndarray | None:
     """Program 0's value when every program's equals it, else None."""
     rows = np.asarray(data).reshape(size, -1)
     first = rows[0]
-    if rows.shape[0] > 1 and not (rows == first).all():
-        # NaN differs from itself but is the same decision everywhere only if every program holds NaN too
-        if not (np.issubdtype(rows.dtype, np.floating) and ((rows == first) | (np.isnan(rows) & np.isnan(first))).all()):
-            return None
-    return first
+    same = rows == first
+    if np.issubdtype(rows.dtype, np.floating):  # NaN everywhere is one decision too
+        same |= np.isnan(rows) & np.isnan(first)
+    return first if same.all() else None
 
 
 def tensor_methods(
-    stock_bool: Callable[[Any], bool], stock_index: Callable[[Any], int], state: BatchState, decide: Callable[[], None]
+    stock_bool: Callable[[Any], bool],
+    stock_index: Callable[[Any], int],
+    state: BatchState,
+    decide: Callable[[], None],
 ) -> dict[str, Callable[..., Any]]:
     """``tl.tensor.__bool__``/``__index__`` for the batched attempt; the stock ones once it is over."""
 
@@ -169,7 +173,9 @@ def tensor_methods(
         first = _agreed(handle.data, state.size)
         if first is None:
             raise Fallback("divergent control flow")
-        return stock_bool(tl.core.tensor(TensorHandle(first.reshape(np.shape(handle.data)[1:]), handle.dtype), self.type))
+        return stock_bool(
+            tl.core.tensor(TensorHandle(first.reshape(np.shape(handle.data)[1:]), handle.dtype), self.type)
+        )
 
     def __index__(self: Any) -> int:  # noqa: N807
         if not state.active:
@@ -181,6 +187,8 @@ def tensor_methods(
         first = _agreed(handle.data, state.size)
         if first is None:
             raise Fallback("divergent control flow")
-        return stock_index(tl.core.tensor(TensorHandle(first.reshape(np.shape(handle.data)[1:]), handle.dtype), self.type))
+        return stock_index(
+            tl.core.tensor(TensorHandle(first.reshape(np.shape(handle.data)[1:]), handle.dtype), self.type)
+        )
 
     return {"__bool__": __bool__, "__index__": __index__}
