@@ -466,21 +466,117 @@ class AccessCollector:
         }
 
     def _expand_batched(self) -> None:
-        """The batched entries as the per-program run records them: program-major, events numbered per program."""
+        """The batched entries as the per-program run records them: program-major, events numbered per program.
+
+        Each entry's common case is worked out for all programs at once (:meth:`_fast_rows`); the programs it
+        does not cover go through :meth:`_analyse` one by one, exactly as the per-program run does.
+        """
         entries, self.batched = self.batched, []
+        fast = [self._fast_rows(entry) for entry in entries]
+        c = self._cols
+        names = TRACE_SCHEMA.names
         for p, program in enumerate(self.programs):
             for event, (op, addrs, mask, eb, line, values, stray) in enumerate(entries):
-                self._analyse(
-                    op,
-                    addrs[p],
-                    None if mask is None else mask[p],
-                    eb,
-                    program,
-                    event,
-                    line,
-                    None if values is None else values[p],
-                    None if stray is None else stray[p],
-                )
+                rows = fast[event]
+                row = None if rows is None else rows[p]
+                if row is None:
+                    self._analyse(
+                        op,
+                        addrs[p],
+                        None if mask is None else mask[p],
+                        eb,
+                        program,
+                        event,
+                        line,
+                        None if values is None else values[p],
+                        None if stray is None else stray[p],
+                    )
+                    continue
+                row["pid_x"], row["pid_y"], row["pid_z"] = program
+                row["event"] = event
+                for name in names:
+                    c[name].append(row[name])
+
+    def _fast_rows(self, entry: tuple[Any, ...]) -> list[dict[str, Any] | None] | None:
+        """Per program, the row of an affine block wholly inside one argument's view (None: not that case).
+
+        The rows hold what :meth:`_analyse` computes for such a block (its fast path), for every program of
+        the batch from a few whole-batch numpy operations.
+        """
+        op, addrs, mask, eb, line, _values, _stray = entry
+        spans = self.spans
+        if spans.aliased or not spans.spans or addrs.ndim < 2 or addrs.shape[0] != len(self.programs):
+            return None
+        if addrs.dtype != np.uint64:
+            return None
+        b = addrs.shape[0]
+        per = addrs.shape[1:]
+        if addrs[0].size == 0:
+            return None
+        first = addrs.reshape(b, -1)[:, 0]
+        strides = []
+        for axis, n in enumerate(per):
+            if n <= 1:
+                strides.append(0)
+                continue
+            d = np.diff(addrs, axis=axis + 1)
+            st = d.flat[0]
+            if not (d == st).all():
+                return None
+            strides.append(int(np.int64(st.view(np.int64))))
+        reach_lo = sum((n - 1) * st for n, st in zip(per, strides) if st < 0)
+        reach_hi = sum((n - 1) * st for n, st in zip(per, strides) if st > 0)
+        lo = first.astype(np.int64) + reach_lo
+        hi = first.astype(np.int64) + reach_hi
+        idx = np.searchsorted(spans.np_starts, first, side="right").astype(np.int64) - 1
+        starts = np.array([s.start for s in spans.spans], dtype=np.int64)
+        ends = np.array([s.end for s in spans.spans], dtype=np.int64)
+        safe = np.maximum(idx, 0)
+        if mask is None:
+            active = np.full(b, addrs[0].size, dtype=np.int64)
+        else:
+            m = np.broadcast_to(mask, addrs.shape).reshape(b, -1)
+            active = np.count_nonzero(m, axis=1)
+        inside = (idx >= 0) & ((active == 0) | ((lo >= starts[safe]) & (hi + eb <= ends[safe])))
+        if not inside.any():
+            return None
+        lanes = int(addrs[0].size)
+        shape = tuple(per)
+        rows: list[dict[str, Any] | None] = []
+        for p in range(b):
+            if not inside[p]:
+                rows.append(None)
+                continue
+            span = spans.spans[int(idx[p])]
+            ebytes = span.elem_bytes
+            rel0 = int(first[p]) - span.start
+            if rel0 % ebytes or any(st % ebytes for st in strides):
+                rows.append(None)
+                continue
+            n_active = int(active[p])
+            rows.append(
+                {
+                    "strides": [st // ebytes for st in strides],
+                    "offsets": None,
+                    "op": op,
+                    "arg": span.position,
+                    "line": line,
+                    "elem_bytes": eb,
+                    "shape": shape,
+                    "base": rel0 // ebytes,
+                    "mask": None
+                    if n_active == lanes
+                    else np.packbits(np.broadcast_to(mask, addrs.shape)[p].ravel()).tobytes(),
+                    "oob_mask": None,
+                    "lanes": lanes,
+                    "active": n_active,
+                    "oob": 0,
+                    "stray_mask": None,
+                    "stray": 0,
+                    "oob_values": None,
+                }
+            )
+        return rows
 
     def finish(self) -> pa.Table:
         self._drain()

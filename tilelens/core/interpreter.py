@@ -447,7 +447,8 @@ def batched_patches(ctx: LaunchContext, state: BatchState, writes: WriteLog) -> 
         patcher.set(compat.ScanOps, "apply", batched_ops.scan_apply(compat.ScanOps.apply, state))
         tensor = compat.tl.core.tensor
         decide = batched_executor.periodic_check(state, ctx.collector)
-        methods = batched_ops.tensor_methods(tensor.__bool__, tensor.__index__, state, decide)
+        stock_t = vars(tensor).get("T")
+        methods = batched_ops.tensor_methods(tensor.__bool__, tensor.__index__, stock_t, state, decide)
         lang: list[tuple[Any, str, Any]] = [(tensor, name, fn) for name, fn in methods.items()]
         lang += [(ns, "static_print", _refuse_static_print) for ns in (compat.tl, compat.tl.core)]
         for owner, name, value in lang:

@@ -4,10 +4,12 @@ Reductions and scans are not builder methods: the interpreter computes them in `
 on ``tl.tensor`` objects whose type carries the per-program shape. With a batched operand:
 
 * reductions whose result does not depend on the order of combination (min, max, argmin, argmax, integer
-  sums) run once over the batch, with the axis shifted past the program axis;
-* everything else (float sums, whose rounding follows numpy's traversal order, scans, custom combine
-  functions) runs the interpreter's own code per program and stacks the results: the per-program answer by
-  construction.
+  sums), and float sums of 1-D blocks (numpy sums each C-contiguous row of the batch pairwise, exactly as it
+  sums one program's 1-D block, strided or not), run once over the batch, the axis shifted past the program
+  axis;
+* everything else (float sums over more dimensions, whose rounding follows numpy's traversal order, scans,
+  custom combine functions) runs the interpreter's own code per program and stacks the results: the
+  per-program answer by construction.
 
 Python control flow asks a tensor for ``__bool__`` or ``__index__``: every program must agree, else
 ``Fallback("divergent control flow")``. Each decision is also where a program could wait for another one's
@@ -67,7 +69,11 @@ def _order_free(op: Any, tensors: tuple[Any, ...]) -> bool:
     if any(fn is getattr(std, n, None) for n in names):
         return True
     if fn is getattr(std, "_sum_combine", None):
-        return all(t.dtype.is_int() or t.dtype.is_bool() for t in tensors)
+        if all(t.dtype.is_int() or t.dtype.is_bool() for t in tensors):
+            return True
+        # Float sums of 1-D blocks: numpy sums each program's row pairwise, as it sums the 1-D block alone
+        # (checked for strided and broadcast rows; the lifted data is made C-contiguous for it).
+        return all(len(t.type.shape) == 1 for t in tensors)
     return False
 
 
@@ -123,12 +129,12 @@ def _reduce_batched(
     axis = op.axis
     if axis is None:
         n = int(np.prod(shape))
-        datas = [np.asarray(state.full(t.handle)).reshape(size, n) for t in tensors]
+        datas = [np.ascontiguousarray(state.full(t.handle)).reshape(size, n) for t in tensors]
         lifted_op = _lifted_op(op, 1)
         out_shape = [1] * len(shape) if op.keep_dims else []
     else:
         axis = int(axis) + (len(shape) if int(axis) < 0 else 0)
-        datas = [np.asarray(state.full(t.handle)) for t in tensors]
+        datas = [np.ascontiguousarray(state.full(t.handle)) for t in tensors]
         lifted_op = _lifted_op(op, axis + 1)
         out_shape = shape[:axis] + ([1] if op.keep_dims else []) + shape[axis + 1 :]
     lifted = tuple(
@@ -158,10 +164,11 @@ def _agreed(data: np.ndarray, size: int) -> np.ndarray | None:
 def tensor_methods(
     stock_bool: Callable[[Any], bool],
     stock_index: Callable[[Any], int],
+    stock_t: property,
     state: BatchState,
     decide: Callable[[], None],
 ) -> dict[str, Callable[..., Any]]:
-    """``tl.tensor.__bool__``/``__index__`` for the batched attempt; the stock ones once it is over."""
+    """``tl.tensor.__bool__``/``__index__``/``T`` for the batched attempt; the stock ones once it is over."""
 
     def __bool__(self: Any) -> bool:  # noqa: N807 (the dunder it replaces)
         if not state.active:
@@ -191,4 +198,15 @@ def tensor_methods(
             tl.core.tensor(TensorHandle(first.reshape(np.shape(handle.data)[1:]), handle.dtype), self.type)
         )
 
-    return {"__bool__": __bool__, "__index__": __index__}
+    def transposed(self: Any) -> Any:
+        handle = self.handle
+        if not state.active or type(handle) is not BatchedHandle:
+            return stock_t.fget(self)
+        # The stock property reverses every axis of the data: here every axis but the program axis.
+        data = np.asarray(handle.data)
+        moved = np.transpose(data, [0, *range(data.ndim - 1, 0, -1)])
+        shape = list(self.type.shape)
+        shape[-1], shape[-2] = shape[-2], shape[-1]
+        return tl.core.tensor(BatchedHandle(moved, handle.dtype), tl.core.block_type(self.dtype, shape))
+
+    return {"__bool__": __bool__, "__index__": __index__, "T": property(transposed)}
