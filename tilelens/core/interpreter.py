@@ -272,7 +272,9 @@ def _patch_lang_with_libdevice(original: Callable[..., Any]) -> Callable[..., An
             for owner, name, value in launch.batch_lang:
                 launch.batch_patcher.set(owner, name, value)
             if "print" in getattr(getattr(fn, "__code__", None), "co_names", ()):
-                raise Fallback("print")  # a helper printing from Python would print once, not once per program
+                raise Fallback(
+                    "print"
+                )  # a helper printing from Python would print once, not once per program
         if launch is not None:
             fn_globals = getattr(fn, "__globals__", None)
             code = getattr(fn, "__code__", None)
