@@ -186,6 +186,23 @@ def spin_lock_kernel(lock_ptr, count_ptr):
 
 
 @triton.jit
+def writes_then_diverges_kernel(out_ptr, BLOCK: tl.constexpr):
+    pid = tl.program_id(0)
+    offs = tl.arange(0, BLOCK)
+    tl.store(out_ptr + pid * BLOCK + offs, offs * 1.0 + pid)  # written by the batched run, then put back
+    for _ in range(pid):  # a loop bound that differs between programs
+        tl.store(out_ptr + pid * BLOCK + offs, tl.load(out_ptr + pid * BLOCK + offs) * 2.0)
+
+
+@triton.jit
+def failing_kernel(x_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs, mask=offs < n)
+    tl.store(x_ptr + offs, x + 1.0, mask=offs < n)
+    tl.store(x_ptr + offs, x.not_a_method(), mask=offs < n)
+
+
+@triton.jit
 def print_kernel(x_ptr, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     x = tl.load(x_ptr + offs)
@@ -283,6 +300,16 @@ def case_spin_lock(launch: Run) -> None:
     launch(lambda: spin_lock_kernel[(3,)](lock, count))
 
 
+def case_writes_then_diverges(launch: Run) -> None:
+    out = torch.zeros(4, 8)
+    launch(lambda: writes_then_diverges_kernel[(4,)](out, BLOCK=8))
+
+
+def case_kernel_error(launch: Run) -> None:
+    x = torch.randn(40)
+    launch(lambda: failing_kernel[(3,)](x, 40, BLOCK=16))
+
+
 def case_print(launch: Run) -> None:
     x = torch.randn(16)
     launch(lambda: print_kernel[(2,)](x, BLOCK=8))
@@ -309,6 +336,8 @@ FALLBACKS: dict[str, tuple[Callable[[Run], None], str]] = {
     "float_atomic_loop": (case_float_atomic_loop, "cross-program memory dependence"),
     "spin_lock": (case_spin_lock, "atomic_cas"),
     "print": (case_print, "device_print"),
+    "writes_then_diverges": (case_writes_then_diverges, "divergent control flow"),
+    "kernel_error": (case_kernel_error, "error in the batched run: AttributeError"),
 }
 
 

@@ -16,6 +16,9 @@ test checks it). The patch sets:
   and on Triton 3.6 the scalar-to-index conversion of 3.7 (3.6's fails under numpy >= 2.4).
   For a Gluon kernel it adds ``gluon_simulation``: the Gluon simulator of ``tilelens.core.gluon`` (Gluon's
   builtins with the simulator's semantic, reductions with Gluon layouts, Gluon's host TMA descriptors).
+* ``batched_patches`` — for a launch's grid-batched attempt (``tilelens.core.batched``, entered through
+  ``GridExecutor.__call__``): the builder's methods, reductions, scans and ``tl.tensor``'s truth, index and
+  transpose over the program axis (``batched.plan``); ``grid_idx`` says "every program" to the access hooks.
 * ``pre_run_hooks`` — for the same launch: the interpreted function's pre-run hooks, with TileLens's own first
   (it reads the argument spans from the interpreter's host copies).
 * ``interception_patches`` — for the length of a ``tilelens.record()`` block: makes every launch of a
@@ -49,9 +52,8 @@ import numpy as np
 
 from tilelens.core import bounds, compat, memhooks, semantics
 from tilelens.core.access import BATCH_PROGRAM, AccessCollector
-from tilelens.core.batched import builder as batched_builder
 from tilelens.core.batched import executor as batched_executor
-from tilelens.core.batched import ops as batched_ops
+from tilelens.core.batched import plan as batched_plan
 from tilelens.core.batched.state import BatchState, Fallback
 from tilelens.core.writelog import WriteLog
 from tilelens.errors import StateError
@@ -422,10 +424,6 @@ def _batched_grid_call(original: Callable[..., Any]) -> Callable[..., Any]:
     return __call__
 
 
-def _refuse_static_print(*args: Any, **kwargs: Any) -> None:
-    raise Fallback("static_print")
-
-
 @contextlib.contextmanager
 def batched_patches(ctx: LaunchContext, state: BatchState, writes: WriteLog) -> Iterator[None]:
     """The interpreter as the batched attempt ``state`` runs it (:mod:`tilelens.core.batched`), for the block.
@@ -437,23 +435,8 @@ def batched_patches(ctx: LaunchContext, state: BatchState, writes: WriteLog) -> 
     """
     patcher = _Patcher()
     try:
-        builder_cls = compat.InterpreterBuilder
-        installed = {
-            name: getattr(builder_cls, name)
-            for name in vars(builder_cls)
-            if not name.startswith("__") and callable(getattr(builder_cls, name))
-        }
-        for name, method in batched_builder.batched_methods(installed, state).items():
-            patcher.set(builder_cls, name, method)
-        patcher.set(compat.ReduceOps, "apply", batched_ops.reduce_apply(compat.ReduceOps.apply, state))
-        patcher.set(compat.ScanOps, "apply", batched_ops.scan_apply(compat.ScanOps.apply, state))
-        tensor = compat.tl.core.tensor
-        decide = batched_executor.periodic_check(state, ctx.collector)
-        stock_t = vars(tensor).get("T")
-        methods = batched_ops.tensor_methods(tensor.__bool__, tensor.__index__, stock_t, state, decide)
-        lang: list[tuple[Any, str, Any]] = [(tensor, name, fn) for name, fn in methods.items()]
-        lang += [(ns, "static_print", _refuse_static_print) for ns in (compat.tl, compat.tl.core)]
-        for owner, name, value in lang:
+        changes, lang = batched_plan.replacements(state, ctx.collector)
+        for owner, name, value in changes + lang:
             patcher.set(owner, name, value)
         patcher.set(compat.interpreter_module.interpreter_builder, "grid_idx", BATCH_PROGRAM)
         patcher.set(ctx, "writes", writes)
