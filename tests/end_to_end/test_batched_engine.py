@@ -141,3 +141,25 @@ def test_fallback_records_its_reason_and_matches(
     case: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _check(f"fallback:{case}", tmp_path, monkeypatch, batched_cases.FALLBACKS[case][1])
+
+
+def test_cpu_replay_feeds_recorded_reads_to_the_batched_engine(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tilelens.replay import oobreads, replay_launch
+    from tilelens.store import History
+
+    monkeypatch.setenv("TILELENS_ENGINE", "batched")
+    with _Keeping(str(tmp_path / "h.db"), tmp_path / "blobs", snapshots="all") as rec:
+        batched_cases.run_case("suite:oob", lambda fn: fn())
+    (recorded,), (launch_id,) = rec.kept, rec.launch_ids
+    assert recorded.config["engine"]["mode"] == "batched" and recorded.summary.oob_load_lanes == 28
+    reads = oobreads.cpu_reads(recorded.trace)
+    assert reads is not None and len(reads) == 1  # the last program's load past x, fed back by the replay
+    replayed: list[LaunchRecord] = []
+    with History.open(db=str(tmp_path / "h.db"), blobs=str(tmp_path / "blobs")) as h:
+        result = replay_launch(h, launch_id, store=False, on_record=lambda spec, rec: replayed.append(rec))
+    assert result.outcome == "match", result.message
+    (again,) = replayed
+    assert again.config["engine"] == {"mode": "batched", "programs": 4}
+    assert again.trace is not None and recorded.trace is not None and again.trace.equals(recorded.trace)

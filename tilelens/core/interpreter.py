@@ -440,6 +440,8 @@ def batched_patches(ctx: LaunchContext, state: BatchState, writes: WriteLog) -> 
             patcher.set(owner, name, value)
         patcher.set(compat.interpreter_module.interpreter_builder, "grid_idx", BATCH_PROGRAM)
         patcher.set(ctx, "writes", writes)
+        if ctx.reads is not None:
+            patcher.set(ctx, "reads", batched_executor.BatchedReads(ctx.reads, state.programs, ctx.collector))
         patcher.set(ctx, "batch_lang", lang)
         patcher.set(ctx, "batch_patcher", patcher)
         patcher.set(ctx, "batch", state)

@@ -19,6 +19,9 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
+from tilelens.core.access import BATCH_PROGRAM
 from tilelens.core.batched import depend
 from tilelens.core.batched.state import BatchState, Fallback, engine_mode
 from tilelens.core.writelog import WriteLog
@@ -45,8 +48,6 @@ def ineligible(ctx: Any, fn: Any) -> str | None:
         return "TILELENS_ENGINE=program"
     if ctx.gluon is not None:
         return "gluon"
-    if ctx.reads is not None:
-        return "recorded reads"
     if ctx.collector.spans.storage is None:
         return "argument storage unknown"
     code = getattr(fn, "__code__", None)
@@ -111,6 +112,29 @@ class BatchedEntry:
         state.active = False
         self.outcome = {"mode": "batched", "programs": state.size}
         return "batched"
+
+
+class BatchedReads:
+    """A replay's recorded out-of-bounds reads (``bounds.RecordedReads``) fed to a batched load or atomic.
+
+    The access hooks ask with the builder's ``grid_idx``, which says "every program" during a batched run, and
+    the collector's next event number; a batched access is the collector's next batched entry, the same event
+    number in every program. Each program's lanes get that program's recorded bytes.
+    """
+
+    def __init__(self, reads: Any, programs: list[tuple[int, int, int]], collector: Any) -> None:
+        self.reads = reads
+        self.programs = programs
+        self.collector = collector
+
+    def apply(self, program: Any, event: int, data: Any) -> Any:
+        if program is not BATCH_PROGRAM:
+            return self.reads.apply(program, event, data)
+        event = len(self.collector.batched)
+        rows = [self.reads.apply(p, event, data[b]) for b, p in enumerate(self.programs)]
+        if all(r is data[b] for b, r in enumerate(rows)):
+            return data
+        return np.stack(rows)
 
 
 def periodic_check(state: BatchState, collector: Any) -> Callable[[], None]:
