@@ -163,3 +163,22 @@ def test_cpu_replay_feeds_recorded_reads_to_the_batched_engine(
     (again,) = replayed
     assert again.config["engine"] == {"mode": "batched", "programs": 4}
     assert again.trace is not None and recorded.trace is not None and again.trace.equals(recorded.trace)
+
+
+def test_a_grid_too_large_to_hold_at_once_runs_per_program(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tilelens.core.batched import builder
+
+    monkeypatch.setattr(
+        builder, "MAX_LANES", 4 * 256 - 1
+    )  # the add case's 4 programs of 256 lanes: one too many
+    (recorded,) = _record("suite:add", "batched", tmp_path / "small", monkeypatch)
+    assert recorded.config["engine"] == {"mode": "program", "fallback": "grid too large to batch"}
+    monkeypatch.setattr(builder, "MAX_LANES", 4 * 256)
+    (batched,) = _record("suite:add", "batched", tmp_path / "fits", monkeypatch)
+    assert batched.config["engine"]["mode"] == "batched"
+    assert recorded.trace is not None and batched.trace is not None and recorded.trace.equals(batched.trace)
+    assert [_final(a) for a in recorded.args if a.kind == "tensor"] == [
+        _final(a) for a in batched.args if a.kind == "tensor"
+    ]

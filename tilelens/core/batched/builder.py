@@ -122,6 +122,16 @@ ALWAYS = frozenset(
     }  # fmt: skip
 )
 _TYPES = frozenset({"set_grid_idx", "set_grid_dim", "get_ptr_ty", "get_block_ty"})
+# The most lanes one batched value may have (all programs together); a grid whose blocks need more runs per
+# program, in the stock interpreter's memory (the batched run holds every program's block at once).
+MAX_LANES = 1 << 24
+# The most access lanes a batched attempt keeps for its trace and dependence check (about 20 bytes each).
+MAX_HELD = 1 << 26
+
+
+def _check_size(shape: tuple[int, ...]) -> None:
+    if int(np.prod(shape)) > MAX_LANES:
+        raise Fallback("grid too large to batch")
 
 
 def _np(h: Any) -> Any:
@@ -209,6 +219,7 @@ def _shape_impls(
 
     def splat(self: Any, ret_ty: Any, arg: Any) -> Any:
         shape = tuple(ret_ty.shape)
+        _check_size((size, *shape))
         first = np.asarray(arg.data).reshape(size, -1)[:, :1].reshape((size,) + (1,) * len(shape))
         return BatchedHandle(np.broadcast_to(first, (size, *shape)).astype(_np(arg)), arg.dtype.scalar)
 
@@ -217,6 +228,7 @@ def _shape_impls(
         return BatchedHandle(first.astype(_np(arg)), arg.dtype.scalar)
 
     def broadcast(self: Any, arg: Any, shape: Any) -> Any:
+        _check_size((size, *tuple(shape)))
         return BatchedHandle(np.broadcast_to(arg.data, (size, *tuple(shape))), arg.dtype.scalar)
 
     def expand_dims(self: Any, arg: Any, axis: int) -> Any:
@@ -292,7 +304,12 @@ def _memory_impls(
         return TensorHandle(data, h.dtype)
 
     def shape_of(ptrs: Any) -> tuple[int, ...]:
-        return tuple(state.full(ptrs).shape)
+        shape = tuple(state.full(ptrs).shape)
+        _check_size(shape)
+        state.held += int(np.prod(shape))
+        if state.held > MAX_HELD:
+            raise Fallback("launch too large to batch")
+        return shape
 
     def masked_load(self: Any, ptrs: Any, mask: Any, other: Any, *rest: Any, **kw: Any) -> Any:
         shape = shape_of(ptrs)

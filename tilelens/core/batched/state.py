@@ -100,7 +100,7 @@ class BatchState:
     programs: list[tuple[int, int, int]] = field(init=False)
     pids: tuple[np.ndarray, np.ndarray, np.ndarray] = field(init=False)
     active: bool = True
-    decisions: int = 0  # control-flow decisions taken on tensors (dependence checks run at some)
+    held: int = 0  # lanes of memory accesses the collector holds for this attempt
 
     def __post_init__(self) -> None:
         nx, ny, nz = self.grid
