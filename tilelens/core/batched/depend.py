@@ -90,19 +90,19 @@ def _exact(relevant: list[tuple[int, np.ndarray, np.ndarray, int, bool]]) -> boo
     g = 0
     for _, _, _, eb, _ in relevant:
         g = math.gcd(g, eb)
-    grans, progs_all, insts, writes = [], [], [], []
+    lanes: list[tuple[np.ndarray, int]] = []  # (addresses, element bytes) per relevant entry
+    progs_all, insts, writes = [], [], []
     for k, act, addrs, eb, write in relevant:
-        progs, lanes = np.nonzero(act)
-        a = addrs[progs, lanes]
+        progs, cols = np.nonzero(act)
+        a = addrs[progs, cols]
         if g > 1 and bool((a % np.uint64(g)).any()):
             g = 1
-        grans.append(a)
+        lanes.append((a, eb))
         progs_all.append(progs.astype(np.int64))
         insts.append(np.full(a.size, k, dtype=np.int64))
         writes.append(np.full(a.size, write))
-        grans[-1] = (a, eb)  # type: ignore[call-overload]
     expanded = []
-    for i, (a, eb) in enumerate(grans):  # type: ignore[misc]
+    for i, (a, eb) in enumerate(lanes):
         gran = a // np.uint64(g)
         n = eb // g
         if n > 1:

@@ -73,7 +73,7 @@ class BatchedEntry:
         self.__annotations__ = getattr(fn, "__annotations__", {})
         self.__name__ = fn.__name__
         self.__qualname__ = getattr(fn, "__qualname__", fn.__name__)
-        self.__module__ = getattr(fn, "__module__", None)
+        self.__module__ = str(getattr(fn, "__module__", ""))
         self.__defaults__ = getattr(fn, "__defaults__", None)
         self.__kwdefaults__ = getattr(fn, "__kwdefaults__", None)
 
@@ -110,7 +110,7 @@ class BatchedEntry:
             self.outcome = {"mode": "program", "fallback": reason_of(exc)}
             return "program"
         state.active = False
-        self.outcome = {"mode": "batched", "programs": state.size}
+        self.outcome = {"mode": "batched"}
         return "batched"
 
 

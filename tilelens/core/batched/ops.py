@@ -167,7 +167,7 @@ def tensor_methods(
     stock_t: property,
     state: BatchState,
     decide: Callable[[], None],
-) -> dict[str, Callable[..., Any]]:
+) -> dict[str, Any]:
     """``tl.tensor.__bool__``/``__index__``/``T`` for the batched attempt; the stock ones once it is over."""
 
     def __bool__(self: Any) -> bool:  # noqa: N807 (the dunder it replaces)
@@ -201,7 +201,9 @@ def tensor_methods(
     def transposed(self: Any) -> Any:
         handle = self.handle
         if not state.active or type(handle) is not BatchedHandle:
-            return stock_t.fget(self)
+            getter = stock_t.fget
+            assert getter is not None
+            return getter(self)
         # The stock property reverses every axis of the data: here every axis but the program axis.
         data = np.asarray(handle.data)
         moved = np.transpose(data, [0, *range(data.ndim - 1, 0, -1)])
