@@ -7,7 +7,8 @@ with batched values; when that succeeds, the calls for the other programs do not
 (``Fallback``, or any error, which the per-program run then raises as the stock interpreter would), every
 byte it wrote is put back (:class:`~tilelens.core.writelog.WriteLog`), the collector forgets what it saw, and
 this call and every later one run their program as the stock loop does. ``outcome`` says which happened and
-why, for the launch's record.
+why, for the launch's record. ``TILELENS_BATCH_DEBUG=1`` prints the traceback of an attempt that gave up
+(to stderr; for developing the engine, never needed to use it).
 """
 
 from __future__ import annotations
