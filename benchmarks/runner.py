@@ -36,6 +36,7 @@ class Result:
     trace_bytes: int
     replay_s: float | None = None
     notes: list[str] = field(default_factory=list)
+    engine: str = ""  # how the measured launches were interpreted (batched, or per program and why)
 
     @property
     def ratio(self) -> float:
@@ -91,6 +92,7 @@ def measure(case: Case, history: History, samples: int, burst: int) -> Result:
     with history.session() as s:
         rows = s.scalars(select(Launch).where(Launch.id.in_(last_ids))).all()
         lanes = sum(r.lanes for r in rows)
+        engines = sorted({_engine(r.config) for r in rows})
         trace_bytes = sum(r.trace_bytes or 0 for r in rows)
     result = Result(
         workload=case.workload,
@@ -103,9 +105,21 @@ def measure(case: Case, history: History, samples: int, burst: int) -> Result:
         lanes=lanes,
         trace_bytes=trace_bytes,
         notes=notes,
+        engine="; ".join(engines),
     )
     result.replay_s = _replay_time(history, last_ids, samples, notes)
     return result
+
+
+def _engine(config: Any) -> str:
+    """How a launch was interpreted: "batched", or "program (<why it fell back>)"."""
+    if isinstance(config, str):
+        import json
+
+        config = json.loads(config)
+    engine = (config or {}).get("engine") or {}
+    mode = engine.get("mode", "?")
+    return mode if mode == "batched" else f"{mode} ({engine.get('fallback', '?')})"
 
 
 def _stock_baseline(rec: Recording, case: Case, notes: list[str]) -> Any:

@@ -43,15 +43,15 @@ def _fmt_ms(s: float | None) -> str:
 
 def workload_table(results: list) -> str:
     lines = [
-        "| workload | shape | stock (min) | recorded (min) | ratio | lanes | trace bytes | B/lane | CPU replay | replay/record | source |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| workload | shape | stock (min) | recorded (min) | ratio | lanes | trace bytes | B/lane | CPU replay | replay/record | engine | source |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         flag = " ⚠️" if r.ratio > TARGET_MAX else ""
         rr = "n/a" if r.replay_ratio is None else f"{r.replay_ratio:.2f}"
         lines.append(
             f"| {r.workload} | {r.shape} | {_fmt_ms(r.stock_s)} | {_fmt_ms(r.recorded_s)} | {r.ratio:.3f}{flag} | "
-            f"{r.lanes:,} | {r.trace_bytes:,} | {r.bytes_per_lane:.4f} | {_fmt_ms(r.replay_s)} | {rr} | {r.source} |"
+            f"{r.lanes:,} | {r.trace_bytes:,} | {r.bytes_per_lane:.4f} | {_fmt_ms(r.replay_s)} | {rr} | {r.engine} | {r.source} |"
         )
     ratios = [r.ratio for r in results]
     bpl = [r.bytes_per_lane for r in results]

@@ -55,7 +55,11 @@ def _scribble(x_ptr, acc_ptr, n, BLOCK: tl.constexpr):
     tl.atomic_add(acc_ptr + pid % 2, tl.sum(x, axis=0))
 
 
-def test_an_interpreted_launch_rolls_back_to_its_arguments_exact_bytes() -> None:
+@pytest.mark.parametrize(("engine", "entries"), [("program", 9), ("batched", 3)])
+def test_an_interpreted_launch_rolls_back_to_its_arguments_exact_bytes(
+    engine: str, entries: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TILELENS_ENGINE", engine)
     x = torch.arange(37, dtype=torch.float32) / 3
     acc = torch.tensor([0.25, -1.5])
     before = (x.clone(), acc.clone())
@@ -75,8 +79,10 @@ def test_an_interpreted_launch_rolls_back_to_its_arguments_exact_bytes() -> None
     )
     assert error is None and record.summary.dropped_lanes == 11
     assert torch.equal(x[:5], before[0][:5] * 3 + 1) and not torch.equal(acc, before[1])
-    # Two stores in each of 3 programs plus 3 atomics; the unmasked store's 11 stray lanes are never noted.
-    assert len(log) == 9 and sum(e.addrs.size for e in log.entries()) == 37 + 37 + 3
+    # Two stores in each of 3 programs plus 3 atomics (per program: 9 entries; batched: one per statement for
+    # the 3 programs); the unmasked store's 11 stray lanes are never noted.
+    assert record.config["engine"]["mode"] == engine
+    assert len(log) == entries and sum(e.addrs.size for e in log.entries()) == 37 + 37 + 3
     log.rollback()
     assert x.view(torch.int32).tolist() == before[0].view(torch.int32).tolist()
     assert acc.view(torch.int32).tolist() == before[1].view(torch.int32).tolist()

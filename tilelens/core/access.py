@@ -34,6 +34,18 @@ SHARED_ARG = -2
 PENDING_LANES = 1 << 21
 
 
+class _BatchProgram:
+    """The program of an access made by all the programs of a grid-batched run at once."""
+
+    def __repr__(self) -> str:
+        return "BATCH_PROGRAM"
+
+
+# What the builder's ``grid_idx`` holds during a grid-batched run (:mod:`tilelens.core.batched`): the access
+# hooks pass it on, and ``AccessCollector.record`` keeps the whole ``(B, *shape)`` block as one entry.
+BATCH_PROGRAM: tuple[int, int, int] = _BatchProgram()  # type: ignore[assignment]
+
+
 @dataclass(frozen=True)
 class ArgSpan:
     """Byte span of one tensor argument as the interpreter sees it (host addresses)."""
@@ -244,6 +256,18 @@ class AccessCollector:
         self.shared: dict[str, int] = {}  # Gluon shared-memory events and lanes, when there were any
         # (argument an event was attributed to, other argument whose view its out-of-bounds lanes hit): lanes
         self.cross: dict[tuple[int, int], int] = {}
+        # A grid-batched run: its programs (stock loop order) and one entry per batched access, in statement
+        # order (op, addrs, mask, elem_bytes, line, values, stray), each array with the program axis first.
+        self.programs: list[tuple[int, int, int]] = []
+        self.batched: list[tuple[Any, ...]] = []
+
+    def reset(self) -> None:
+        """Forget every access (a batched run that gave up); the spans stay."""
+        spans = self.spans
+        self.__init__(spans)  # type: ignore[misc]
+
+    def begin_batch(self, programs: list[tuple[int, int, int]]) -> None:
+        self.programs = programs
 
     def set_spans(self, spans: SpanTable) -> None:
         self.spans = spans
@@ -266,6 +290,9 @@ class AccessCollector:
         ``values`` is what a load or atomic returned (kept for its out-of-bounds lanes), ``stray`` the lanes
         the bounds guard kept the interpreter from dereferencing.
         """
+        if program is BATCH_PROGRAM:
+            self.batched.append((op, addrs, mask, elem_bytes, self._frames.line(), values, stray))
+            return
         if program != self._program:
             self._program = program
             self._event = 0
@@ -438,7 +465,122 @@ class AccessCollector:
             "store_lanes": int(lanes[ops == SHARED_STORE].sum()),
         }
 
+    def _expand_batched(self) -> None:
+        """The batched entries as the per-program run records them: program-major, events numbered per program.
+
+        Each entry's common case is worked out for all programs at once (:meth:`_fast_rows`); the programs it
+        does not cover go through :meth:`_analyse` one by one, exactly as the per-program run does.
+        """
+        entries, self.batched = self.batched, []
+        fast = [self._fast_rows(entry) for entry in entries]
+        c = self._cols
+        names = TRACE_SCHEMA.names
+        for p, program in enumerate(self.programs):
+            for event, (op, addrs, mask, eb, line, values, stray) in enumerate(entries):
+                rows = fast[event]
+                row = None if rows is None else rows[p]
+                if row is None:
+                    self._analyse(
+                        op,
+                        addrs[p],
+                        None if mask is None else mask[p],
+                        eb,
+                        program,
+                        event,
+                        line,
+                        None if values is None else values[p],
+                        None if stray is None else stray[p],
+                    )
+                    continue
+                row["pid_x"], row["pid_y"], row["pid_z"] = program
+                row["event"] = event
+                for name in names:
+                    c[name].append(row[name])
+
+    def _fast_rows(self, entry: tuple[Any, ...]) -> list[dict[str, Any] | None] | None:
+        """Per program, the row of an affine block wholly inside one argument's view (None: not that case).
+
+        The rows hold what :meth:`_analyse` computes for such a block (its fast path), for every program of
+        the batch from a few whole-batch numpy operations.
+        """
+        op, addrs, mask, eb, line, _values, _stray = entry
+        spans = self.spans
+        if spans.aliased or not spans.spans or addrs.ndim < 2 or addrs.shape[0] != len(self.programs):
+            return None
+        if addrs.dtype != np.uint64:
+            return None
+        b = addrs.shape[0]
+        per = addrs.shape[1:]
+        if addrs[0].size == 0:
+            return None
+        first = addrs.reshape(b, -1)[:, 0]
+        strides = []
+        for axis, n in enumerate(per):
+            if n <= 1:
+                strides.append(0)
+                continue
+            d = np.diff(addrs, axis=axis + 1)
+            st = d.flat[0]
+            if not (d == st).all():
+                return None
+            strides.append(int(np.int64(st.view(np.int64))))
+        reach_lo = sum((n - 1) * st for n, st in zip(per, strides) if st < 0)
+        reach_hi = sum((n - 1) * st for n, st in zip(per, strides) if st > 0)
+        lo = first.astype(np.int64) + reach_lo
+        hi = first.astype(np.int64) + reach_hi
+        idx = np.searchsorted(spans.np_starts, first, side="right").astype(np.int64) - 1
+        starts = np.array([s.start for s in spans.spans], dtype=np.int64)
+        ends = np.array([s.end for s in spans.spans], dtype=np.int64)
+        safe = np.maximum(idx, 0)
+        if mask is None:
+            active = np.full(b, addrs[0].size, dtype=np.int64)
+        else:
+            m = np.broadcast_to(mask, addrs.shape).reshape(b, -1)
+            active = np.count_nonzero(m, axis=1)
+        inside = (idx >= 0) & ((active == 0) | ((lo >= starts[safe]) & (hi + eb <= ends[safe])))
+        if not inside.any():
+            return None
+        lanes = int(addrs[0].size)
+        shape = tuple(per)
+        rows: list[dict[str, Any] | None] = []
+        for p in range(b):
+            if not inside[p]:
+                rows.append(None)
+                continue
+            span = spans.spans[int(idx[p])]
+            ebytes = span.elem_bytes
+            rel0 = int(first[p]) - span.start
+            if rel0 % ebytes or any(st % ebytes for st in strides):
+                rows.append(None)
+                continue
+            n_active = int(active[p])
+            rows.append(
+                {
+                    "strides": [st // ebytes for st in strides],
+                    "offsets": None,
+                    "op": op,
+                    "arg": span.position,
+                    "line": line,
+                    "elem_bytes": eb,
+                    "shape": shape,
+                    "base": rel0 // ebytes,
+                    "mask": None
+                    if n_active == lanes
+                    else np.packbits(np.broadcast_to(mask, addrs.shape)[p].ravel()).tobytes(),
+                    "oob_mask": None,
+                    "lanes": lanes,
+                    "active": n_active,
+                    "oob": 0,
+                    "stray_mask": None,
+                    "stray": 0,
+                    "oob_values": None,
+                }
+            )
+        return rows
+
     def finish(self) -> pa.Table:
         self._drain()
+        if self.batched:
+            self._expand_batched()
         self._tally()
         return encode_trace(self._cols)

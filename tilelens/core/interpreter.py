@@ -16,6 +16,9 @@ test checks it). The patch sets:
   and on Triton 3.6 the scalar-to-index conversion of 3.7 (3.6's fails under numpy >= 2.4).
   For a Gluon kernel it adds ``gluon_simulation``: the Gluon simulator of ``tilelens.core.gluon`` (Gluon's
   builtins with the simulator's semantic, reductions with Gluon layouts, Gluon's host TMA descriptors).
+* ``batched_patches`` — for a launch's grid-batched attempt (``tilelens.core.batched``, entered through
+  ``GridExecutor.__call__``): the builder's methods, reductions, scans and ``tl.tensor``'s truth, index and
+  transpose over the program axis (``batched.plan``); ``grid_idx`` says "every program" to the access hooks.
 * ``pre_run_hooks`` — for the same launch: the interpreted function's pre-run hooks, with TileLens's own first
   (it reads the argument spans from the interpreter's host copies).
 * ``interception_patches`` — for the length of a ``tilelens.record()`` block: makes every launch of a
@@ -48,7 +51,10 @@ from typing import Any, cast
 import numpy as np
 
 from tilelens.core import bounds, compat, memhooks, semantics
-from tilelens.core.access import AccessCollector
+from tilelens.core.access import BATCH_PROGRAM, AccessCollector
+from tilelens.core.batched import executor as batched_executor
+from tilelens.core.batched import plan as batched_plan
+from tilelens.core.batched.state import BatchState, Fallback
 from tilelens.core.writelog import WriteLog
 from tilelens.errors import StateError
 
@@ -122,6 +128,12 @@ class LaunchContext:
         self.redirected: set[int] = set()  # ids of the code objects whose libdevice names are redirected
         self.gluon: GluonLaunch | None = None  # set for a simulated Gluon launch
         self.writes: WriteLog | None = None  # when set, every write's old bytes are noted first
+        # The grid-batched engine (tilelens.core.batched): the running attempt's state and the patches it
+        # re-installs after each helper's language patching; ``engine`` is the launch's outcome for its record.
+        self.batch: BatchState | None = None
+        self.batch_patcher: _Patcher | None = None
+        self.batch_lang: list[tuple[Any, str, Any]] = []
+        self.engine: dict[str, Any] | None = None
 
     def interpreted_helper(self, fn: Any) -> Any:
         # Keyed by id(): hashing a JITFunction computes its cache_key, which must not happen inside a launch.
@@ -257,6 +269,14 @@ def _patch_lang_with_libdevice(original: Callable[..., Any]) -> Callable[..., An
             scope = original(types.SimpleNamespace(__globals__={"tl": compat.tl, "core": compat.tl.core}))
         else:
             scope = original(fn)
+        if launch is not None and launch.batch is not None and launch.batch_patcher is not None:
+            # The stock patching just put its own tensor methods back: the batched attempt's go on top again.
+            for owner, name, value in launch.batch_lang:
+                launch.batch_patcher.set(owner, name, value)
+            if "print" in getattr(getattr(fn, "__code__", None), "co_names", ()):
+                raise Fallback(
+                    "print"
+                )  # a helper printing from Python would print once, not once per program
         if launch is not None:
             fn_globals = getattr(fn, "__globals__", None)
             code = getattr(fn, "__code__", None)
@@ -365,6 +385,9 @@ def launch_patches(
                 for name, hook in memhooks.access_hooks(originals, current_launch).items():
                     patcher.set(builder_cls, name, hook)
                 patcher.set(compat.JITFunction, "__call__", _jit_call(compat.JITFunction.__call__))
+                if gluon is None:
+                    grid_cls = compat.interpreter_module.GridExecutor
+                    patcher.set(grid_cls, "__call__", _batched_grid_call(grid_cls.__call__))
                 simulation = gluon_simulation(ctx, gluon) if gluon is not None else contextlib.nullcontext()
                 with simulation:
                     _local.launch = ctx
@@ -375,6 +398,56 @@ def launch_patches(
         finally:
             patcher.restore()
             _restore_namespaces(lang_snapshot)
+
+
+def _batched_grid_call(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``GridExecutor.__call__`` with the kernel function replaced by a ``BatchedEntry`` for the call."""
+
+    def __call__(self: Any, *args: Any, **kwargs: Any) -> Any:
+        launch = current_launch()
+        if launch is None or launch.gluon is not None:
+            return original(self, *args, **kwargs)
+        builder = compat.interpreter_module.interpreter_builder
+
+        def install(state: BatchState, writes: WriteLog) -> contextlib.AbstractContextManager[None]:
+            return batched_patches(launch, state, writes)
+
+        entry = batched_executor.BatchedEntry(self.fn, launch, builder, install)
+        patcher = _Patcher()
+        try:
+            patcher.set(self, "fn", entry)
+            return original(self, *args, **kwargs)
+        finally:
+            patcher.restore()
+            launch.engine = entry.outcome
+
+    return __call__
+
+
+@contextlib.contextmanager
+def batched_patches(ctx: LaunchContext, state: BatchState, writes: WriteLog) -> Iterator[None]:
+    """The interpreter as the batched attempt ``state`` runs it (:mod:`tilelens.core.batched`), for the block.
+
+    The builder's methods become their batched versions (over the methods installed now: TileLens's access
+    hooks and semantic fixes stay underneath), reductions and scans learn the program axis, ``tl.tensor``'s
+    ``__bool__``/``__index__`` check that the programs agree, ``static_print`` gives up, the builder's
+    ``grid_idx`` says "every program" to the access hooks, and ``writes`` notes every write for a rollback.
+    """
+    patcher = _Patcher()
+    try:
+        changes, lang = batched_plan.replacements(state, ctx.collector)
+        for owner, name, value in changes + lang:
+            patcher.set(owner, name, value)
+        patcher.set(compat.interpreter_module.interpreter_builder, "grid_idx", BATCH_PROGRAM)
+        patcher.set(ctx, "writes", writes)
+        if ctx.reads is not None:
+            patcher.set(ctx, "reads", batched_executor.BatchedReads(ctx.reads, state.programs, ctx.collector))
+        patcher.set(ctx, "batch_lang", lang)
+        patcher.set(ctx, "batch_patcher", patcher)
+        patcher.set(ctx, "batch", state)
+        yield
+    finally:
+        patcher.restore()
 
 
 @contextlib.contextmanager

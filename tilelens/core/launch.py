@@ -81,6 +81,7 @@ def run_interpreted(
             writes = WriteLog()
         collector = AccessCollector()
         resolved: tuple[int, int, int] = (0, 0, 0)
+        engine: dict[str, Any] = {"mode": "program", "fallback": "gluon" if gluon else "not run"}
 
         def capture_spans(*host_args: Any, **host_kwargs: Any) -> None:
             collector.set_spans(host_spans(params, host_args, host_kwargs))
@@ -89,8 +90,11 @@ def run_interpreted(
             with pre_run_hooks(interpreted, [capture_spans, *user_hooks]):
                 resolved = resolve_grid(grid, bound)
                 simulated = GluonLaunch(num_warps=int(options.get("num_warps") or 4)) if gluon else None
-                with launch_patches(collector, simulated, writes):
-                    result = interpreted.run(*args, grid=resolved, warmup=False, **kwargs)
+                with launch_patches(collector, simulated, writes) as ctx:
+                    try:
+                        result = interpreted.run(*args, grid=resolved, warmup=False, **kwargs)
+                    finally:
+                        engine = ctx.engine or engine
         except BaseException as exc:  # recorded, then re-raised unchanged by the caller
             error = exc
         duration = time.perf_counter() - t0
@@ -102,6 +106,9 @@ def run_interpreted(
         config: dict[str, Any] = {
             "constexprs": {p.name: jsonable(bound.get(p.name)) for p in params if p.constexpr},
             "options": jsonable(options),
+            # Which interpreter engine ran the launch: "batched" (the whole grid at once), or "program" with
+            # the reason it fell back (tilelens.core.batched).
+            "engine": engine,
         }
         if meta.autotune is not None:
             config["autotune"] = meta.autotune

@@ -1,0 +1,40 @@
+"""What a batched attempt replaces in Triton's interpreter, as (owner, name, value) triples.
+
+:func:`tilelens.core.interpreter.batched_patches` installs them (and puts everything back); this module only
+builds them, over what is installed at the time (TileLens's access hooks and semantic fixes stay underneath).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tilelens.core import compat
+from tilelens.core.batched import builder, executor, ops
+from tilelens.core.batched.state import BatchState, Fallback
+
+Change = tuple[Any, str, Any]
+
+
+def _refuse_static_print(*args: Any, **kwargs: Any) -> None:
+    raise Fallback("static_print")  # the stock interpreter prints once per program
+
+
+def replacements(state: BatchState, collector: Any) -> tuple[list[Change], list[Change]]:
+    """(the builder's methods, reductions and scans; the ``tl`` ones each helper's language patching resets)."""
+    builder_cls = compat.InterpreterBuilder
+    installed = {
+        name: getattr(builder_cls, name)
+        for name in vars(builder_cls)
+        if not name.startswith("__") and callable(getattr(builder_cls, name))
+    }
+    changes: list[Change] = [
+        (builder_cls, name, method) for name, method in builder.batched_methods(installed, state).items()
+    ]
+    changes.append((compat.ReduceOps, "apply", ops.reduce_apply(compat.ReduceOps.apply, state)))
+    changes.append((compat.ScanOps, "apply", ops.scan_apply(compat.ScanOps.apply, state)))
+    tensor = compat.tl.core.tensor
+    decide = executor.periodic_check(state, collector)
+    methods = ops.tensor_methods(tensor.__bool__, tensor.__index__, vars(tensor).get("T"), state, decide)
+    lang: list[Change] = [(tensor, name, fn) for name, fn in methods.items()]
+    lang += [(ns, "static_print", _refuse_static_print) for ns in (compat.tl, compat.tl.core)]
+    return changes, lang

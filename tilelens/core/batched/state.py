@@ -1,0 +1,133 @@
+"""The batched engine's values and per-launch state, and the one switch that picks the engine.
+
+Invariants:
+
+* a handle whose value differs between programs is a :class:`BatchedHandle`: its data has shape
+  ``(B, *per_program_shape)``, program ``b`` of the launch (in the stock loop's order) at index ``b``; every
+  other handle is the stock interpreter's, with the per-program shape (scalars are shape ``(1,)``, so a
+  batched scalar is ``(B, 1)``). numpy's right-aligned broadcasting then lets element-wise methods mix both;
+* Triton's own methods (and TileLens's semantic fixes) only ever see plain handles: a batched operand is
+  handed to them as a plain ``TensorHandle`` holding the batched data (``plain``), and the result marked
+  batched again by the caller, so a check like ``type(h) is TensorHandle`` keeps working;
+* anything the engine has not verified raises :class:`Fallback`; the launch then runs program by program.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from tilelens.core import compat
+
+ENGINE_ENV = "TILELENS_ENGINE"
+ENGINES = ("batched", "program")
+
+
+def engine_mode() -> str:
+    """The engine interpreted launches use: ``TILELENS_ENGINE`` (``program`` or ``batched``), default batched.
+
+    Read here and nowhere else; an unknown value means the default.
+    """
+    value = os.environ.get(ENGINE_ENV, "").strip().lower()
+    return value if value in ENGINES else "batched"
+
+
+class Fallback(Exception):
+    """The batched run cannot promise the per-program result; ``reason`` says why (kept in the record)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+TensorHandle = compat.TensorHandle
+
+
+class BatchedHandle(TensorHandle):  # type: ignore[misc, valid-type]
+    """A value that differs between programs: data shape ``(B, *per_program_shape)``."""
+
+    def __bool__(self) -> bool:
+        # The stock handle's truth is ``data.all()``, per program; the programs must agree.
+        data = np.asarray(self.data)
+        per = data.reshape(data.shape[0], -1).all(axis=1)
+        if per.all():
+            return True
+        if not per.any():
+            return False
+        raise Fallback("divergent control flow")
+
+
+def plain(h: Any) -> Any:
+    """``h`` as a stock ``TensorHandle`` (same data, dtype and attributes); other values unchanged."""
+    if type(h) is BatchedHandle:
+        out = TensorHandle(h.data, h.dtype)
+        if h.attr:
+            out.attr.update(h.attr)
+        return out
+    if type(h) is list:
+        return [plain(x) for x in h]
+    if type(h) is tuple:
+        return tuple(plain(x) for x in h)
+    return h
+
+
+def mark(h: Any) -> Any:
+    """``h`` (a stock handle holding batched data) as a :class:`BatchedHandle`."""
+    out = BatchedHandle(h.data, h.dtype)
+    if getattr(h, "attr", None):
+        out.attr.update(h.attr)
+    return out
+
+
+def has_batched(args: tuple[Any, ...]) -> bool:
+    for a in args:
+        t = type(a)
+        if t is BatchedHandle:
+            return True
+        if (t is list or t is tuple) and any(type(x) is BatchedHandle for x in a):
+            return True
+    return False
+
+
+@dataclass
+class BatchState:
+    """One batched attempt: the programs of the grid in the stock loop's order (x outermost, z fastest)."""
+
+    grid: tuple[int, int, int]
+    programs: list[tuple[int, int, int]] = field(init=False)
+    pids: tuple[np.ndarray, np.ndarray, np.ndarray] = field(init=False)
+    active: bool = True
+    held: int = 0  # lanes of memory accesses the collector holds for this attempt
+
+    def __post_init__(self) -> None:
+        nx, ny, nz = self.grid
+        idx = np.arange(nx * ny * nz, dtype=np.int64)
+        x, y, z = idx // (ny * nz), (idx // nz) % ny, idx % nz
+        self.pids = (x.astype(np.int32), y.astype(np.int32), z.astype(np.int32))
+        self.programs = list(zip(x.tolist(), y.tolist(), z.tolist()))
+
+    @property
+    def size(self) -> int:
+        return len(self.programs)
+
+    def full(self, h: Any) -> np.ndarray:
+        """``h``'s data with the program axis, broadcast (a read-only view) where ``h`` is uniform."""
+        data = np.asarray(h.data)
+        if type(h) is BatchedHandle:
+            return data
+        return np.broadcast_to(data, (self.size, *data.shape))
+
+    def program_id(self, axis: int) -> Any:
+        values = self.pids[axis]
+        if self.grid[axis] == 1:  # the same for every program: stays uniform
+            return TensorHandle(np.array([0], dtype=np.int32), compat.tl.int32)
+        return BatchedHandle(values.reshape(-1, 1).copy(), compat.tl.int32)
+
+    def slice(self, h: Any, b: int) -> Any:
+        """Program ``b``'s own handle (stock shape) of ``h``."""
+        if type(h) is BatchedHandle:
+            return plain(BatchedHandle(h.data[b], h.dtype))
+        return h
