@@ -196,7 +196,9 @@ def test_recent_identical_tensor_is_not_encoded_again(store: BlobStore, monkeypa
     assert store.store_tensor(t.view(10, 100)).sha256 != changed.sha256  # other geometry, other blob
 
 
-def test_a_batch_makes_its_blobs_appear_when_it_ends(store: BlobStore, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_batch_makes_its_blobs_appear_when_it_ends(
+    store: BlobStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import tilelens.store.durable as durable
 
     synced: list[str] = []
@@ -216,7 +218,8 @@ def test_a_batch_makes_its_blobs_appear_when_it_ends(store: BlobStore, monkeypat
     # Each temp file fsync'd, then each folder (blob subfolders and the root that got new ones): 4 + 4 + 1.
     assert sum(name.endswith(".tmp") for name in synced) == 4
     assert {name for name in synced if not name.endswith(".tmp")} == {s[:2] for s in shas} | {
-        hashlib.sha256(b"inner").hexdigest()[:2], store.root.name
+        hashlib.sha256(b"inner").hexdigest()[:2],
+        store.root.name,
     }
 
 

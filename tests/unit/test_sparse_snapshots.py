@@ -214,16 +214,28 @@ def test_show_export_and_diff_of_sparse_launches(
 
 def test_sparse_codec_round_trips_and_refuses_bad_indices() -> None:
     snap = SparseSnapshot(
-        torch.bfloat16, (4, 8), (16, 1), 3, 56, np.array([0, 5, 55]), torch.tensor([1.5, -0.0, 2.0]).bfloat16()
+        torch.bfloat16,
+        (4, 8),
+        (16, 1),
+        3,
+        56,
+        np.array([0, 5, 55]),
+        torch.tensor([1.5, -0.0, 2.0]).bfloat16(),
     )
     back = table_to_sparse(sparse_to_table(snap))
     assert (back.dtype, back.shape, back.strides, back.storage_offset, back.span) == (
-        torch.bfloat16, (4, 8), (16, 1), 3, 56
+        torch.bfloat16,
+        (4, 8),
+        (16, 1),
+        3,
+        56,
     )
     assert np.array_equal(back.index, [0, 5, 55])
     assert back.values.view(torch.int16).tolist() == snap.values.view(torch.int16).tolist()  # -0.0 kept
     dense = back.dense()
-    assert dense.numel() == 56 and dense[5].view(torch.int16).item() == snap.values[1].view(torch.int16).item()
+    assert (
+        dense.numel() == 56 and dense[5].view(torch.int16).item() == snap.values[1].view(torch.int16).item()
+    )
     with pytest.raises(TensorCodecError, match="sparse snapshot"):
         table_to_tensor(sparse_to_table(snap))
     snap.index = np.array([5, 0, 55])
@@ -237,7 +249,9 @@ def test_only_large_spans_are_deferred() -> None:
     assert touched.sparse_wins(64, CACHE, 4) and not touched.sparse_wins(CACHE // 2, CACHE, 4)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device here (torch.cuda.is_available() is False)")
+@pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="no CUDA device here (torch.cuda.is_available() is False)"
+)
 def test_a_cuda_replay_of_a_sparse_launch_matches_and_says_what_it_cannot_check(
     history_location: Location,
 ) -> None:

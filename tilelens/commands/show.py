@@ -171,7 +171,9 @@ def _print_arguments(console: Console, d: LaunchDetail) -> None:
     for a in d.args:
         if a.kind == "tensor":
             value = "written" if a.changed else "unchanged"
-            if a.snapshot_elements is not None:  # the other elements are unknown: the launch never touched them
+            if (
+                a.snapshot_elements is not None
+            ):  # the other elements are unknown: the launch never touched them
                 value += f", snapshot of the {render.count(a.snapshot_elements)} touched elements only"
         else:
             value = repr(a.value) if a.value is not None else "None"

@@ -89,7 +89,11 @@ class TouchedSnapshots:
         sparse: list[tuple[_Deferred, int, int]] = []
         for d in self.deferred:
             where = host.get(d.record.position)
-            if where is None or trace is None or not _worth_decoding(d, self.deferred, per_arg, summary, trace):
+            if (
+                where is None
+                or trace is None
+                or not _worth_decoding(d, self.deferred, per_arg, summary, trace)
+            ):
                 self._whole(d, where, writes)
             else:
                 sparse.append((d, *where))
@@ -223,9 +227,7 @@ def _touched(trace: pa.Table, spans: SpanTable, targets: list[tuple[int, int, in
                 for k in range(1, int(n.max()) + 1):
                     parts.append(f[n >= k] + k)
             found[i].append(np.unique(np.concatenate(parts)))
-    return [
-        np.unique(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.int64) for parts in found
-    ]
+    return [np.unique(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.int64) for parts in found]
 
 
 def _put_back(writes: WriteLog, start: int, end: int, apply: Any) -> None:
@@ -260,4 +262,3 @@ def _gather(t: torch.Tensor, span: int, idx: np.ndarray) -> np.ndarray:
 
 def _values(raw: np.ndarray, rec: ArgumentRecord, d: _Deferred) -> torch.Tensor:
     return torch.from_numpy(np.ascontiguousarray(raw).reshape(-1)).view(d.tensor.dtype)
-

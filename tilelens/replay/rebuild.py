@@ -190,7 +190,9 @@ def _rebuild_group(
         start = a.storage_offset * dtype.itemsize
         placed.append((a, dtype, start, snap))
     nbytes = margin + storage_size(members) + margin
-    snaps = [(margin + start, snap) for _a, _dt, start, snap in placed if not isinstance(snap, SparseSnapshot)]
+    snaps = [
+        (margin + start, snap) for _a, _dt, start, snap in placed if not isinstance(snap, SparseSnapshot)
+    ]
     sparse = [(margin + start, snap) for _a, _dt, start, snap in placed if isinstance(snap, SparseSnapshot)]
     raw = _fill(nbytes, snaps, device, [(margin + pos, data) for pos, data in extra])
     for start, snap in sparse:  # after the whole spans: only the known elements, over zeros

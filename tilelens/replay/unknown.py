@@ -66,4 +66,3 @@ def unknown_reads(trace: pa.Table | None, tensors: list[RebuiltTensor]) -> list[
         missing = np.unique(np.concatenate(parts))
         out.append(UnknownRead(wanted[position].spec.name, position, int(missing.size), int(missing[0])))
     return out
-

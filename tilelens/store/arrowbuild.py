@@ -65,10 +65,15 @@ def lists(values: Sequence[Sequence[int] | np.ndarray | None], type: pa.ListType
     lengths = np.array([len(v) if v is not None else 0 for v in values], dtype=np.int64)
     offsets = np.zeros(len(values) + 1, dtype=np.int32)
     np.cumsum(lengths, out=offsets[1:])
-    parts = [np.asarray(v, dtype=_NUMPY[type.value_type]).reshape(-1) for v in values if v is not None and len(v)]
+    parts = [
+        np.asarray(v, dtype=_NUMPY[type.value_type]).reshape(-1) for v in values if v is not None and len(v)
+    ]
     flat = np.concatenate(parts) if parts else np.zeros(0, dtype=_NUMPY[type.value_type])
     return pa.Array.from_buffers(
-        type, len(values), [_validity(present), pa.py_buffer(offsets)], children=[numbers(flat, type.value_type)]
+        type,
+        len(values),
+        [_validity(present), pa.py_buffer(offsets)],
+        children=[numbers(flat, type.value_type)],
     )
 
 

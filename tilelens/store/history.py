@@ -60,7 +60,6 @@ from tilelens.store.oobsample import oob_sample
 from tilelens.store.tracestore import TraceStore
 
 if TYPE_CHECKING:
-
     from tilelens.store.gc import GcReport
 
 

@@ -131,7 +131,11 @@ def table_to_sparse(table: pa.Table) -> SparseSnapshot:
         raise TensorCodecError(f"sparse snapshot: {index.size} indices, {len(data)} bytes of {dtype} values")
     if index.size and (index[0] < 0 or index[-1] >= span or (np.diff(index) <= 0).any()):
         raise TensorCodecError("sparse snapshot: indices not sorted, unique and inside the span")
-    values = torch.frombuffer(bytearray(data), dtype=torch.uint8).view(dtype) if data else torch.empty(0, dtype=dtype)
+    values = (
+        torch.frombuffer(bytearray(data), dtype=torch.uint8).view(dtype)
+        if data
+        else torch.empty(0, dtype=dtype)
+    )
     return SparseSnapshot(
         dtype,
         tuple(row["shape"]),
