@@ -114,11 +114,11 @@ def _exact(relevant: list[tuple[int, np.ndarray, np.ndarray, int, bool]]) -> boo
     gran = np.concatenate(expanded)
     prog = np.concatenate(progs_all)
     inst = np.concatenate(insts)
-    write = np.concatenate(writes)
+    written = np.concatenate(writes)
     order = np.argsort(gran, kind="stable")
-    gran, prog, inst, write = gran[order], prog[order], inst[order], write[order]
+    gran, prog, inst, written = gran[order], prog[order], inst[order], written[order]
     starts = np.flatnonzero(np.concatenate(([True], gran[1:] != gran[:-1])))
     pmin, pmax = np.minimum.reduceat(prog, starts), np.maximum.reduceat(prog, starts)
     kmin, kmax = np.minimum.reduceat(inst, starts), np.maximum.reduceat(inst, starts)
-    wrote = np.maximum.reduceat(write.astype(np.int8), starts) > 0
+    wrote = np.maximum.reduceat(written.astype(np.int8), starts) > 0
     return bool((wrote & (pmin != pmax) & (kmin != kmax)).any())
