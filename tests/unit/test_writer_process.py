@@ -203,3 +203,26 @@ def test_a_crash_of_the_program_loses_only_what_it_had_not_sent(tmp_path: Path) 
         status = s.execute(select(Run.status)).scalar_one()
     assert seqs == list(range(50))
     assert status == "lost"  # the program died without finishing its run
+
+
+def test_kernel_and_autotune_messages_cross_as_plain_values_and_come_back_equal() -> None:
+    import io
+
+    from tilelens.core import writer_child
+    from tilelens.core.arguments import Param
+    from tilelens.records import AutotuneEvent, KernelIdentity
+
+    identity = KernelIdentity("m", "k", "/f.py", 3, "def k(): pass", "ab" * 32, "key", None)
+    params = [Param(0, "x", False, None, "fp32"), Param(1, "BLOCK", True, None, None)]
+    event = AutotuneEvent(
+        identity, "(1024,)", [{"kwargs": {"B": 32}}], {"kwargs": {"B": 32}}, [[0.5, 0.25]], True
+    )
+    stream = io.BytesIO(
+        writer_child.frame([writer_child.kernel_item(7, identity, params)])
+        + writer_child.frame([writer_child.event_item(event, 3)])
+    )
+    (kernel,) = writer_child.read_frame(stream)
+    (item,) = writer_child.read_frame(stream)
+    assert kernel[1] == 7 and writer_child._kernel(kernel) == (identity, params)
+    assert item[2] == 3 and writer_child._event(item[1]) == event
+    assert writer_child.read_frame(stream) is None

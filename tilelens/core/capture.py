@@ -26,7 +26,7 @@ _PLAIN = (int, float, bool)
 
 # A plain tensor is snapped as a plain tuple (the only plain tuple in a snapped list): (dtype, shape,
 # strides, storage offset, storage pointer, storage bytes, device), dtype and device as the text the record
-# stores ("bfloat16", "cuda:0"). Only plain values: it is sent to the writer process, pickled in C.
+# stores ("bfloat16", "cuda:0"). Only plain values: it is sent to the writer process, marshalled in C.
 
 
 _DTYPES: dict[Any, str] = {}

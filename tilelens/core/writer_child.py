@@ -6,10 +6,10 @@ It reads framed messages from stdin and answers flushes on stdout. Messages are 
 
 * ``("o", db_url, blobs_dir, run_id, next_seq)``: a recording begins (one process serves a program's
   recordings one after the other);
-* ``("k", number, KernelIdentity, params)``: a kernel, once, before its first launch;
+* ``("k", number, identity fields, params)``: a kernel, once, before its first launch (:func:`kernel_item`);
 * ``("l", n, number, raw)``: launch ``n`` (the recording's n-th queued launch) of kernel ``number``, a
   :data:`~tilelens.core.compiled_rows.RawLaunch`;
-* ``("e", AutotuneEvent, n or None)``: an autotune event, for launch ``n`` when it made one;
+* ``("e", event fields, n or None)``: an autotune event (:func:`event_item`), for launch ``n`` when it made one;
 * ``("q", next_seq)``: the recording wrote launches itself; continue numbering at ``next_seq``;
 * ``("f",)``: a flush: answer with :meth:`RawWriter.report` once everything before it is written;
 * ``("x",)``: the recording ends: write, answer.
@@ -18,21 +18,26 @@ End of input without ``("x",)`` (the program died) still writes everything recei
 the program loses only the launches it had not sent yet. SIGINT/SIGTERM are ignored here: a Ctrl-C reaches the
 whole process group, and the recording, draining on its way out, needs this process until the end.
 
-The frames are pickles exchanged between TileLens's two processes of one recording (nothing is stored
-pickled). :class:`RawWriter` is also what the recording falls back to in its own process if this one dies.
+The frames are ``marshal`` data exchanged between TileLens's two processes of one recording: plain values only
+(numbers, text, bytes, tuples, lists, dicts, None), so reading one builds no object of any class and runs no
+code; nothing is stored in this form. :class:`RawWriter` is also what the recording falls back to in its own
+process if this one dies.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import datetime as _dt
+import marshal
 import os
-import pickle
 import signal
 import struct
 import sys
 from typing import IO, Any
 
+from tilelens.core.arguments import Param
 from tilelens.core.compiled_rows import build_launch
-from tilelens.records import LaunchRecord
+from tilelens.records import AutotuneEvent, KernelIdentity, LaunchRecord
 
 HEADER = struct.Struct("<Q")
 
@@ -46,11 +51,36 @@ def read_frame(stream: IO[bytes]) -> Any | None:
     body = stream.read(size)
     if len(body) < size:
         return None
-    return pickle.loads(body)
+    return marshal.loads(body)
+
+
+def kernel_item(number: int, identity: KernelIdentity, params: list[Param]) -> tuple[Any, ...]:
+    """The ``"k"`` message in plain values. A parameter's default is left out: rows are built from bound values."""
+    fields = tuple(getattr(identity, f.name) for f in dataclasses.fields(identity))
+    return ("k", number, fields, tuple((p.position, p.name, p.constexpr, p.triton_type) for p in params))
+
+
+def event_item(event: AutotuneEvent, launch: int | None) -> tuple[Any, ...]:
+    """The ``"e"`` message in plain values (the event's kernel as in :func:`kernel_item`, its time as text)."""
+    kernel = tuple(getattr(event.kernel, f.name) for f in dataclasses.fields(event.kernel))
+    body = (kernel, event.tuning_key, event.configs, event.chosen, event.timings, event.cache_hit)
+    return ("e", body + (event.created_at.isoformat(),), launch)
+
+
+def _kernel(item: tuple[Any, ...]) -> tuple[KernelIdentity, list[Param]]:
+    params = [Param(pos, name, constexpr, None, tt) for pos, name, constexpr, tt in item[3]]
+    return KernelIdentity(*item[2]), params
+
+
+def _event(body: tuple[Any, ...]) -> AutotuneEvent:
+    kernel, key, configs, chosen, timings, cache_hit, created = body
+    return AutotuneEvent(
+        KernelIdentity(*kernel), key, configs, chosen, timings, cache_hit, _dt.datetime.fromisoformat(created)
+    )
 
 
 def frame(message: Any) -> bytes:
-    body = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+    body = marshal.dumps(message)
     return HEADER.pack(len(body)) + body
 
 
@@ -86,11 +116,11 @@ class RawWriter:
             self._write(launches)
             launches = []
             if tag == "k":
-                self.kernels[item[1]] = (item[2], item[3])
+                self.kernels[item[1]] = _kernel(item)
             elif tag == "e":
                 try:
                     launch_id = None if item[2] is None else self.ids.get(item[2])
-                    self.history.write_autotune_event(self.run_id, item[1], launch_id)
+                    self.history.write_autotune_event(self.run_id, _event(item[1]), launch_id)
                     self.events += 1
                 except Exception as exc:  # noqa: BLE001
                     self._fail(exc, 0)

@@ -5,7 +5,7 @@ GIL that is time a launch-bound program waits for, deferred or not. With ``snaps
 :data:`~tilelens.core.compiled_rows.RawLaunch` of plain values, so it can go to another process instead:
 
 * the program's thread appends ``("l", n, kernel number, raw)`` to a deque (atomic, wakes nobody);
-* a feeder thread here sends what accumulated every ``FEED_S`` as one pickled frame on the child's stdin (the
+* a feeder thread here sends what accumulated every ``FEED_S`` as one marshalled frame on the child's stdin (the
   pipe write releases the GIL; pickling plain tuples is C code, about a microsecond a launch);
 * the child (``tilelens.core.writer_child``, a fresh ``python -m``: never a fork of a process holding CUDA)
   builds the records and writes them in batches, in launch order, into the same run.
@@ -25,7 +25,6 @@ import atexit
 import contextlib
 import itertools
 import os
-import pickle
 import subprocess
 import sys
 import threading
@@ -34,7 +33,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from tilelens.core.writer_child import RawWriter, frame, read_frame
+from tilelens.core.writer_child import RawWriter, event_item, frame, kernel_item, read_frame
 
 _shared: subprocess.Popen[bytes] | None = None
 _shared_pid = 0  # the process that started it: a forked child must start its own (pipes are not shareable)
@@ -136,13 +135,13 @@ class ProcessWriter:
         """Queue a launch of ``kernel`` (the router's ``_Kernel``); returns its launch number."""
         if kernel.number not in self._known:
             self._known.add(kernel.number)
-            self._put(("k", kernel.number, kernel.identity, kernel.params))
+            self._put(kernel_item(kernel.number, kernel.identity, kernel.params))
         n = next(self._numbers)
         self._put(("l", n, kernel.number, raw))
         return n
 
     def submit_event(self, event: Any, launch: int | None) -> None:
-        self._put(("e", event, launch))
+        self._put(event_item(event, launch))
 
     def _put(self, item: Any) -> None:
         self._items.append(item)
@@ -197,7 +196,7 @@ class ProcessWriter:
         try:
             report: dict[str, Any] | None = read_frame(self._from_child)
             return report
-        except (OSError, EOFError, ValueError, pickle.UnpicklingError):
+        except (OSError, EOFError, ValueError, TypeError):
             return None
 
     def _deliver(self, report: dict[str, Any]) -> None:
