@@ -6,7 +6,7 @@ GIL that is time a launch-bound program waits for, deferred or not. With ``snaps
 
 * the program's thread appends ``("l", n, kernel number, raw)`` to a deque (atomic, wakes nobody);
 * a feeder thread here sends what accumulated every ``FEED_S`` as one marshalled frame on the child's stdin (the
-  pipe write releases the GIL; pickling plain tuples is C code, about a microsecond a launch);
+  pipe write releases the GIL; marshalling plain tuples is C code, about a microsecond a launch);
 * the child (``tilelens.core.writer_child``, a fresh ``python -m``: never a fork of a process holding CUDA)
   builds the records and writes them in batches, in launch order, into the same run.
 
@@ -245,7 +245,7 @@ class ProcessWriter:
         if self._local is None:
             try:
                 data = frame(items)
-            except Exception:  # noqa: BLE001 - an unpicklable value: each item on its own
+            except Exception:  # noqa: BLE001 - a value marshal cannot take: each item on its own
                 data = b"".join(self._frames_one_by_one(items))
             try:
                 self._to_child.write(data)
