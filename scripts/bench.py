@@ -7,8 +7,9 @@
     python scripts/bench.py --compiled              # on a CUDA machine: recording with backend="compiled"
     python scripts/bench.py --touched               # 64 elements of a 256 MiB tensor; a tiny launch's cost
 
-Targets it reports against: median recorded/stock ratio <= 1.15 (none above 1.3), access traces <= 0.5 bytes
-per lane, CPU replay <= 1.2x recording, `ls` / `show` / indexed `sql` under 0.3 s at 1,000,000 launches;
+Targets it reports against: over the ten seed workloads (every shape run), recorded / stock interpreter median
+<= 0.2 and none above 1.0, CPU replay / stock interpreter likewise; access traces <= 0.5 bytes per lane;
+`ls` / `show` / indexed `sql` under 0.3 s at 1,000,000 launches;
 --touched: recording a 64-element launch on a 256 MiB tensor within 3x of the plain program, < 4 MiB of blobs,
 peak RSS < 1.2x the program's own.
 """
@@ -34,7 +35,9 @@ from pathlib import Path  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-TARGET_MEDIAN, TARGET_MAX, TARGET_BPL, TARGET_REPLAY, TARGET_CLI_S = 1.15, 1.3, 0.5, 1.2, 0.3
+TARGET_MEDIAN, TARGET_MAX, TARGET_BPL, TARGET_CLI_S = 0.2, 1.0, 0.5, 0.3
+# The recorder issue's two extra shapes, not seed workloads: outside the median/max above.
+EXTRA = (("softmax", "64x1000"),)
 
 
 def _fmt_ms(s: float | None) -> str:
@@ -43,31 +46,38 @@ def _fmt_ms(s: float | None) -> str:
 
 def workload_table(results: list) -> str:
     lines = [
-        "| workload | shape | stock (min) | recorded (min) | ratio | lanes | trace bytes | B/lane | CPU replay | replay/record | engine | source |",
+        "| workload | shape | stock (min) | recorded (min) | ratio | lanes | trace bytes | B/lane | CPU replay "
+        "| replay/stock | engine | source |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         flag = " ⚠️" if r.ratio > TARGET_MAX else ""
-        rr = "n/a" if r.replay_ratio is None else f"{r.replay_ratio:.2f}"
+        rr = "n/a" if r.replay_s is None else f"{r.replay_s / r.stock_s:.3f}"
+        rflag = " ⚠️" if r.replay_s is not None and r.replay_s / r.stock_s > TARGET_MAX else ""
         lines.append(
             f"| {r.workload} | {r.shape} | {_fmt_ms(r.stock_s)} | {_fmt_ms(r.recorded_s)} | {r.ratio:.3f}{flag} | "
-            f"{r.lanes:,} | {r.trace_bytes:,} | {r.bytes_per_lane:.4f} | {_fmt_ms(r.replay_s)} | {rr} | {r.engine} | {r.source} |"
+            f"{r.lanes:,} | {r.trace_bytes:,} | {r.bytes_per_lane:.4f} | {_fmt_ms(r.replay_s)} | {rr}{rflag} | "
+            f"{r.engine} | {r.source} |"
         )
-    ratios = [r.ratio for r in results]
+    seed = [r for r in results if (r.workload, r.shape) not in EXTRA]
+    ratios = [r.ratio for r in seed]
+    replays = [r.replay_s / r.stock_s for r in seed if r.replay_s is not None]
     bpl = [r.bytes_per_lane for r in results]
-    replays = [r.replay_ratio for r in results if r.replay_ratio is not None]
     lines.append("")
     lines.append(
-        f"median ratio {statistics.median(ratios):.3f} (target <= {TARGET_MEDIAN}), max {max(ratios):.3f} "
-        f"(target <= {TARGET_MAX}); max bytes/lane {max(bpl):.4f} (target <= {TARGET_BPL})"
-        + (f"; max replay/record {max(replays):.2f} (target <= {TARGET_REPLAY})" if replays else "")
-    )
-    targets = [r for r in results if (r.workload, r.shape) in (("gemm", "256^3"), ("softmax", "64x1000"))]
-    if targets:
-        lines.append(
-            "recorder targets (<= 1.15, persistence included): "
-            + ", ".join(f"{r.workload}[{r.shape}] {r.ratio:.3f}" for r in targets)
+        f"seed workloads ({len(seed)} runs): recorded/stock median {statistics.median(ratios):.3f} "
+        f"(target <= {TARGET_MEDIAN}), max {max(ratios):.3f} (target <= {TARGET_MAX})"
+        + (
+            f"; CPU replay/stock median {statistics.median(replays):.3f}, max {max(replays):.3f} (same targets)"
+            if replays
+            else ""
         )
+        + f"; max bytes/lane {max(bpl):.4f} (target <= {TARGET_BPL})"
+    )
+    fallbacks = [
+        f"{r.workload}[{r.shape}]: {r.engine}" for r in results if r.engine and r.engine != "batched"
+    ]
+    lines.append("fell back to one program at a time: " + ("; ".join(fallbacks) if fallbacks else "none"))
     return "\n".join(lines)
 
 
