@@ -51,7 +51,21 @@ _META = types.SimpleNamespace(metadata=types.SimpleNamespace(shared=0, num_warps
 
 
 def fake_runner(jit: Any, args: tuple[Any, ...], grid: Any, kwargs: dict[str, Any]) -> Any:
+    """What Triton's ``JITFunction.run`` does in Python around its C launcher, cut to the bone: bind the
+    arguments by name and hand them to a callable grid (TileLens reads them there: ``binds_like_triton``)."""
+    bound = dict(zip(jit.arg_names, args))
+    if kwargs:
+        bound.update(kwargs)
+    if callable(grid):
+        grid(bound)
     return _META
+
+
+fake_runner.binds_like_triton = True  # type: ignore[attr-defined]
+
+
+def _untraced_run(self: Any, *args: Any, grid: Any, warmup: bool, **kwargs: Any) -> Any:
+    return fake_runner(self, args, grid, kwargs)
 
 
 def run(launches: int = 4000) -> dict[str, float]:
@@ -76,7 +90,7 @@ def run(launches: int = 4000) -> dict[str, float]:
     # Untraced: Triton's own layers (the autotuner's cache lookup, the grid lambda) with the stand-in as the
     # compiled launch.
     original = JITFunction.run
-    JITFunction.run = lambda self, *args, **kwargs: _META  # type: ignore[method-assign]
+    JITFunction.run = _untraced_run  # type: ignore[method-assign]
     try:
         step()
         t0 = time.perf_counter()
@@ -139,44 +153,49 @@ def breakdown(launches: int = 3000) -> list[tuple[str, float]]:
         out.append((label, best))
 
     original = JITFunction.run
-    JITFunction.run = lambda self, *args, **kwargs: _META  # type: ignore[method-assign]
+    JITFunction.run = _untraced_run  # type: ignore[method-assign]
     try:
         measure("untraced (Triton's layers, stand-in launch)")
     finally:
         JITFunction.run = original  # type: ignore[method-assign]
     folder = Path(tempfile.mkdtemp(prefix="tilelens-capture-bench-"))
-    rec = tilelens.Recording(
-        str(folder / "h.db"), folder / "b", backend="compiled", snapshots="none", runner=fake_runner
-    )
-    saved = {name: getattr(C.CompiledRouter, name) for name in ("_launch", "_tune", "_launch_unsnapshotted")}
-    with rec:
-        measure("recorded")
-        router = rec._compiled
-        assert router is not None
-        submit = router.submit
-        router.submit = lambda k, raw: 0
-        measure("recorded, nothing queued")
-        router.submit = submit
-        try:
-            C.CompiledRouter._launch_unsnapshotted = (  # type: ignore[method-assign]
-                lambda self, k, jit, args, grid, kwargs, *rest: self.runner(jit, args, grid, kwargs)
-            )
-            measure("  ... up to binding and the grid only")
+    Router = C.CompiledRouter
+    saved = {name: getattr(Router, name) for name in ("launch", "tune", "_launch_unsnapshotted")}
 
-            def bare(self: Any, jit: Any, args: Any, kwargs: Any) -> Any:
-                grid = kwargs.pop("grid", None)
-                kwargs.pop("warmup", None)
-                return self.runner(jit, args, grid, kwargs)
+    def recorded(label: str, tag: str, queue: bool = True) -> None:
+        # A fresh recording per stage: interception binds the router's methods when the recording begins.
+        rec = tilelens.Recording(
+            str(folder / f"{tag}.db"), folder / tag, backend="compiled", snapshots="none", runner=fake_runner
+        )
+        with rec:
+            router = rec._compiled
+            assert router is not None
+            if not queue:
+                router.submit = lambda k, raw: 0
+            measure(label)
 
-            C.CompiledRouter._launch = bare  # type: ignore[method-assign]
-            measure("  ... interception and autotune frames only")
-            C.CompiledRouter._tune = (  # type: ignore[method-assign]
-                lambda self, tuner, args, kwargs: self._original(C.compat.Autotuner)(tuner, *args, **kwargs)
-            )
-            measure("  ... interception only")
-        finally:
-            for name, fn in saved.items():
-                setattr(C.CompiledRouter, name, fn)
+    try:
+        recorded("recorded", "a")
+        recorded("recorded, nothing queued", "b", queue=False)
+        Router._launch_unsnapshotted = (  # type: ignore[method-assign]
+            lambda self, k, jit, args, grid, kwargs, stack: self.runner(jit, args, grid, kwargs)
+        )
+        recorded("  ... up to the launch only (no capture)", "c")
+
+        def bare(self: Any, jit: Any, args: Any, kwargs: Any) -> Any:
+            grid = kwargs.pop("grid", None)
+            kwargs.pop("warmup", None)
+            return self.runner(jit, args, grid, kwargs)
+
+        Router.launch = bare  # type: ignore[method-assign]
+        recorded("  ... interception and autotune frames only", "d")
+        Router.tune = (  # type: ignore[method-assign]
+            lambda self, tuner, args, kwargs: self._original(C.compat.Autotuner)(tuner, *args, **kwargs)
+        )
+        recorded("  ... interception only", "e")
+    finally:
+        for name, fn in saved.items():
+            setattr(Router, name, fn)
     return out
 
 

@@ -85,6 +85,37 @@ def snap_arguments(params: list[Param], bound: dict[str, Any]) -> list[Any]:
     return out
 
 
+def snap_planned(plan: tuple[tuple[str, bool], ...], params: list[Param], bound: dict[str, Any]) -> list[Any]:
+    """``snap_arguments(params, bound)``, faster: ``plan`` is ``((p.name, p.constexpr) for p in params)``,
+    made once per kernel; plain tensors and plain values (nearly every argument) are snapped inline, anything
+    else by ``snap_arguments`` for that one parameter. Same list, element by element."""
+    out: list[Any] = []
+    append = out.append
+    get = bound.get
+    dtypes, devices = _DTYPES, _DEVICES
+    for i, (name, constexpr) in enumerate(plan):
+        value: Any = get(name)
+        cls = type(value)
+        if cls is _Tensor and not constexpr:
+            s = value.untyped_storage()
+            append(
+                (
+                    dtypes.get(value.dtype) or _dtype_text(value.dtype),
+                    tuple(value.shape),
+                    value.stride(),
+                    value.storage_offset(),
+                    s.data_ptr(),
+                    s.nbytes(),
+                    devices.get(value.device) or _device_text(value.device),
+                )
+            )
+        elif value is None or cls in _PLAIN:
+            append(value)
+        else:
+            append(snap_arguments([params[i]], bound)[0])
+    return out
+
+
 def snapped_device(snapped: list[Any]) -> str:
     """The device ``describe_snapped`` will give the launch (its first tensor argument's), without describing."""
     for value in snapped:

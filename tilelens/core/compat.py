@@ -9,6 +9,7 @@ from typing import Any, cast
 
 # `X as X` and the `tl` assignment mark these as re-exported (mypy's no_implicit_reexport): other modules
 # reach Triton only through this one.
+import torch as _torch
 import triton as triton
 import triton.language as _tl
 from triton import knobs as knobs
@@ -69,6 +70,38 @@ def autotune_key(autotuner: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) 
     named = {k: v for k, v in all_args.items() if k in autotuner.arg_names}
     key = [named[k] for k in autotuner.keys if k in named]
     key.extend(str(v.dtype) for v in named.values() if hasattr(v, "dtype"))
+    return tuple(key)
+
+
+def autotune_key_plan(autotuner: Any) -> tuple[int, ...]:
+    """Positions in ``autotuner.arg_names`` of its tuning keys, in key order (``autotune_key_positional``)."""
+    names = list(autotuner.arg_names)
+    return tuple(names.index(k) for k in autotuner.keys if k in names)
+
+
+_KEY_DTYPES: dict[Any, str] = {}  # torch dtype -> str(dtype), as the key holds it
+_NO_DTYPE = (int, float, bool, str, type(None))  # plain values: never a ``dtype`` attribute
+
+
+def autotune_key_positional(plan: tuple[int, ...], arg_names: Any, args: tuple[Any, ...]) -> tuple[Any, ...]:
+    """``autotune_key(autotuner, args, {})`` for a call with positional arguments only, ``plan`` being
+    ``autotune_key_plan(autotuner)``: the same tuple, without the per-call dicts and ``hasattr`` on every
+    argument (a plain tensor's dtype text is cached; other objects are asked as Triton asks them)."""
+    n = min(len(args), len(arg_names))
+    key = [args[i] for i in plan if i < n]
+    tensor = _torch.Tensor
+    for v in args[:n] if n < len(args) else args:
+        cls = type(v)
+        if cls is tensor:
+            dtype = v.dtype
+            text = _KEY_DTYPES.get(dtype)
+            if text is None:
+                text = _KEY_DTYPES[dtype] = str(dtype)
+            key.append(text)
+        elif cls in _NO_DTYPE:
+            continue
+        elif hasattr(v, "dtype"):
+            key.append(str(v.dtype))
     return tuple(key)
 
 
@@ -259,6 +292,13 @@ def run_compiled(jit_fn: Any, args: tuple[Any, ...], grid: Any, kwargs: dict[str
     run = JITFunction.run
     run = getattr(run, "__wrapped__", run)  # Triton's own, also while TileLens intercepts launches
     return run(jit_fn, *args, grid=grid, warmup=False, **kwargs)
+
+
+# ``JITFunction.run`` (3.6 through 3.9) binds every parameter (defaults applied) into a dict, looks the kernel
+# up (compiling on a miss), then calls a callable grid once with that dict (``grid = grid(bound_args)``) just
+# before the launch. A compiled recording reads the arguments there instead of binding them a second time
+# (``compiled._GridProbe``); a Triton that stopped doing so would leave the router binding them itself.
+GRID_RECEIVES_BOUND_ARGS = True
 
 
 def compile_metadata(kernel: Any) -> dict[str, Any]:

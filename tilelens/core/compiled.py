@@ -29,7 +29,7 @@ from typing import Any
 
 from tilelens.core import compat, testid
 from tilelens.core.arguments import Param, describe_arguments, kernel_params, resolve_grid
-from tilelens.core.capture import snap_arguments, snapped_device
+from tilelens.core.capture import snap_planned, snapped_device
 from tilelens.core.compiled_rows import first_device, record_of
 from tilelens.core.identity import kernel_identity
 from tilelens.core.interpreter import in_autotune_bench, original_run
@@ -39,6 +39,9 @@ from tilelens.core.snapshots import PendingSnapshots, SnapshotPolicy, copy_spans
 from tilelens.records import ArgumentRecord, AutotuneEvent, KernelIdentity, LaunchRecord
 
 Runner = Callable[[Any, tuple[Any, ...], Any, dict[str, Any]], Any]
+_RESERVED = ("grid", "warmup")
+_RESERVED_SET = frozenset(_RESERVED)
+_NO_HEURISTICS: dict[str, Any] = {}  # shared by launches without heuristics: read, never changed
 
 
 @dataclass(slots=True)
@@ -48,6 +51,31 @@ class _Frame:
     heuristics: tuple[str, ...] = ()
     trials: int = 0
     launch: Any = None  # the handle of the launch this tuning made
+    tuner: bool = False  # ``layer`` is an Autotuner
+    key_text: str | None = None  # ``str(key)``, made by the first launch that needs it
+
+
+class _GridProbe:
+    """The grid handed to Triton's ``JITFunction.run`` in place of the program's, when the runner is Triton's.
+
+    Triton calls a callable grid once per launch with the arguments it has just bound (every parameter, defaults
+    applied; 3.6 through 3.9: ``grid = grid(bound_args)``), after its kernel-cache lookup and before the launch.
+    The probe keeps that dict, so the router reads the arguments Triton bound instead of binding them a second
+    time, and returns exactly what the program's grid gives (a tuple grid: itself) so Triton launches what it
+    would. ``bound`` stays None when Triton failed before the grid (binding, compiling): the router binds then."""
+
+    __slots__ = ("grid", "bound", "value")
+
+    def __init__(self, grid: Any) -> None:
+        self.grid = grid
+        self.bound: dict[str, Any] | None = None
+        self.value: Any = None
+
+    def __call__(self, bound: dict[str, Any]) -> Any:
+        self.bound = bound
+        grid = self.grid
+        value = self.value = grid(bound) if callable(grid) else grid
+        return value
 
 
 @dataclass
@@ -60,11 +88,20 @@ class _Kernel:
     names: tuple[str, ...] = ()
     name_set: frozenset[str] = frozenset()
     defaults: tuple[Param, ...] = ()
+    plan: tuple[tuple[str, bool], ...] = ()  # (name, constexpr) per parameter: ``capture.snap_planned``
 
     def __post_init__(self) -> None:
         self.names = tuple(p.name for p in self.params)
         self.name_set = frozenset(self.names)
         self.defaults = tuple(p for p in self.params if p.default is not inspect.Parameter.empty)
+        self.plan = tuple((p.name, p.constexpr) for p in self.params)
+
+    def options(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+        """The launch options among ``kwargs`` (what ``bind`` returns second), when Triton did the binding."""
+        if not kwargs:
+            return {}
+        names = self.name_set
+        return {key: value for key, value in kwargs.items() if key not in names and key not in _RESERVED}
 
     def bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
         """``arguments.bind(self.params, args, kwargs)`` (``grid``/``warmup`` already taken out)."""
@@ -104,14 +141,27 @@ class CompiledRouter:
     # Where raw launches go when set (the writer process's ``submit_raw``); else ``sink.submit_raw``.
     submit: Any = None
 
+    # Set on the first launch: whether ``runner`` calls a callable grid with its bound arguments as Triton does
+    # (``compat.run_compiled``, or a stand-in that says so with ``binds_like_triton = True``).
+    _probe_grid: bool | None = None
+    _tuner_plans: dict[int, tuple[Any, tuple[int, ...]]] = field(default_factory=dict)
+    _best_cache: dict[int, tuple[Any, tuple[Any, ...]]] = field(default_factory=dict)
+
     def route(self, kernel: Any, kind: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         if kind == "autotuner":
-            return self._tune(kernel, args, kwargs)
+            return self.tune(kernel, args, kwargs)
         if kind == "heuristics":
-            frame = _Frame(kernel, heuristics=tuple(kernel.values))
-            with self._framed(frame):
-                return self._original(compat.Heuristics)(kernel, *args, **kwargs)
-        return self._launch(kernel, args, kwargs)
+            return self.heuristics(kernel, args, kwargs)
+        return self.launch(kernel, args, kwargs)
+
+    def direct_routes(self) -> dict[str, Any]:
+        """What ``interception_patches(direct=...)`` calls per kind, without the ``route`` dispatch."""
+        return {"jit": self.launch, "autotuner": self.tune, "heuristics": self.heuristics}
+
+    def heuristics(self, kernel: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        frame = _Frame(kernel, heuristics=tuple(kernel.values))
+        with self._framed(frame):
+            return self._original(compat.Heuristics)(kernel, *args, **kwargs)
 
     def _original(self, cls: type) -> Any:
         run = self._originals.get(cls)
@@ -130,11 +180,11 @@ class CompiledRouter:
     def _framed(self, frame: _Frame) -> _Framed:
         return _Framed(self._stack(), frame)
 
-    def _tune(self, tuner: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        key = compat.autotune_key(tuner, args, kwargs) if len(tuner.configs) > 1 else None
+    def tune(self, tuner: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        key = self._tuning_key(tuner, args, kwargs) if len(tuner.configs) > 1 else None
         fresh = key is not None and key not in tuner.cache
         timings_before = getattr(tuner, "configs_timings", None) if fresh else None
-        frame = _Frame(tuner, key)
+        frame = _Frame(tuner, key, tuner=True)
         stack = self._stack()
         stack.append(frame)  # on this thread's stack while the tuner runs (runs for every autotuned launch)
         try:
@@ -143,6 +193,17 @@ class CompiledRouter:
             stack.pop()
             if fresh and key in tuner.cache:
                 self._tuning_event(tuner, frame, timings_before)
+
+    def _tuning_key(self, tuner: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
+        """``compat.autotune_key``; a call with positional arguments only takes the planned fast path."""
+        # ``kernel[grid](...)`` calls the tuner with ``grid``/``warmup`` only, which the key leaves out (it
+        # keeps the names in ``arg_names``) unless the kernel has parameters of those names.
+        if kwargs and (not kwargs.keys() <= _RESERVED_SET or not _RESERVED_SET.isdisjoint(tuner.arg_names)):
+            return compat.autotune_key(tuner, args, kwargs)
+        known = self._tuner_plans.get(id(tuner))
+        if known is None or known[0] is not tuner:
+            known = self._tuner_plans[id(tuner)] = (tuner, compat.autotune_key_plan(tuner))
+        return compat.autotune_key_positional(known[1], tuner.arg_names, args)
 
     def _tuning_event(self, tuner: Any, frame: _Frame, timings_before: Any) -> None:
         chosen = tuner.cache[frame.key]
@@ -173,12 +234,14 @@ class CompiledRouter:
             )
         return known
 
-    def _launch(self, jit: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    def launch(self, jit: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         # ``kwargs`` is the dict the interception's ``run(**kwargs)`` made for this call: ours to change.
         grid = kwargs.pop("grid", None)
         kwargs.pop("warmup", None)
-        stack = self._stack()
-        if stack and in_autotune_bench():  # one config's benchmark (inside a tuner's frame), unrecorded
+        stack = getattr(self._local, "stack", None)
+        if stack is None:
+            stack = self._local.stack = []
+        elif stack and in_autotune_bench():  # one config's benchmark (inside a tuner's frame), unrecorded
             tuner = next((f for f in reversed(stack) if f.key is not None), None)
             if tuner is not None:
                 tuner.trials += 1
@@ -186,13 +249,13 @@ class CompiledRouter:
         k = self._kernels.get(id(jit))
         if k is None or k.jit is not jit:
             k = self._kernel(jit)
+        if self.policy.mode == "none":
+            return self._launch_unsnapshotted(k, jit, args, grid, kwargs, stack)
         bound, options = k.bind(args, kwargs)
         try:
             resolved = resolve_grid(grid, bound)
         except Exception:  # noqa: BLE001 - the launch below raises what the program would see
             resolved = (0, 0, 0)
-        if self.policy.mode == "none":
-            return self._launch_unsnapshotted(k, jit, args, grid, kwargs, bound, options, resolved, stack)
         records = describe_arguments(k.params, bound, snapshots=False)
         pending = PendingSnapshots(pool=self.pool) if self.policy.wants(k.identity, records) else None
         if pending is not None:
@@ -228,22 +291,46 @@ class CompiledRouter:
         args: tuple[Any, ...],
         grid: Any,
         kwargs: dict[str, Any],
-        bound: dict[str, Any],
-        options: dict[str, Any],
-        resolved: tuple[int, int, int],
         stack: list[_Frame],
     ) -> Any:
         """The fast path: the program's thread keeps a raw launch of plain values (``compiled_rows``); the
-        writer (a thread or the writer process) builds the record."""
-        snapped = snap_arguments(k.params, bound)
+        writer (a thread or the writer process) builds the record. With Triton's runner the arguments are the
+        ones Triton bound (:class:`_GridProbe`), read after the launch is queued (a launch changes no tensor's
+        metadata); otherwise, or when Triton failed before binding, they are bound here as ``arguments.bind``
+        binds them."""
+        probe_grid = self._probe_grid
+        if probe_grid is None:
+            runner = self.runner
+            probe_grid = self._probe_grid = compat.GRID_RECEIVES_BOUND_ARGS and (
+                runner is compat.run_compiled or bool(getattr(runner, "binds_like_triton", False))
+            )
+        probe = _GridProbe(grid) if probe_grid else None
         started = time.time()
         t0 = time.perf_counter()
         error: BaseException | None = None
         try:
-            result = self.runner(jit, args, grid, kwargs)
+            result = self.runner(jit, args, grid if probe is None else probe, kwargs)
         except BaseException as exc:  # recorded, then re-raised unchanged
             result, error = None, exc
         duration = time.perf_counter() - t0
+        bound = None if probe is None else probe.bound
+        if bound is None:
+            bound, options = k.bind(args, kwargs)
+            try:
+                resolved = resolve_grid(grid, bound)
+            except Exception:  # noqa: BLE001 - the launch raised what the program sees
+                resolved = (0, 0, 0)
+        else:
+            options = k.options(kwargs)
+            value = probe.value  # type: ignore[union-attr]
+            if type(value) is tuple and len(value) == 3 and all(type(v) is int for v in value):
+                resolved = value
+            else:
+                try:
+                    resolved = resolve_grid(value, bound)
+                except Exception:  # noqa: BLE001 - the program's grid raised: the launch raised it
+                    resolved = (0, 0, 0)
+        snapped = snap_planned(k.plan, k.params, bound)
         device = snapped_device(snapped)
         gpu_name = self._gpu_names.get(device, False)
         if gpu_name is False:
@@ -286,19 +373,34 @@ class CompiledRouter:
 
     def _context(self, stack: list[_Frame], bound: dict[str, Any]) -> tuple[Any, ...]:
         """What the frames say about this launch, read now (a later tuning may change ``best_config``), as
-        plain values: the chosen config as its dict, the tuning key as its text."""
-        tuner = key = None
-        heuristics: dict[str, Any] = {}
+        plain values: the chosen config as ``(its dict,)``, the heuristics' values, the tuning key as its text."""
+        tuner: Any = None
+        key_frame: _Frame | None = None
+        heuristics = _NO_HEURISTICS
         for f in stack:
             if f.heuristics:
+                if heuristics is _NO_HEURISTICS:
+                    heuristics = {}
                 for name in f.heuristics:
                     heuristics[name] = bound.get(name)
-            if isinstance(f.layer, compat.Autotuner):
+            if f.tuner:
                 tuner = f.layer
             if f.key is not None:
-                key = f.key
-        best = None if tuner is None else (self._config_dict(getattr(tuner, "best_config", None)),)
-        return best, heuristics, None if key is None else self._key_text(key)
+                key_frame = f
+        best = None if tuner is None else self._best(getattr(tuner, "best_config", None))
+        if key_frame is None:
+            return best, heuristics, None
+        text = key_frame.key_text
+        if text is None:
+            text = key_frame.key_text = self._key_text(key_frame.key)
+        return best, heuristics, text
+
+    def _best(self, config: Any) -> tuple[Any, ...]:
+        """``(config_dict(config),)``, made once per config object."""
+        known = self._best_cache.get(id(config))
+        if known is None or known[0] is not config:
+            known = self._best_cache[id(config)] = (config, (self._config_dict(config),))
+        return known[1]
 
     def _config_dict(self, config: Any) -> dict[str, Any] | None:
         if config is None:
@@ -320,9 +422,10 @@ class CompiledRouter:
         return text
 
     def _attach(self, stack: list[_Frame], handle: Any) -> None:
-        tuner = next((f for f in reversed(stack) if isinstance(f.layer, compat.Autotuner)), None)
-        if tuner is not None:
-            tuner.launch = handle
+        for f in reversed(stack):
+            if f.tuner:
+                f.launch = handle
+                return
 
     def _record(
         self,
@@ -351,6 +454,7 @@ class CompiledRouter:
 
     def _gpu_name(self, device: str) -> str | None:
         if not device.startswith("cuda"):
+            self._gpu_names[device] = None
             return None
         name = self._gpu_names.get(device, False)
         if name is not False:

@@ -492,6 +492,7 @@ def _restore_namespaces(snapshot: list[tuple[Any, dict[str, Any]]]) -> None:
 _MISSING = object()
 
 LaunchRouter = Callable[[Any, str, tuple[Any, ...], dict[str, Any]], Any]
+KindRouter = Callable[[Any, tuple[Any, ...], dict[str, Any]], Any]
 
 
 def in_autotune_bench() -> bool:
@@ -511,17 +512,39 @@ def _marking_bench(original: Callable[..., Any]) -> Callable[..., Any]:
 
 
 @contextlib.contextmanager
-def interception_patches(route: LaunchRouter, *, mark_trials: bool = False) -> Iterator[None]:
+def interception_patches(
+    route: LaunchRouter, *, mark_trials: bool = False, direct: dict[str, KindRouter] | None = None
+) -> Iterator[None]:
     """Send every kernel launch to ``route(kernel, kind, args, kwargs)`` while the block runs.
 
     Layers that TileLens already traced (marked with ``_tilelens_trace``) and launches made from inside an
     interpreted launch keep Triton's own behaviour, so the traced chain runs exactly as Triton would run it.
     ``mark_trials`` (compiled recordings) wraps ``Autotuner._bench``: :func:`in_autotune_bench` tells benchmark
-    launches from the program's; Triton's benchmark itself is unchanged."""
+    launches from the program's; Triton's benchmark itself is unchanged. ``direct`` maps a kind ("jit",
+    "autotuner", "heuristics") to ``fn(kernel, args, kwargs)`` called instead of ``route`` for that kind: one
+    Python call less per launch, which a compiled recording's launch-bound program feels."""
     patcher = _Patcher()
+    direct = direct or {}
 
     def layered(cls: Any, kind: str) -> Callable[..., Any]:  # cls: one of Triton's (untyped) classes
         original = cls.run
+        to = direct.get(kind)
+
+        if to is not None:
+
+            def run_direct(self: Any, *args: Any, **kwargs: Any) -> Any:
+                # current_launch() inlined: this runs for every launch of a compiled recording
+                if (
+                    getattr(self, "_tilelens_trace", None) is not None
+                    or getattr(_local, "launch", None) is not None
+                ):
+                    return original(self, *args, **kwargs)
+                if kwargs.get("warmup"):
+                    return original(self, *args, **kwargs)
+                return to(self, args, kwargs)
+
+            run_direct.__wrapped__ = original  # type: ignore[attr-defined]
+            return run_direct
 
         def run(self: Any, *args: Any, **kwargs: Any) -> Any:
             if getattr(self, "_tilelens_trace", None) is not None or current_launch() is not None:
