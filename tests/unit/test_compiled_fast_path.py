@@ -9,7 +9,7 @@ Each is checked against the code it stands in for, row by row and value by value
 
 from __future__ import annotations
 
-import dataclasses
+import marshal
 from pathlib import Path
 from typing import Any
 
@@ -160,16 +160,49 @@ def test_planned_snapping_equals_snap_arguments() -> None:
     params = kernel_params(many_kinds.fn)
     plan = tuple((p.name, p.constexpr) for p in params)
     calls = [(base, y, base[8:], wrapped, 7, 0.5, True, None), (None, base, y, 3, 2**40, -1.0, False, base)]
-    for args, described_at_once in zip(calls, (2, 1)):
+    for args, described_at_once in zip(calls, (1, 0)):
         bound, _ = bind(params, args, {"BLOCK": 16, "MODE": "fast"})
         got, expected = snap_planned(plan, params, bound), snap_arguments(params, bound)
         assert len(got) == len(expected) == 10
         described = 0
         for g, e in zip(got, expected):
             assert type(g) is type(e)
-            if isinstance(e, tuple) and type(e) is not tuple:  # described at once: (ArgumentRecord, pointer)
-                described += 1
-                assert dataclasses.asdict(g[0]) == dataclasses.asdict(e[0]) and g[1] == e[1]
-            else:
-                assert g == e
-        assert described == described_at_once  # MODE="fast" (a str), and the first call's reinterpret wrapper
+            described += type(e) is dict  # described at once, as plain fields
+            assert g == e
+        assert described == described_at_once  # the reinterpret wrapper (MODE, a constexpr str, stays plain)
+        marshal.dumps(got)  # plain values only: what the writer process receives
+
+
+with knobs.runtime.scope():
+    knobs.runtime.interpret = False
+
+    @triton.jit
+    def moded(x_ptr, y_ptr, n, MODE: tl.constexpr, DT: tl.constexpr, BLOCK: tl.constexpr):
+        offs = tl.arange(0, BLOCK)
+        x = tl.load(x_ptr + offs, mask=offs < n).to(DT)
+        if MODE == "double":
+            x = x * 2
+        tl.store(y_ptr + offs, x, mask=offs < n)
+
+
+def test_constexpr_strings_and_objects_reach_the_writer_process(tmp_path: Path) -> None:
+    """Liger's cross entropy passes ``reduction="mean"`` as a constexpr: such launches were snapped with an
+    ``ArgumentRecord`` inside, which marshal refused, and the writer process lost them. Every launch is written,
+    with the arguments the snapshot path describes at launch time."""
+    x = torch.arange(8, dtype=torch.float32)
+    rows = {}
+    for mode in ("none", "all"):
+        ys = [torch.zeros(8) for _ in range(3)]
+        db, blobs = tmp_path / f"{mode}.db", tmp_path / f"{mode}-b"
+        rec = tilelens.Recording(
+            str(db), blobs, backend="compiled", snapshots=mode, runner=TritonLike(), writer="auto"
+        )
+        with rec:
+            for y, m in zip(ys, ("double", "same", "double")):
+                moded[(1,)](x, y, 8, MODE=m, DT=tl.float32, BLOCK=8)
+        assert rec.write_failure is None and len(rec.launch_ids) == 3
+        assert torch.equal(ys[0], x * 2) and torch.equal(ys[1], x)
+        rows[mode] = [(*r[:-1], [a[:-1] for a in r[-1]]) for r in _rows(db, blobs)]
+    assert rows["none"] == rows["all"]
+    assert [r[-1][3][7] for r in rows["none"]] == ["double", "same", "double"]
+    assert rows["none"][0][-1][4][2] == "constexpr" and rows["none"][0][-1][4][7] == rows["all"][0][-1][4][7]

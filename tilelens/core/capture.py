@@ -3,9 +3,10 @@
 A compiled launch takes microseconds, so everything that can wait runs on the background writer
 (``tilelens.core.writer``): :func:`snap_arguments` keeps, per parameter, only immutable facts read at launch
 time — a plain tensor becomes a tuple of its metadata (never a reference: the program may free or resize it),
-a scalar stays itself — and :func:`describe_snapped` turns them into the ``ArgumentRecord`` list that
+a scalar (or a constexpr string) stays itself — and :func:`describe_snapped` turns them into the ``ArgumentRecord`` list that
 ``describe_arguments`` would have produced at launch time. Anything unusual (a ``triton.reinterpret``
-wrapper, a TMA descriptor, an object of another type) is described at once, as before.
+wrapper, a TMA descriptor, an object of another type) is described at once, kept as a dict of its plain
+fields. A snapped list holds plain values only: the writer process receives it marshalled.
 
 Invariant: ``describe_snapped(params, snap_arguments(params, bound))`` equals
 ``describe_arguments(params, bound, snapshots=False)`` field by field.
@@ -47,10 +48,26 @@ def _device_text(device: Any) -> str:
     return text
 
 
-class _Described(tuple):  # type: ignore[type-arg]
-    """(an ArgumentRecord already described, its storage pointer or None)."""
+# An argument described at once is snapped as a dict (the only dict in a snapped list), plain values only:
+# {"arg": the ArgumentRecord's fields in _DESCRIBED_FIELDS order, "storage": its storage pointer or None}.
+# Its snapshot fields (before/after/touched) are None here: snapped launches carry no snapshots.
+_DESCRIBED_FIELDS = (
+    "position",
+    "name",
+    "kind",
+    "dtype",
+    "shape",
+    "strides",
+    "storage_offset",
+    "device",
+    "value",
+    "storage_bytes",
+    "value_type",
+)
 
-    __slots__ = ()
+
+def _described(rec: ArgumentRecord, storage: int | None) -> dict[str, Any]:
+    return {"arg": tuple(getattr(rec, f) for f in _DESCRIBED_FIELDS), "storage": storage}
 
 
 def snap_arguments(params: list[Param], bound: dict[str, Any]) -> list[Any]:
@@ -59,7 +76,7 @@ def snap_arguments(params: list[Param], bound: dict[str, Any]) -> list[Any]:
     for p in params:
         value = get(p.name)
         cls: Any = type(value)
-        if value is None or cls in _PLAIN:
+        if value is None or cls in _PLAIN or (cls is str and p.constexpr):
             out.append(value)
         elif (cls is _Tensor or isinstance(value, _Tensor)) and not p.constexpr:
             s = value.untyped_storage()
@@ -81,7 +98,7 @@ def snap_arguments(params: list[Param], bound: dict[str, Any]) -> list[Any]:
                 from tilelens.core.arguments import _unwrap
 
                 sp = _unwrap(value).untyped_storage().data_ptr()
-            out.append(_Described((rec, sp)))
+            out.append(_described(rec, sp))
     return out
 
 
@@ -109,7 +126,7 @@ def snap_planned(plan: tuple[tuple[str, bool], ...], params: list[Param], bound:
                     devices.get(value.device) or _device_text(value.device),
                 )
             )
-        elif value is None or cls in _PLAIN:
+        elif value is None or cls in _PLAIN or (cls is str and constexpr):
             append(value)
         else:
             append(snap_arguments([params[i]], bound)[0])
@@ -121,8 +138,10 @@ def snapped_device(snapped: list[Any]) -> str:
     for value in snapped:
         if type(value) is tuple:
             return str(value[6])
-        if isinstance(value, _Described) and value[0].kind == "tensor" and value[0].device:
-            return str(value[0].device)
+        if type(value) is dict:
+            kind, device = value["arg"][2], value["arg"][7]
+            if kind == "tensor" and device:
+                return str(device)
     return "cpu"
 
 
@@ -130,8 +149,9 @@ def describe_snapped(params: list[Param], snapped: list[Any]) -> list[ArgumentRe
     groups: dict[int, int] = {}
     records = []
     for p, value in zip(params, snapped):
-        if isinstance(value, _Described):
-            rec, sp = value
+        if type(value) is dict:
+            rec = ArgumentRecord(**dict(zip(_DESCRIBED_FIELDS, value["arg"])))
+            sp = value["storage"]
             if sp is not None:
                 rec.storage_group = groups.setdefault(sp, len(groups))
             records.append(rec)
