@@ -24,7 +24,7 @@ from triton import knobs
 import tilelens
 from tilelens.core import compat
 from tilelens.core.arguments import bind, kernel_params
-from tilelens.core.capture import snap_arguments, snap_planned
+from tilelens.core.capture import snap_arguments, snap_planned, snapped_device
 from tilelens.store import History
 from tilelens.store.models import Launch
 
@@ -162,7 +162,8 @@ def test_planned_snapping_equals_snap_arguments() -> None:
     calls = [(base, y, base[8:], wrapped, 7, 0.5, True, None), (None, base, y, 3, 2**40, -1.0, False, base)]
     for args, described_at_once in zip(calls, (1, 0)):
         bound, _ = bind(params, args, {"BLOCK": 16, "MODE": "fast"})
-        got, expected = snap_planned(plan, params, bound), snap_arguments(params, bound)
+        (got, device), expected = snap_planned(plan, params, bound), snap_arguments(params, bound)
+        assert device == snapped_device(expected) == "cpu"
         assert len(got) == len(expected) == 10
         described = 0
         for g, e in zip(got, expected):

@@ -102,19 +102,25 @@ def snap_arguments(params: list[Param], bound: dict[str, Any]) -> list[Any]:
     return out
 
 
-def snap_planned(plan: tuple[tuple[str, bool], ...], params: list[Param], bound: dict[str, Any]) -> list[Any]:
-    """``snap_arguments(params, bound)``, faster: ``plan`` is ``((p.name, p.constexpr) for p in params)``,
-    made once per kernel; plain tensors and plain values (nearly every argument) are snapped inline, anything
-    else by ``snap_arguments`` for that one parameter. Same list, element by element."""
+def snap_planned(
+    plan: tuple[tuple[str, bool], ...], params: list[Param], bound: dict[str, Any]
+) -> tuple[list[Any], str]:
+    """``(snap_arguments(params, bound), snapped_device(that list))``, faster: ``plan`` is
+    ``((p.name, p.constexpr) for p in params)``, made once per kernel; plain tensors and plain values (nearly
+    every argument) are snapped inline, anything else by ``snap_arguments`` for that one parameter. Same list,
+    element by element."""
     out: list[Any] = []
     append = out.append
     get = bound.get
     dtypes, devices = _DTYPES, _DEVICES
+    device: str | None = None  # the first plain tensor's
+    described = False
     for i, (name, constexpr) in enumerate(plan):
         value: Any = get(name)
         cls = type(value)
         if cls is _Tensor and not constexpr:
             s = value.untyped_storage()
+            where = devices.get(value.device) or _device_text(value.device)
             append(
                 (
                     dtypes.get(value.dtype) or _dtype_text(value.dtype),
@@ -123,14 +129,19 @@ def snap_planned(plan: tuple[tuple[str, bool], ...], params: list[Param], bound:
                     value.storage_offset(),
                     s.data_ptr(),
                     s.nbytes(),
-                    devices.get(value.device) or _device_text(value.device),
+                    where,
                 )
             )
+            if device is None:
+                device = where
         elif value is None or cls in _PLAIN or (cls is str and constexpr):
             append(value)
         else:
             append(snap_arguments([params[i]], bound)[0])
-    return out
+            described = True
+    if described:  # a tensor described at once may come first
+        return out, snapped_device(out)
+    return out, "cpu" if device is None else device
 
 
 def snapped_device(snapped: list[Any]) -> str:

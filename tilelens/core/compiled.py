@@ -29,7 +29,7 @@ from typing import Any
 
 from tilelens.core import compat, testid
 from tilelens.core.arguments import Param, describe_arguments, kernel_params, resolve_grid
-from tilelens.core.capture import snap_planned, snapped_device
+from tilelens.core.capture import snap_planned
 from tilelens.core.compiled_rows import first_device, record_of
 from tilelens.core.identity import kernel_identity
 from tilelens.core.interpreter import in_autotune_bench, original_run
@@ -89,19 +89,19 @@ class _Kernel:
     name_set: frozenset[str] = frozenset()
     defaults: tuple[Param, ...] = ()
     plan: tuple[tuple[str, bool], ...] = ()  # (name, constexpr) per parameter: ``capture.snap_planned``
+    not_options: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         self.names = tuple(p.name for p in self.params)
         self.name_set = frozenset(self.names)
         self.defaults = tuple(p for p in self.params if p.default is not inspect.Parameter.empty)
         self.plan = tuple((p.name, p.constexpr) for p in self.params)
+        self.not_options = self.name_set | _RESERVED_SET
 
     def options(self, kwargs: dict[str, Any]) -> dict[str, Any]:
         """The launch options among ``kwargs`` (what ``bind`` returns second), when Triton did the binding."""
-        if not kwargs:
-            return {}
-        names = self.name_set
-        return {key: value for key, value in kwargs.items() if key not in names and key not in _RESERVED}
+        skip = self.not_options
+        return {key: value for key, value in kwargs.items() if key not in skip}
 
     def bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
         """``arguments.bind(self.params, args, kwargs)`` (``grid``/``warmup`` already taken out)."""
@@ -146,6 +146,7 @@ class CompiledRouter:
     _probe_grid: bool | None = None
     _tuner_plans: dict[int, tuple[Any, tuple[int, ...]]] = field(default_factory=dict)
     _best_cache: dict[int, tuple[Any, tuple[Any, ...]]] = field(default_factory=dict)
+    _grids: dict[tuple[int, ...], tuple[int, int, int]] = field(default_factory=dict)
 
     def route(self, kernel: Any, kind: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         if kind == "autotuner":
@@ -321,17 +322,9 @@ class CompiledRouter:
             except Exception:  # noqa: BLE001 - the launch raised what the program sees
                 resolved = (0, 0, 0)
         else:
-            options = k.options(kwargs)
-            value = probe.value  # type: ignore[union-attr]
-            if type(value) is tuple and len(value) == 3 and all(type(v) is int for v in value):
-                resolved = value
-            else:
-                try:
-                    resolved = resolve_grid(value, bound)
-                except Exception:  # noqa: BLE001 - the program's grid raised: the launch raised it
-                    resolved = (0, 0, 0)
-        snapped = snap_planned(k.plan, k.params, bound)
-        device = snapped_device(snapped)
+            options = k.options(kwargs) if kwargs else {}
+            resolved = self._grid_of(probe.value, bound)  # type: ignore[union-attr]
+        snapped, device = snap_planned(k.plan, k.params, bound)
         gpu_name = self._gpu_names.get(device, False)
         if gpu_name is False:
             gpu_name = self._gpu_name(device)
@@ -358,6 +351,21 @@ class CompiledRouter:
         if error is not None:
             raise error
         return result
+
+    def _grid_of(self, value: Any, bound: dict[str, Any]) -> tuple[int, int, int]:
+        """``resolve_grid`` of what the program's grid gave Triton; a tuple of ints is resolved once."""
+        known = self._grids.get(value) if type(value) is tuple else None
+        if known is not None:
+            return known
+        try:
+            resolved = resolve_grid(value, bound)
+        except Exception:  # noqa: BLE001 - the program's grid raised (the launch raised it) or no grid
+            return (0, 0, 0)
+        if type(value) is tuple and all(type(v) is int for v in value):
+            if len(self._grids) > 4096:
+                self._grids.clear()
+            self._grids[value] = resolved
+        return resolved
 
     def _metadata(self, result: Any) -> dict[str, Any]:
         """``compat.compile_metadata`` of a compiled kernel, read once per kernel object (after its first

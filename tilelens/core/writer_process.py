@@ -133,11 +133,16 @@ class ProcessWriter:
 
     def submit_raw(self, kernel: Any, raw: tuple[Any, ...]) -> int:
         """Queue a launch of ``kernel`` (the router's ``_Kernel``); returns its launch number."""
-        if kernel.number not in self._known:
-            self._known.add(kernel.number)
-            self._put(kernel_item(kernel.number, kernel.identity, kernel.params))
+        number = kernel.number
+        if number not in self._known:
+            self._known.add(number)
+            self._put(kernel_item(number, kernel.identity, kernel.params))
         n = next(self._numbers)
-        self._put(("l", n, kernel.number, raw))
+        items = self._items  # ``_put`` inlined: this runs for every launch
+        items.append(("l", n, number, raw))
+        self._queued_n = next(self._queued)
+        if len(items) > QUEUE_SIZE:
+            self._wait_for_feeder()
         return n
 
     def submit_event(self, event: Any, launch: int | None) -> None:
@@ -146,10 +151,14 @@ class ProcessWriter:
     def _put(self, item: Any) -> None:
         self._items.append(item)
         self._queued_n = next(self._queued)
-        if len(self._items) > QUEUE_SIZE:  # bounded: wait for the feeder
-            self._wake.set()
-            while len(self._items) > QUEUE_SIZE // 2 and self._feeder.is_alive():
-                time.sleep(0.001)
+        if len(self._items) > QUEUE_SIZE:
+            self._wait_for_feeder()
+
+    def _wait_for_feeder(self) -> None:
+        """Bounded: a program faster than the child waits here instead of growing memory."""
+        self._wake.set()
+        while len(self._items) > QUEUE_SIZE // 2 and self._feeder.is_alive():
+            time.sleep(0.001)
 
     # -- flush / close ------------------------------------------------------------------------------------
 
@@ -229,9 +238,8 @@ class ProcessWriter:
         while True:
             self._wake.wait(FEED_S)
             self._wake.clear()
-            items: list[Any] = []
-            while self._items:
-                items.append(self._items.popleft())
+            queued, pop = self._items, self._items.popleft
+            items: list[Any] = [pop() for _ in range(len(queued))]  # appended meanwhile: the next round
             if items:
                 self._send(items)
                 with self._sent:
