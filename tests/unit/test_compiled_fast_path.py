@@ -24,7 +24,7 @@ from triton import knobs
 import tilelens
 from tilelens.core import compat
 from tilelens.core.arguments import bind, kernel_params
-from tilelens.core.capture import snap_arguments, snap_planned, snapped_device
+from tilelens.core.capture import SnapPlan, snap_arguments, snap_planned, snapped_device
 from tilelens.store import History
 from tilelens.store.models import Launch
 
@@ -158,10 +158,15 @@ def test_planned_snapping_equals_snap_arguments() -> None:
     y = torch.zeros(3, 5, dtype=torch.bfloat16).t()
     wrapped = triton.reinterpret(torch.zeros(6, dtype=torch.int32), tl.float32)
     params = kernel_params(many_kinds.fn)
-    plan = tuple((p.name, p.constexpr) for p in params)
-    calls = [(base, y, base[8:], wrapped, 7, 0.5, True, None), (None, base, y, 3, 2**40, -1.0, False, base)]
-    for args, described_at_once in zip(calls, (1, 0)):
-        bound, _ = bind(params, args, {"BLOCK": 16, "MODE": "fast"})
+    plan = SnapPlan(params)
+    calls = [
+        ((base, y, base[8:], wrapped, 7, 0.5, True, None), {"BLOCK": 16, "MODE": "fast"}, 1),
+        ((None, base, y, 3, 2**40, -1.0, False, base), {"BLOCK": 16, "MODE": "fast"}, 0),
+        # a str where a runtime value goes, a tensor and a dtype where constexprs go: described at once
+        ((base, y, "text", 3, 1, 1.0, False, None), {"BLOCK": y, "MODE": tl.float32}, 3),
+    ]
+    for args, constexprs, described_at_once in calls:
+        bound, _ = bind(params, args, constexprs)
         (got, device), expected = snap_planned(plan, params, bound), snap_arguments(params, bound)
         assert device == snapped_device(expected) == "cpu"
         assert len(got) == len(expected) == 10
@@ -170,7 +175,7 @@ def test_planned_snapping_equals_snap_arguments() -> None:
             assert type(g) is type(e)
             described += type(e) is dict  # described at once, as plain fields
             assert g == e
-        assert described == described_at_once  # the reinterpret wrapper (MODE, a constexpr str, stays plain)
+        assert described == described_at_once  # e.g. the reinterpret wrapper (MODE="fast" stays plain)
         marshal.dumps(got)  # plain values only: what the writer process receives
 
 

@@ -102,46 +102,55 @@ def snap_arguments(params: list[Param], bound: dict[str, Any]) -> list[Any]:
     return out
 
 
-def snap_planned(
-    plan: tuple[tuple[str, bool], ...], params: list[Param], bound: dict[str, Any]
-) -> tuple[list[Any], str]:
-    """``(snap_arguments(params, bound), snapped_device(that list))``, faster: ``plan`` is
-    ``((p.name, p.constexpr) for p in params)``, made once per kernel; plain tensors and plain values (nearly
-    every argument) are snapped inline, anything else by ``snap_arguments`` for that one parameter. Same list,
+class SnapPlan:
+    """What :func:`snap_planned` needs of a kernel's parameters, computed once per kernel."""
+
+    __slots__ = ("names", "runtime", "constexprs")
+
+    def __init__(self, params: list[Param]) -> None:
+        self.names = tuple(p.name for p in params)
+        self.runtime = tuple(i for i, p in enumerate(params) if not p.constexpr)
+        self.constexprs = tuple(i for i, p in enumerate(params) if p.constexpr)
+
+
+def snap_planned(plan: SnapPlan, params: list[Param], bound: dict[str, Any]) -> tuple[list[Any], str]:
+    """``(snap_arguments(params, bound), snapped_device(that list))``, faster (``plan = SnapPlan(params)``):
+    the values are fetched in one C call, plain tensors among the runtime parameters are snapped inline, plain
+    values stay as they are, anything else goes through ``snap_arguments`` for that one parameter. Same list,
     element by element."""
-    out: list[Any] = []
-    append = out.append
-    get = bound.get
+    values: list[Any] = list(map(bound.get, plan.names))
     dtypes, devices = _DTYPES, _DEVICES
     device: str | None = None  # the first plain tensor's
     described = False
-    for i, (name, constexpr) in enumerate(plan):
-        value: Any = get(name)
+    for i in plan.runtime:
+        value = values[i]
         cls = type(value)
-        if cls is _Tensor and not constexpr:
+        if cls is _Tensor:
             s = value.untyped_storage()
             where = devices.get(value.device) or _device_text(value.device)
-            append(
-                (
-                    dtypes.get(value.dtype) or _dtype_text(value.dtype),
-                    tuple(value.shape),
-                    value.stride(),
-                    value.storage_offset(),
-                    s.data_ptr(),
-                    s.nbytes(),
-                    where,
-                )
+            values[i] = (
+                dtypes.get(value.dtype) or _dtype_text(value.dtype),
+                tuple(value.shape),
+                value.stride(),
+                value.storage_offset(),
+                s.data_ptr(),
+                s.nbytes(),
+                where,
             )
             if device is None:
                 device = where
-        elif value is None or cls in _PLAIN or (cls is str and constexpr):
-            append(value)
-        else:
-            append(snap_arguments([params[i]], bound)[0])
+        elif value is not None and cls not in _PLAIN:
+            values[i] = snap_arguments([params[i]], bound)[0]
+            described = True
+    for i in plan.constexprs:
+        value = values[i]
+        cls = type(value)
+        if value is not None and cls not in _PLAIN and cls is not str:
+            values[i] = snap_arguments([params[i]], bound)[0]
             described = True
     if described:  # a tensor described at once may come first
-        return out, snapped_device(out)
-    return out, "cpu" if device is None else device
+        return values, snapped_device(values)
+    return values, "cpu" if device is None else device
 
 
 def snapped_device(snapped: list[Any]) -> str:

@@ -29,7 +29,7 @@ from typing import Any
 
 from tilelens.core import compat, testid
 from tilelens.core.arguments import Param, describe_arguments, kernel_params, resolve_grid
-from tilelens.core.capture import snap_planned
+from tilelens.core.capture import SnapPlan, snap_planned
 from tilelens.core.compiled_rows import first_device, record_of
 from tilelens.core.identity import kernel_identity
 from tilelens.core.interpreter import in_autotune_bench, original_run
@@ -88,14 +88,14 @@ class _Kernel:
     names: tuple[str, ...] = ()
     name_set: frozenset[str] = frozenset()
     defaults: tuple[Param, ...] = ()
-    plan: tuple[tuple[str, bool], ...] = ()  # (name, constexpr) per parameter: ``capture.snap_planned``
+    plan: Any = None  # ``capture.SnapPlan``
     not_options: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         self.names = tuple(p.name for p in self.params)
         self.name_set = frozenset(self.names)
         self.defaults = tuple(p for p in self.params if p.default is not inspect.Parameter.empty)
-        self.plan = tuple((p.name, p.constexpr) for p in self.params)
+        self.plan = SnapPlan(self.params)
         self.not_options = self.name_set | _RESERVED_SET
 
     def options(self, kwargs: dict[str, Any]) -> dict[str, Any]:
