@@ -57,3 +57,36 @@ def test_compiled_recording_on_cuda(tmp_path: Path) -> None:
             traces = dict(s.execute(select(Launch.id, Launch.trace_blob)).all())
         names = {0: "x_ptr", 1: "y_ptr"}
         assert first_difference(h.blobs.get_table(traces[iid]), h.blobs.get_table(traces[cid]), names) is None
+
+
+def test_the_fast_path_on_cuda_stores_what_the_snapshot_path_describes(tmp_path: Path) -> None:
+    """``snapshots="none"`` reads the arguments Triton bound (``compiled._GridProbe``) and sends plain values to
+    the writer process; ``snapshots="all"`` describes them at launch time. Over a step of Liger RMSNorm,
+    SwiGLU, cross entropy (a constexpr string) and an autotuned matmul: the same rows, no launch lost, and the
+    outputs of both equal the untraced run's bit for bit."""
+    pytest.importorskip("liger_kernel")
+    from benchmarks.compiled_step import Step
+    from tests.unit.test_writer_process import _rows
+
+    step = Step(tokens=128, hidden=256, inter=512, vocab=1024, layers=2)
+    untraced = step.run()
+    torch.cuda.synchronize()
+    rows = {}
+    for mode in ("none", "all"):
+        where = {"db": str(tmp_path / f"{mode}.db"), "blobs": tmp_path / mode}
+        with tilelens.record(backend="compiled", snapshots=mode, **where) as rec:  # type: ignore[arg-type]
+            out = step.run()
+        assert torch.equal(out, untraced)
+        assert (
+            rec.write_failure is None and len(rec.launch_ids) == 12
+        )  # 5 per block, the vocabulary matmul, the cross entropy
+        rows[mode] = [
+            (*r[:-1], [a[:-1] for a in r[-1]]) for r in _rows(tmp_path / f"{mode}.db", tmp_path / mode)
+        ]
+    assert rows["none"] == rows["all"]
+    names = [r[1] for r in rows["none"]]
+    assert names.count("bf16_matmul_kernel") == 7 and "liger_cross_entropy_kernel" in names
+    ce = rows["none"][names.index("liger_cross_entropy_kernel")]
+    assert ("reduction", "constexpr", "mean") in [(a[1], a[2], a[7]) for a in ce[-1]]
+    mm = rows["none"][names.index("bf16_matmul_kernel")]
+    assert mm[7] is not None and mm[6]["autotune"]["chosen"]["kwargs"]["BM"] in (64, 128)
