@@ -226,3 +226,25 @@ def test_kernel_and_autotune_messages_cross_as_plain_values_and_come_back_equal(
     assert kernel[1] == 7 and writer_child._kernel(kernel) == (identity, params)
     assert item[2] == 3 and writer_child._event(item[1]) == event
     assert writer_child.read_frame(stream) is None
+
+
+def test_a_launch_marshal_refuses_is_counted_on_the_program_thread_and_the_rest_are_written(
+    tmp_path: Path,
+) -> None:
+    """Launches are marshalled on the program's thread (the queue holds bytes): one whose raw values marshal
+    refuses (here an option holding an object) is counted failed there, the launch itself ran, and the
+    launches around it are written in order."""
+    x = torch.arange(8, dtype=torch.float32)
+    ys = [torch.zeros(8) for _ in range(3)]
+    db, blobs = tmp_path / "h.db", tmp_path / "b"
+    rec = tilelens.Recording(str(db), blobs, backend="compiled", snapshots="none", runner=StandIn())
+    with rec:
+        scale_kernel[(1,)](x, ys[0], 8, 1.0, BLOCK=8)
+        scale_kernel[(1,)](x, ys[1], 8, 2.0, BLOCK=8, odd_option=object())
+        scale_kernel[(1,)](x, ys[2], 8, 3.0, BLOCK=8)
+    assert torch.equal(ys[1], x * 2.0)  # the program's launch ran
+    assert isinstance(rec._writer, writer_process.ProcessWriter)
+    assert rec._writer.failed_launches == 1 and rec.write_failure == "ValueError: unmarshallable object"
+    rows = _rows(db, blobs)
+    assert [(r[0], r[-1][3][7]) for r in rows] == [(0, 1.0), (1, 3.0)]
+    assert len(rec.launch_ids) == 2

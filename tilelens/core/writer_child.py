@@ -8,7 +8,8 @@ It reads framed messages from stdin and answers flushes on stdout. Messages are 
   recordings one after the other);
 * ``("k", number, identity fields, params)``: a kernel, once, before its first launch (:func:`kernel_item`);
 * ``("l", n, number, raw)``: launch ``n`` (the recording's n-th queued launch) of kernel ``number``, a
-  :data:`~tilelens.core.compiled_rows.RawLaunch`;
+  :data:`~tilelens.core.compiled_rows.RawLaunch`; it arrives marshalled on its own (bytes inside the message),
+  as the program's thread marshalled it;
 * ``("e", event fields, n or None)``: an autotune event (:func:`event_item`), for launch ``n`` when it made one;
 * ``("q", next_seq)``: the recording wrote launches itself; continue numbering at ``next_seq``;
 * ``("f",)``: a flush: answer with :meth:`RawWriter.report` once everything before it is written;
@@ -183,6 +184,7 @@ def main() -> int:
             message = read_frame(stdin)
             if message is None:  # the program is gone: what arrived was written; this process ends
                 return 0
+            message = [marshal.loads(m) if type(m) is bytes else m for m in message]
             start = 0
             for i, item in enumerate(message):
                 if item[0] not in ("o", "f", "x"):

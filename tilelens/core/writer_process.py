@@ -4,9 +4,11 @@ Measured on the H200 (issue 15): a writer *thread* spends 300-550 µs of Python 
 GIL that is time a launch-bound program waits for, deferred or not. With ``snapshots="none"`` a launch is a
 :data:`~tilelens.core.compiled_rows.RawLaunch` of plain values, so it can go to another process instead:
 
-* the program's thread appends ``("l", n, kernel number, raw)`` to a deque (atomic, wakes nobody);
+* the program's thread marshals ``("l", n, kernel number, raw)`` (C code, about a microsecond a launch) and
+  appends the bytes to a deque (atomic, wakes nobody): bytes, because a backlog of tuples would be walked by
+  every garbage collection of the program;
 * a feeder thread here sends what accumulated every ``FEED_S`` as one marshalled frame on the child's stdin (the
-  pipe write releases the GIL; marshalling plain tuples is C code, about a microsecond a launch);
+  pipe write releases the GIL);
 * the child (``tilelens.core.writer_child``, a fresh ``python -m``: never a fork of a process holding CUDA)
   builds the records and writes them in batches, in launch order, into the same run.
 
@@ -24,6 +26,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import itertools
+import marshal
 import os
 import subprocess
 import sys
@@ -35,6 +38,7 @@ from typing import Any
 
 from tilelens.core.writer_child import RawWriter, event_item, frame, kernel_item, read_frame
 
+_dumps = marshal.dumps
 _shared: subprocess.Popen[bytes] | None = None
 _shared_pid = 0  # the process that started it: a forked child must start its own (pipes are not shareable)
 _shared_lock = threading.Lock()
@@ -138,8 +142,18 @@ class ProcessWriter:
             self._known.add(number)
             self._put(kernel_item(number, kernel.identity, kernel.params))
         n = next(self._numbers)
+        try:
+            # Marshalled here, not by the feeder: the queue then holds bytes, which the garbage collector
+            # does not track. A backlog of raw tuples (the child writes slower than a launch-bound program
+            # launches) made every collection of the program walk all of them.
+            data = _dumps(("l", n, number, raw))
+        except ValueError as exc:  # a value marshal cannot take: that launch is counted failed
+            self.failed_launches += 1
+            if self.failure is None:
+                self.failure = f"{type(exc).__name__}: {exc}"
+            return n
         items = self._items  # ``_put`` inlined: this runs for every launch
-        items.append(("l", n, number, raw))
+        items.append(data)
         self._queued_n = next(self._queued)
         if len(items) > QUEUE_SIZE:
             self._wait_for_feeder()
@@ -249,7 +263,8 @@ class ProcessWriter:
                 return
 
     def _send(self, items: list[Any]) -> None:
-        launches = sum(1 for item in items if item[0] == "l")
+        """``items``: launches as marshalled bytes, other messages as tuples (the child reads both)."""
+        launches = sum(1 for item in items if type(item) is bytes)
         if self._local is None:
             try:
                 data = frame(items)
@@ -263,7 +278,8 @@ class ProcessWriter:
             except (OSError, ValueError):
                 self._child_died()
         assert self._local is not None
-        self._local.handle([item for item in items if item[0] not in ("f", "x")])
+        decoded = [marshal.loads(item) if type(item) is bytes else item for item in items]
+        self._local.handle([item for item in decoded if item[0] not in ("f", "x")])
 
     def _frames_one_by_one(self, items: list[Any]) -> list[bytes]:
         out: list[bytes] = []
