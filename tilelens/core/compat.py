@@ -12,6 +12,7 @@ from typing import Any, cast
 import triton as triton
 import triton.language as _tl
 from triton import knobs as knobs
+from triton.language import semantic as _semantic
 from triton.runtime import autotuner as _autotuner
 from triton.runtime import interpreter as _interpreter
 from triton.runtime import jit as _jit
@@ -110,6 +111,8 @@ def element_bytes(tl_dtype: Any) -> int:
 # The interpreter internals TileLens's semantic fixes replace for the length of a launch (same names in 3.6
 # through 3.9): argument conversion, builtin patching, reductions and scans, the handle type.
 interpreter_module = _interpreter
+# The language front end's class (3.6 through 3.9): the interpreter's semantic is an instance of it.
+TritonSemantic = _semantic.TritonSemantic
 TensorHandle = _interpreter.TensorHandle
 ReduceOps = _interpreter.ReduceOps
 ScanOps = _interpreter.ScanOps
