@@ -75,3 +75,39 @@ def test_sanitize_overflow_skipped_only_while_device_assert_ignores_it(semantic:
         assert fast(semantic, big, _scalar(1, tl.int32, np.int32), add) is None
     finally:
         builder.options = options
+
+
+def test_block_types_are_shared_values_equal_to_tritons() -> None:
+    builder = compat.interpreter_module.interpreter_builder
+    stock_get = compat.InterpreterBuilder.get_block_ty
+    stock_with = tl.block_type.with_element_ty
+    get = frontend.cached_block_ty(stock_get)
+    with_element = frontend.cached_with_element_ty(stock_with)
+    for ty in (tl.float32, tl.int1, tl.bfloat16, tl.pointer_type(tl.float16)):
+        for shape in ([16], [4, 8], [1, 2, 64], tl.block_type(tl.int8, [2, 32]).shape):
+            made = get(builder, ty, shape)
+            assert made == stock_get(builder, ty, shape) and made.name == stock_get(builder, ty, shape).name
+            assert get(builder, ty, shape) is made  # one instance per (element type, shape)
+            other = with_element(made, tl.int64)
+            assert other == stock_with(made, tl.int64) and type(other) is type(stock_with(made, tl.int64))
+            assert with_element(made, tl.int64) is other
+            assert with_element(made, tl.int32) is not other
+    # what Triton refuses is refused alike, and nothing of it is kept
+    for _ in range(2):
+        with pytest.raises(ValueError, match="power of 2"):
+            stock_get(builder, tl.float32, [3])
+        with pytest.raises(ValueError, match="power of 2"):
+            get(builder, tl.float32, [3])
+    # the container counts: where Triton refuses a builtin tuple, so does the memo after a list was seen
+    tupled: list[bool] = []
+    for fn in (stock_get, get):
+        try:
+            fn(builder, tl.float32, (4, 8))
+            tupled.append(True)
+        except AssertionError:
+            tupled.append(False)
+    assert tupled[0] == tupled[1]
+    # shapes of anything but ints go to Triton's function every time
+    odd = [tl.constexpr(4)]
+    assert get(builder, tl.float32, odd) == stock_get(builder, tl.float32, odd)
+    assert get(builder, tl.float32, odd) is not get(builder, tl.float32, odd)

@@ -113,6 +113,8 @@ def element_bytes(tl_dtype: Any) -> int:
 interpreter_module = _interpreter
 # The language front end's class (3.6 through 3.9): the interpreter's semantic is an instance of it.
 TritonSemantic = _semantic.TritonSemantic
+# Triton's own tuple value class (a block type's shape is one in 3.8); None where a release has none.
+tl_tuple: type | None = getattr(_tl.core, "tuple", None)
 TensorHandle = _interpreter.TensorHandle
 ReduceOps = _interpreter.ReduceOps
 ScanOps = _interpreter.ScanOps

@@ -14,6 +14,10 @@ it; ``interpreter.launch_patches`` installs these replacements for the length of
   Its argument checks (the same scalar type on both sides, an integer type) still run, so a call that fails
   in Triton fails here too; with ``debug`` on, Triton's own function runs.
 
+* ``InterpreterBuilder.get_block_ty`` and ``block_type.with_element_ty`` construct a new ``block_type`` (name
+  string, shape validation) for every operation that splats or casts a block; block types are values (nothing
+  sets their attributes after construction), so one instance per (element type, shape) serves every caller.
+
 Invariant: every replacement returns what Triton's function returns, or raises what it raises, for every
 input; it is only cheaper.
 """
@@ -23,7 +27,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from tilelens.core import compat
+
 _MAX_CACHED = 4096
+_TL_TUPLE = compat.tl_tuple
 
 
 def cached_np_dtype(original: Callable[[Any], Any]) -> Callable[[Any], Any]:
@@ -64,3 +71,58 @@ def sanitize_overflow(
         return None
 
     return binary_op_sanitize_overflow_impl
+
+
+def _shape_key(shape: Any) -> tuple[Any, ...] | None:
+    """``shape``'s container type and ints (the key of a memo: Triton 3.8 refuses a builtin tuple where it takes
+    a list or its own tuple), or None when it holds anything but ints."""
+    kind = type(shape)
+    dims = shape.values if kind is _TL_TUPLE else shape  # 3.8 keeps a block type's shape as a tl.tuple
+    if kind is not _TL_TUPLE and kind is not list and kind is not tuple:
+        return None
+    for n in dims:
+        if type(n) is not int:
+            return None
+    return (kind, *dims)
+
+
+def cached_block_ty(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``InterpreterBuilder.get_block_ty`` returning one instance per (element type, shape)."""
+    cache: dict[tuple[Any, ...], Any] = {}
+
+    def get_block_ty(self: Any, dtype: Any, shape: Any) -> Any:
+        dims = _shape_key(shape)
+        name = getattr(dtype, "name", None)
+        if dims is None or type(name) is not str:
+            return original(self, dtype, shape)
+        key = (type(dtype), name, dims)
+        found = cache.get(key)
+        if found is None:
+            found = original(self, dtype, shape)
+            if len(cache) >= _MAX_CACHED:
+                cache.clear()
+            cache[key] = found
+        return found
+
+    return get_block_ty
+
+
+def cached_with_element_ty(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``block_type.with_element_ty`` returning one instance per (class, element type, shape)."""
+    cache: dict[tuple[Any, ...], Any] = {}
+
+    def with_element_ty(self: Any, scalar_ty: Any) -> Any:
+        dims = _shape_key(getattr(self, "shape", None))
+        name = getattr(scalar_ty, "name", None)
+        if dims is None or type(name) is not str:
+            return original(self, scalar_ty)
+        key = (type(self), type(scalar_ty), name, dims)
+        found = cache.get(key)
+        if found is None:
+            found = original(self, scalar_ty)
+            if len(cache) >= _MAX_CACHED:
+                cache.clear()
+            cache[key] = found
+        return found
+
+    return with_element_ty
