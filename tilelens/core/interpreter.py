@@ -50,7 +50,7 @@ from typing import Any, cast
 
 import numpy as np
 
-from tilelens.core import bounds, compat, frontend, memhooks, semantics
+from tilelens.core import bounds, compat, fastmem, frontend, memhooks, semantics
 from tilelens.core.access import BATCH_PROGRAM, AccessCollector
 from tilelens.core.batched import executor as batched_executor
 from tilelens.core.batched import plan as batched_plan
@@ -128,6 +128,7 @@ class LaunchContext:
         self.redirected: set[int] = set()  # ids of the code objects whose libdevice names are redirected
         self.gluon: GluonLaunch | None = None  # set for a simulated Gluon launch
         self.writes: WriteLog | None = None  # when set, every write's old bytes are noted first
+        self.views = fastmem.StorageViews()  # typed views of the argument storages (large loads and stores)
         # The grid-batched engine (tilelens.core.batched): the running attempt's state and the patches it
         # re-installs after each helper's language patching; ``engine`` is the launch's outcome for its record.
         self.batch: BatchState | None = None
