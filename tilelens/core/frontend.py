@@ -59,7 +59,7 @@ def sanitize_overflow(
     """``binary_op_sanitize_overflow_impl`` that skips the overflow check ``device_assert`` would ignore."""
 
     def binary_op_sanitize_overflow_impl(self: Any, lhs: Any, rhs: Any, binary_op: Any) -> Any:
-        options = getattr(getattr(self, "builder", None), "options", None)
+        options: Any = getattr(getattr(self, "builder", None), "options", None)
         if getattr(options, "debug", True) or type(self).device_assert is not stock_device_assert:
             # also where the builder has no options: Triton's own answer
             return original(self, lhs, rhs, binary_op)
