@@ -4,8 +4,8 @@ plain ``TRITON_INTERPRET=1`` process (tests/stock_dump.py), on inputs made from 
 The kernels are plain ``@triton.jit``: interpreted functions in the stock process (imported after
 ``TRITON_INTERPRET=1``), JIT functions that TileLens interprets in the test process. ``SUITE`` covers what the
 batched builder implements (element-wise math, shapes, reductions, scans, dot, atomics, gathers, block
-pointers, descriptors, bf16, 2-D and 3-D grids); ``FALLBACKS`` are launches the engine must give up on, each
-with the reason it must record.
+pointers, descriptors, bf16, 2-D and 3-D grids, large blocks for numpy loads and stores); ``FALLBACKS`` are
+launches the engine must give up on, each with the reason it must record.
 """
 
 from __future__ import annotations
@@ -151,6 +151,21 @@ def oob_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
 
 
 @triton.jit
+def bulk_memory_kernel(x_ptr, h_ptr, out_ptr, half_ptr, rev_ptr, small_ptr, n, BLOCK: tl.constexpr):
+    """Blocks large enough for numpy's loads and stores (tilelens.core.fastmem), and stores it must leave to
+    the interpreter's loop: two lanes per address (the later lane wins), decreasing addresses."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask, other=-7.5)
+    h = tl.load(h_ptr + offs, mask=mask, other=3)
+    tl.store(out_ptr + offs, x * 2.0 + h.to(tl.float32), mask=mask)
+    tl.store(half_ptr + offs // 2, x, mask=mask)
+    tl.store(rev_ptr + (n - 1 - offs), h, mask=mask)
+    tl.store(small_ptr + offs, (h & 0xFF).to(tl.int8), mask=mask)
+    tl.store(out_ptr + n + offs % 3, x + h, mask=offs < 3)
+
+
+@triton.jit
 def divergent_kernel(out_ptr, BLOCK: tl.constexpr):
     pid = tl.program_id(0)
     offs = tl.arange(0, BLOCK)
@@ -280,6 +295,14 @@ def case_oob(launch: Run) -> None:
     launch(lambda: oob_kernel[(4,)](x, out, 100, BLOCK=32))
 
 
+def case_bulk_memory(launch: Run) -> None:
+    n = 5000
+    x, h = torch.randn(n), torch.randint(-(2**15), 2**15, (n,), dtype=torch.int16)
+    out, half = torch.zeros(n + 3), torch.zeros((n + 1) // 2)
+    rev, small = torch.zeros(n, dtype=torch.int16), torch.zeros(n, dtype=torch.int8)
+    launch(lambda: bulk_memory_kernel[(3,)](x, h, out, half, rev, small, n, BLOCK=2048))
+
+
 def case_divergent(launch: Run) -> None:
     out = torch.zeros(4, 8)
     launch(lambda: divergent_kernel[(4,)](out, BLOCK=8))
@@ -328,6 +351,7 @@ SUITE: dict[str, Callable[[Run], None]] = {
     "block_ptr": case_block_ptr,
     "descriptor": case_descriptor,
     "oob": case_oob,
+    "bulk_memory": case_bulk_memory,
 }
 # Each launch the batched engine must not run batched, with the reason its record must give.
 FALLBACKS: dict[str, tuple[Callable[[Run], None], str]] = {

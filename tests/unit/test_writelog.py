@@ -33,6 +33,34 @@ def test_rollback_restores_the_bytes_before_the_first_write() -> None:
     assert arena.tolist() == list(range(16)) and len(log) == 0
 
 
+def test_evenly_spaced_lanes_are_gathered_as_the_lane_by_lane_path_gathers_them() -> None:
+    arena = np.arange(64, dtype=np.int32)
+    other = np.arange(100, 164, dtype=np.int32)
+    base, base2 = arena.ctypes.data, other.ctypes.data
+    table = StorageTable([(base, base + arena.nbytes), (base2, base2 + other.nbytes)])
+    runs = [
+        np.arange(base, base + 4 * 64, 4, dtype=np.uint64),  # contiguous: the strided copy
+        np.arange(base + 8, base + 4 * 60, 12, dtype=np.uint64),  # strided
+        np.full(9, base + 20, dtype=np.uint64),  # one address nine times (step 0)
+        np.arange(base + 2, base + 2 + 2 * 16, 2, dtype=np.uint64),  # 2-byte lanes at odd offsets
+        np.concatenate([np.arange(base + 4 * 56, base + 4 * 64, 4), np.arange(base2, base2 + 16, 4)]).astype(
+            np.uint64
+        ),  # two storages: lane by lane
+    ]
+    for lanes in runs:
+        eb = 2 if int(lanes[0]) % 4 else 4
+        log = WriteLog()
+        log.note(table, lanes, None, eb)
+        (entry,) = log.entries()
+        assert entry.addrs.tolist() == lanes.tolist()
+        assert entry.old.tobytes() == log._gather(table, lanes, eb).tobytes()
+    log = WriteLog()
+    log.note(table, runs[1], None, 4)
+    arena[:] = -1
+    log.rollback()
+    assert arena[2:60:3].tolist() == list(range(2, 60, 3))
+
+
 def test_a_lane_outside_every_storage_is_refused_and_unknown_storage_marks_the_log_incomplete() -> None:
     arena = np.zeros(4, dtype=np.int32)
     table = StorageTable([(arena.ctypes.data, arena.ctypes.data + 16)])

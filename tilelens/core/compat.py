@@ -13,6 +13,7 @@ import torch as _torch
 import triton as triton
 import triton.language as _tl
 from triton import knobs as knobs
+from triton.language import semantic as _semantic
 from triton.runtime import autotuner as _autotuner
 from triton.runtime import interpreter as _interpreter
 from triton.runtime import jit as _jit
@@ -143,6 +144,10 @@ def element_bytes(tl_dtype: Any) -> int:
 # The interpreter internals TileLens's semantic fixes replace for the length of a launch (same names in 3.6
 # through 3.9): argument conversion, builtin patching, reductions and scans, the handle type.
 interpreter_module = _interpreter
+# The language front end's class (3.6 through 3.9): the interpreter's semantic is an instance of it.
+TritonSemantic = _semantic.TritonSemantic
+# Triton's own tuple value class (a block type's shape is one in 3.8); None where a release has none.
+tl_tuple: type | None = getattr(_tl.core, "tuple", None)
 TensorHandle = _interpreter.TensorHandle
 ReduceOps = _interpreter.ReduceOps
 ScanOps = _interpreter.ScanOps

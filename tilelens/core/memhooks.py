@@ -12,7 +12,7 @@ from typing import Any, cast
 
 import numpy as np
 
-from tilelens.core import bounds, compat
+from tilelens.core import bounds, compat, fastmem
 from tilelens.core.access import ATOMIC_CAS, LOAD, STORE
 
 
@@ -46,11 +46,21 @@ def access_hooks(
             ret = load(self, ptrs, with_data(mask, _without(active, stray)), *rest, **kw)
             ret.data = bounds.read_stray(ret.data, addrs, stray, eb, cast("bounds.StorageTable", storage))
         else:
-            ret = load(self, ptrs, mask, *rest, **kw)
+            ret = _load(self, launch, storage, ptrs, mask, rest, kw)
         if launch.reads is not None:
             ret.data = launch.reads.apply(self.grid_idx, collector.next_event(self.grid_idx), ret.data)
         collector.record(LOAD, addrs, active, eb, self.grid_idx, ret.data, stray)
         return ret
+
+    def _load(self: Any, launch: Any, storage: Any, ptrs: Any, mask: Any, rest: Any, kw: Any) -> Any:
+        """Triton's load, or the same result from :mod:`tilelens.core.fastmem` (no stray lane here)."""
+        if storage is not None and (rest or "other" in kw):
+            element = ptrs.get_element_ty()
+            other = rest[0] if rest else kw["other"]
+            data = fastmem.load(storage, launch.views, ptrs, mask, other, compat.np_dtype(element))
+            if data is not None:
+                return compat.TensorHandle(data, element)
+        return load(self, ptrs, mask, *rest, **kw)
 
     def create_masked_store(self: Any, ptrs: Any, value: Any, mask: Any, *rest: Any, **kw: Any) -> Any:
         launch = current_launch()
@@ -66,6 +76,10 @@ def access_hooks(
             mask = with_data(mask, _without(active, stray))
         if launch.writes is not None:
             launch.writes.note(storage, addrs, mask.data, eb)
+        if stray is None and storage is not None:
+            element = ptrs.get_element_ty()
+            if fastmem.store(storage, launch.views, ptrs, value, mask, compat.np_dtype(element)):
+                return None  # what Triton's create_masked_store returns
         return store(self, ptrs, value, mask, *rest, **kw)
 
     def create_atomic_rmw(  # noqa: N803 (Triton's name)

@@ -23,6 +23,7 @@ Invariants:
 
 from __future__ import annotations
 
+import bisect
 import ctypes
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -107,6 +108,18 @@ class WriteLog:
             old[sel] = self._view(storage, int(i))[offsets[sel, None] + spread]
         return old
 
+    def _gather_run(
+        self, storage: StorageTable, first: int, step: int, n: int, elem_bytes: int
+    ) -> np.ndarray | None:
+        """``_gather`` for evenly spaced lanes inside one storage (a strided copy); None when they are not."""
+        i = bisect.bisect_right(storage.starts, first) - 1
+        last = first + step * (n - 1) + elem_bytes
+        if i < 0 or last > storage.ends[i]:
+            return None
+        view = self._view(storage, i)[first - storage.starts[i] :]
+        run = np.lib.stride_tricks.as_strided(view, shape=(n, elem_bytes), strides=(step, 1), writeable=False)
+        return np.array(run)
+
     def note(
         self, storage: StorageTable | None, addrs: np.ndarray, active: np.ndarray | None, elem_bytes: int
     ) -> None:
@@ -123,8 +136,15 @@ class WriteLog:
             flat = flat[np.broadcast_to(np.asarray(active, dtype=bool), np.shape(addrs)).reshape(-1)]
         if flat.size == 0:
             return
-        old = self._gather(storage, flat, elem_bytes)
-        self._entries.append(WriteEntry(_compact(flat), old))
+        lanes = _compact(flat)
+        old = (
+            None
+            if isinstance(lanes, np.ndarray)
+            else self._gather_run(storage, *lanes, flat.size, elem_bytes)
+        )
+        if old is None:
+            old = self._gather(storage, flat, elem_bytes)
+        self._entries.append(WriteEntry(lanes, old))
         self.bytes += old.size
         self._storage = storage
 

@@ -17,6 +17,7 @@ which always take their batched path. With batched operands:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -130,7 +131,7 @@ MAX_HELD = 1 << 26
 
 
 def _check_size(shape: tuple[int, ...]) -> None:
-    if int(np.prod(shape)) > MAX_LANES:
+    if math.prod(shape) > MAX_LANES:
         raise Fallback("grid too large to batch")
 
 

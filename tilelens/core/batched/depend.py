@@ -64,9 +64,13 @@ def conflict(entries: Sequence[Any]) -> bool:
         if rows.size == 0:
             continue
         eb = int(entry[3])
-        a, m = addrs[rows], act[rows]
-        lo = np.where(m, a, np.uint64(np.iinfo(np.uint64).max)).min(axis=1)
-        hi = np.where(m, a, np.uint64(0)).max(axis=1) + np.uint64(eb)
+        every_row = rows.size == act.shape[0]
+        a, m = (addrs, act) if every_row else (addrs[rows], act[rows])
+        if every_row and bool(m.all()):  # every lane reaches memory: plain row extremes
+            lo, hi = a.min(axis=1), a.max(axis=1) + np.uint64(eb)
+        else:
+            lo = np.where(m, a, np.uint64(np.iinfo(np.uint64).max)).min(axis=1)
+            hi = np.where(m, a, np.uint64(0)).max(axis=1) + np.uint64(eb)
         touched.append((k, act, addrs, eb, entry[0] != LOAD))
         los.append(lo)
         his.append(hi)

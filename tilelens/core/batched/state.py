@@ -60,26 +60,34 @@ class BatchedHandle(TensorHandle):  # type: ignore[misc, valid-type]
         raise Fallback("divergent control flow")
 
 
+_new = object.__new__
+
+
+def _handle(cls: type, data: Any, dtype: Any, attr: Any) -> Any:
+    """A handle of class ``cls`` without ``TensorHandle.__post_init__``'s size check: ``data`` and ``dtype``
+    come from a handle that passed it (same array, same type), so it would pass again."""
+    out: Any = _new(cls)
+    out.data = data
+    out.dtype = dtype
+    out.attr = dict(attr) if attr else {}
+    return out
+
+
 def plain(h: Any) -> Any:
     """``h`` as a stock ``TensorHandle`` (same data, dtype and attributes); other values unchanged."""
-    if type(h) is BatchedHandle:
-        out = TensorHandle(h.data, h.dtype)
-        if h.attr:
-            out.attr.update(h.attr)
-        return out
-    if type(h) is list:
+    t = type(h)
+    if t is BatchedHandle:
+        return _handle(TensorHandle, h.data, h.dtype, h.attr)
+    if t is list:
         return [plain(x) for x in h]
-    if type(h) is tuple:
+    if t is tuple:
         return tuple(plain(x) for x in h)
     return h
 
 
 def mark(h: Any) -> Any:
     """``h`` (a stock handle holding batched data) as a :class:`BatchedHandle`."""
-    out = BatchedHandle(h.data, h.dtype)
-    if getattr(h, "attr", None):
-        out.attr.update(h.attr)
-    return out
+    return _handle(BatchedHandle, h.data, h.dtype, getattr(h, "attr", None))
 
 
 def has_batched(args: tuple[Any, ...]) -> bool:

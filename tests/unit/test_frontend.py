@@ -1,0 +1,113 @@
+"""The cheaper front-end internals (tilelens.core.frontend) answer exactly as Triton's own functions."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from tilelens.core import compat, frontend
+
+tl = compat.tl
+TensorHandle = compat.TensorHandle
+original_np_dtype = compat.interpreter_module._get_np_dtype
+
+
+def _types() -> list[object]:
+    scalars = [tl.int1, tl.int8, tl.uint8, tl.int16, tl.uint16, tl.int32, tl.uint32, tl.int64, tl.uint64]
+    scalars += [tl.float16, tl.bfloat16, tl.float32, tl.float64, tl.float8e5, tl.float8e4nv]
+    out: list[object] = list(scalars)
+    out += [tl.pointer_type(t) for t in (tl.float32, tl.int8, tl.bfloat16)]
+    out += [tl.block_type(t, [4, 8]) for t in scalars]
+    out += [tl.block_type(tl.pointer_type(tl.float16), [16])]
+    return out
+
+
+def test_cached_np_dtype_answers_as_triton_every_time() -> None:
+    fast = frontend.cached_np_dtype(original_np_dtype)
+    for _ in range(2):  # the second round answers from the memo
+        for ty in _types():
+            assert fast(ty) == original_np_dtype(ty), ty
+    # an element type and a pointer to it share no memo entry
+    assert fast(tl.pointer_type(tl.int8)) == np.dtype(np.uint64) and fast(tl.int8) == np.dtype(np.int8)
+
+
+def test_cached_np_dtype_raises_as_triton_and_memoises_no_error() -> None:
+    fast = frontend.cached_np_dtype(original_np_dtype)
+    for _ in range(2):
+        with pytest.raises(KeyError):
+            original_np_dtype(tl.void)
+        with pytest.raises(KeyError):
+            fast(tl.void)
+
+
+def _scalar(value: int, ty: object, np_type: type) -> object:
+    return tl.tensor(TensorHandle(np.array([value], dtype=np_type), ty), ty)
+
+
+@pytest.fixture
+def semantic() -> object:
+    return compat.interpreter_module.interpreter_semantic
+
+
+def test_sanitize_overflow_skipped_only_while_device_assert_ignores_it(semantic: object) -> None:
+    stock = compat.TritonSemantic.binary_op_sanitize_overflow_impl
+    fast = frontend.sanitize_overflow(stock, compat.TritonSemantic.device_assert)
+    big = _scalar(2**30, tl.int32, np.int32)
+    add = semantic.add  # type: ignore[attr-defined]
+    # debug off (the interpreter's options): Triton computes the check and discards it; both return None
+    assert not semantic.builder.options.debug  # type: ignore[attr-defined]
+    assert stock(semantic, big, big, add) is None
+    assert fast(semantic, big, big, add) is None
+    # the argument checks still fail as Triton's do
+    with pytest.raises(AssertionError):
+        stock(semantic, big, _scalar(1, tl.int16, np.int16), add)
+    with pytest.raises(AssertionError):
+        fast(semantic, big, _scalar(1, tl.int16, np.int16), add)
+    # debug on: Triton's own function runs, and reports the overflow
+    builder = semantic.builder  # type: ignore[attr-defined]
+    options = builder.options
+    builder.options = dataclasses.replace(options, debug=True)
+    try:
+        with pytest.raises(AssertionError, match="overflow"):
+            fast(semantic, big, big, add)
+        assert fast(semantic, big, _scalar(1, tl.int32, np.int32), add) is None
+    finally:
+        builder.options = options
+
+
+def test_block_types_are_shared_values_equal_to_tritons() -> None:
+    builder = compat.interpreter_module.interpreter_builder
+    stock_get = compat.InterpreterBuilder.get_block_ty
+    stock_with = tl.block_type.with_element_ty
+    get = frontend.cached_block_ty(stock_get)
+    with_element = frontend.cached_with_element_ty(stock_with)
+    for ty in (tl.float32, tl.int1, tl.bfloat16, tl.pointer_type(tl.float16)):
+        for shape in ([16], [4, 8], [1, 2, 64], tl.block_type(tl.int8, [2, 32]).shape):
+            made = get(builder, ty, shape)
+            assert made == stock_get(builder, ty, shape) and made.name == stock_get(builder, ty, shape).name
+            assert get(builder, ty, shape) is made  # one instance per (element type, shape)
+            other = with_element(made, tl.int64)
+            assert other == stock_with(made, tl.int64) and type(other) is type(stock_with(made, tl.int64))
+            assert with_element(made, tl.int64) is other
+            assert with_element(made, tl.int32) is not other
+    # what Triton refuses is refused alike, and nothing of it is kept
+    for _ in range(2):
+        with pytest.raises(ValueError, match="power of 2"):
+            stock_get(builder, tl.float32, [3])
+        with pytest.raises(ValueError, match="power of 2"):
+            get(builder, tl.float32, [3])
+    # the container counts: where Triton refuses a builtin tuple, so does the memo after a list was seen
+    tupled: list[bool] = []
+    for fn in (stock_get, get):
+        try:
+            fn(builder, tl.float32, (4, 8))
+            tupled.append(True)
+        except AssertionError:
+            tupled.append(False)
+    assert tupled[0] == tupled[1]
+    # shapes of anything but ints go to Triton's function every time
+    odd = [tl.constexpr(4)]
+    assert get(builder, tl.float32, odd) == stock_get(builder, tl.float32, odd)
+    assert get(builder, tl.float32, odd) is not get(builder, tl.float32, odd)
