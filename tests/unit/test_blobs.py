@@ -229,3 +229,39 @@ def test_a_failed_batch_names_nothing_and_leaves_no_temp_files(store: BlobStore)
         raise RuntimeError("the launch's rows could not be built")
     assert not store.exists(sha) and not list(store.root.rglob("*.tmp"))
     assert store.put_bytes(b"never named", "raw") == sha and store.get_bytes(sha) == b"never named"
+
+
+def test_a_cycle_of_many_same_shaped_tensors_is_recognised_without_encoding(
+    store: BlobStore, monkeypatch
+) -> None:
+    writes: list[str] = []
+    original = store.store_bytes
+    monkeypatch.setattr(
+        store,
+        "store_bytes",
+        lambda data, kind, rows=None: writes.append(kind) or original(data, kind, rows=rows),
+    )
+    tensors = [torch.randn(4096) for _ in range(12)]  # one launch's inputs, outputs, befores and afters
+    refs = [store.store_tensor(t) for t in tensors]
+    assert len(writes) == 12
+    for _ in range(3):  # the next launches store the same ones again, in the same order
+        assert [store.store_tensor(t.clone()) for t in tensors] == refs
+    assert len(writes) == 12
+    # A change no fingerprint sample covers is still new content: bytes are compared in full.
+    changed = tensors[5].clone()
+    changed.view(torch.uint8)[1001] ^= 1
+    ref = store.store_tensor(changed)
+    assert ref.sha256 != refs[5].sha256 and len(writes) == 13
+    assert store.get_tensor(ref.sha256).view(torch.uint8).tolist() == changed.view(torch.uint8).tolist()
+
+
+def test_recent_tensors_stay_within_their_byte_budget() -> None:
+    from tilelens.store.blobs import BlobRef, _RecentTensors
+
+    recent = _RecentTensors(budget=10 * 4096)
+    tensors = [torch.full((1024,), float(i)) for i in range(25)]
+    for i, t in enumerate(tensors):
+        recent.add(t, BlobRef(f"{i:064x}", "tensor", 4096))
+    assert recent._bytes == 10 * 4096
+    assert [recent.find(t, "tensor") is not None for t in tensors] == [False] * 15 + [True] * 10
+    assert recent.find(tensors[20], "trace") is None  # another kind: another blob
