@@ -153,11 +153,13 @@ class WriteLog:
         if isinstance(lanes, tuple):
             window = self._window(storage, lanes, addrs.size, elem_bytes)
             if window is not None:
-                return window.copy()
+                copied: np.ndarray = window.copy()
+                return copied
         typed = self._typed(storage, addrs, elem_bytes)
         if typed is not None:
             words, index = typed
-            return words[index].view(np.uint8).reshape(addrs.size, elem_bytes)
+            picked: np.ndarray = words[index].view(np.uint8).reshape(addrs.size, elem_bytes)
+            return picked
         idx, offsets = self._lanes(storage, addrs, elem_bytes)
         old = np.empty((addrs.size, elem_bytes), dtype=np.uint8)
         spread = np.arange(elem_bytes, dtype=np.int64)

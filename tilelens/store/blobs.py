@@ -150,7 +150,8 @@ class _RecentTensors:
         for other, ref in reversed(self._entries.get(key, ())):
             if np.array_equal(raw, other):
                 self._entries.move_to_end(key)
-                return ref
+                found: BlobRef = ref
+                return found
         return None
 
     def add(self, t: Any, ref: BlobRef) -> None:

@@ -1,0 +1,108 @@
+"""A recorded launch's rows into SQLite through the driver's cursor: SQLAlchemy's value conversions, not its
+statement machinery.
+
+Recording writes one short transaction per launch (``History.write_launch``): the blob rows it names, the
+launch row, its argument rows. Through SQLAlchemy's Session and Core each of those statements costs a few
+hundred microseconds of Python (cache keys, compiled-statement lookup, result objects), about a millisecond and
+a half per launch: on a 10 ms launch, a sixth of what recording may cost. Here the same INSERTs run on the
+pooled connection's ``sqlite3`` cursor, in one ``BEGIN IMMEDIATE`` ... ``COMMIT``.
+
+Invariant: every value stored is exactly what SQLAlchemy would store: each goes through the bind processor
+SQLAlchemy itself uses for its column's type on this dialect (UTC timestamps as text, JSON with ``None`` as SQL
+NULL), and the statements are the plain INSERTs (``OR IGNORE`` for blob rows) the Core path emits. Only SQLite
+takes this path; PostgreSQL keeps the Core one. Anything other than an operational failure (a constraint, a
+taken seq) rolls back and is left to the Core path, so its errors, retries and messages are unchanged.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from sqlalchemy import Table
+from sqlalchemy.engine import Engine
+
+Processor = Callable[[Any], Any] | None
+
+
+class RowInsert:
+    """One table's INSERT for a fixed column list, with each column's bind processor."""
+
+    def __init__(self, table: Table, columns: Sequence[str], dialect: Any, or_ignore: bool = False) -> None:
+        missing = [c for c in columns if c not in table.c]
+        if missing:
+            raise ValueError(f"{table.name} has no column(s) {missing}")
+        self.columns = tuple(columns)
+        self.processors: tuple[Processor, ...] = tuple(
+            table.c[c].type.dialect_impl(dialect).bind_processor(dialect) for c in columns
+        )
+        names = ", ".join(f'"{c}"' for c in columns)
+        marks = ", ".join("?" for _ in columns)
+        verb = "INSERT OR IGNORE" if or_ignore else "INSERT"
+        self.sql = f'{verb} INTO "{table.name}" ({names}) VALUES ({marks})'
+
+    def params(self, row: dict[str, Any]) -> tuple[Any, ...]:
+        return tuple(
+            row[c] if p is None else p(row[c]) for c, p in zip(self.columns, self.processors, strict=True)
+        )
+
+    def many(self, rows: Iterable[dict[str, Any]]) -> list[tuple[Any, ...]]:
+        return [self.params(r) for r in rows]
+
+
+class Fallback(Exception):
+    """The fast path gave up before committing anything: the caller writes the launch the usual way."""
+
+
+class LaunchWriter:
+    """Blob rows, one launch row and its argument rows in one SQLite transaction; returns the launch id."""
+
+    def __init__(self, engine: Engine, blobs: Table, launches: Table, args: Table) -> None:
+        self.engine = engine
+        self._tables = (blobs, launches, args)
+        self._inserts: dict[tuple[str, tuple[str, ...]], RowInsert] = {}
+
+    def _insert(self, table: Table, columns: Sequence[str], or_ignore: bool = False) -> RowInsert:
+        key = (table.name, tuple(columns))
+        ins = self._inserts.get(key)
+        if ins is None:
+            ins = self._inserts[key] = RowInsert(table, columns, self.engine.dialect, or_ignore)
+        return ins
+
+    def write(
+        self, blob_rows: list[dict[str, Any]], launch: dict[str, Any], args: list[dict[str, Any]]
+    ) -> int:
+        """Raises :class:`Fallback` (nothing written) on any refusal but an operational one, which it lets
+        through as ``sqlite3.OperationalError`` (locked past the busy timeout, read-only, disk full)."""
+        blobs, launches, arg_table = self._tables
+        raw = self.engine.raw_connection()
+        try:
+            conn: sqlite3.Connection = raw.driver_connection  # type: ignore[assignment]  # SQLite only
+            cur = conn.cursor()
+            cur.execute("BEGIN IMMEDIATE")
+            try:
+                if blob_rows:
+                    ins = self._insert(blobs, list(blob_rows[0]), or_ignore=True)
+                    cur.executemany(ins.sql, ins.many(blob_rows))
+                ins = self._insert(launches, list(launch))
+                cur.execute(ins.sql, ins.params(launch))
+                launch_id = cur.lastrowid
+                if launch_id is None:
+                    raise Fallback("no row id")
+                if args:
+                    rows = [{**a, "launch_id": launch_id} for a in args]
+                    ins = self._insert(arg_table, list(rows[0]))
+                    cur.executemany(ins.sql, ins.many(rows))
+                cur.execute("COMMIT")
+            except BaseException as exc:
+                if conn.in_transaction:
+                    conn.rollback()
+                if isinstance(exc, sqlite3.DatabaseError) and not isinstance(exc, sqlite3.OperationalError):
+                    raise Fallback(str(exc)) from exc
+                raise
+            finally:
+                cur.close()
+            return int(launch_id)
+        finally:
+            raw.close()
