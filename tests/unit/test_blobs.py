@@ -7,6 +7,7 @@ import os
 import stat
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -265,3 +266,34 @@ def test_recent_tensors_stay_within_their_byte_budget() -> None:
     assert recent._bytes == 10 * 4096
     assert [recent.find(t, "tensor") is not None for t in tensors] == [False] * 15 + [True] * 10
     assert recent.find(tensors[20], "trace") is None  # another kind: another blob
+
+
+def test_tables_read_lately_are_kept_decoded_and_verify_still_reads_the_file(store: BlobStore) -> None:
+    from tilelens.errors import BlobCorruptError
+
+    t = torch.arange(64, dtype=torch.int32)
+    sha = store.put_tensor(t)
+    first = store.get_table(sha)
+    assert store.get_table(sha) is first  # decoded once, from bytes whose hash matched the name
+    path = store.path(sha)
+    path.chmod(0o644)
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+    assert torch.equal(store.get_tensor(sha), t)  # what this process verified, not the flipped byte
+    with pytest.raises(BlobCorruptError):
+        store.verify(sha)
+    with pytest.raises(BlobCorruptError):
+        BlobStore(store.root).get_tensor(sha)  # another process reads the file, and finds it corrupt
+
+
+def test_kept_tables_stay_within_their_byte_budget() -> None:
+    from tilelens.store.blobs import _ReadTables
+
+    kept = _ReadTables(budget=40_000)
+    tables = [pa.table({"a": pa.array(np.full(1000, i, dtype=np.int64))}) for i in range(6)]  # 8000 B each
+    for i, table in enumerate(tables):
+        kept.add(f"{i:064x}", table)
+    assert [kept.get(f"{i:064x}") is not None for i in range(6)] == [False] + [True] * 5
+    kept.add("f" * 64, pa.table({"a": pa.array(np.zeros(2000, dtype=np.int64))}))  # over a quarter: not kept
+    assert kept.get("f" * 64) is None

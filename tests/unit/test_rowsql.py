@@ -110,3 +110,54 @@ def test_a_locked_database_is_one_history_error_and_nothing_half_written(tmp_pat
         assert h.write_launch(run, _record(x, out, 1)) > 0  # the connection was left usable
     with sqlite3.connect(tmp_path / "h.db") as conn:
         assert conn.execute("SELECT seq FROM launches ORDER BY id").fetchall() == [(0,), (1,)]
+
+
+def test_replay_rows_are_the_same_on_both_paths(tmp_path: Path) -> None:
+    with History.open(db=str(tmp_path / "h.db"), blobs=str(tmp_path / "blobs")) as h:
+        run = h.begin_run(store_helpers.run_info())
+        launch = h.write_launch(run, _record(torch.randn(8), torch.randn(8), 0))
+        kwargs: dict[str, Any] = dict(
+            outcome="mismatch",
+            device="cpu",
+            backend="interpreter",
+            max_abs_err=float("nan"),
+            max_rel_err=0.5,
+            trace_equal=False,
+            message="out_ptr: 3 elements differ",
+            duration_s=0.25,
+            versions={"triton": "3.8.0", "torch": None},
+            created_at=FIXED,
+        )
+        fast = h.write_replay(launch, **kwargs)
+        rows, h._rows = h._rows, None
+        core = h.write_replay(launch, **kwargs)
+        h._rows = rows
+        assert rows is not None and fast != core
+        with pytest.raises(Exception, match="FOREIGN KEY"):  # a refused row: the Core path's own error
+            h.write_replay(launch + 100, **kwargs)
+    db = tmp_path / "h.db"
+    assert _raw_rows(db, "replays", "id = ?", (fast,)) == _raw_rows(db, "replays", "id = ?", (core,))
+    assert _raw_rows(db, "replays", "id = ?", (fast,))
+
+
+def test_a_launch_read_through_the_cursor_equals_the_core_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tilelens.errors import LaunchNotFoundError
+    from tilelens.store import launches
+
+    with History.open(db=str(tmp_path / "h.db"), blobs=str(tmp_path / "blobs")) as h:
+        run = h.begin_run(store_helpers.run_info())
+        rec = _record(torch.randn(8).t(), torch.randn(8), 0)
+        rec.args[2].value = {"$float": "inf"}  # a tagged JSON value comes back as stored
+        launch_id = h.write_launch(run, rec)
+        fast = launches.load_launch(h, launch_id)
+        with pytest.raises(LaunchNotFoundError):
+            launches.load_launch(h, launch_id + 1)
+        monkeypatch.setattr(launches, "is_sqlite", lambda engine: False)
+        core = launches.load_launch(h, launch_id)
+    assert fast == core
+    assert fast.config == {"BLOCK": 4, "engine": {"mode": "batched"}} and fast.args[2].value == {
+        "$float": "inf"
+    }
+    assert [a.shape for a in fast.args] == [(8,), (8,), None, None] and fast.grid == (4, 1, 1)

@@ -172,6 +172,31 @@ class _RecentTensors:
                 self._entries.popitem(last=False)
 
 
+class _ReadTables:
+    """Decoded tables of blobs read lately, by name, least recently used first out past a byte budget."""
+
+    def __init__(self, budget: int = 64 << 20) -> None:
+        self._tables: OrderedDict[str, pa.Table] = OrderedDict()
+        self._bytes = 0
+        self._budget = budget
+
+    def get(self, sha256: str) -> pa.Table | None:
+        table = self._tables.get(sha256)
+        if table is not None:
+            self._tables.move_to_end(sha256)
+        return table
+
+    def add(self, sha256: str, table: pa.Table) -> None:
+        size = table.nbytes
+        if size > self._budget // 4 or sha256 in self._tables:
+            return
+        self._tables[sha256] = table
+        self._bytes += size
+        while self._bytes > self._budget:
+            _, dropped = self._tables.popitem(last=False)
+            self._bytes -= dropped.nbytes
+
+
 IPC_MAGIC = b"ARROW1"
 IPC_OPTIONS = pa.ipc.IpcWriteOptions(compression="lz4")
 IPC_PLAIN = pa.ipc.IpcWriteOptions()
@@ -198,6 +223,7 @@ class BlobStore:
         self._intact: set[str] = set()
         self._batch: Batch | None = None  # while ``batch()`` runs: new files made durable together at its end
         self._batch_shas: set[str] = set()
+        self._tables = _ReadTables()
 
     def __repr__(self) -> str:
         return f"BlobStore({str(self.root)!r})"
@@ -348,12 +374,24 @@ class BlobStore:
         self.get_bytes(sha256)
 
     def get_table(self, sha256: str) -> pa.Table:
-        """A table blob, Parquet or Arrow IPC (told apart by their magic bytes)."""
+        """A table blob, Parquet or Arrow IPC (told apart by their magic bytes).
+
+        Tables read lately are kept decoded (:class:`_ReadTables`): a batch of replays reads the same blobs
+        again and again (launches of one kernel share a deduplicated trace; an output is the next launch's
+        input), and each read would re-hash and decode them. A kept table was decoded from bytes whose hash
+        matched its name in this process, and Arrow tables are immutable; ``get_bytes`` and ``verify`` always
+        read the file."""
+        table = self._tables.get(sha256)
+        if table is not None:
+            return table
         data = self.get_bytes(sha256)
         if data[:6] == IPC_MAGIC:
-            return pa.ipc.open_file(pa.BufferReader(data)).read_all()
-        # ParquetFile.read, not pq.read_table: the latter imports pyarrow.dataset, and with it pandas.
-        return pq.ParquetFile(pa.BufferReader(data)).read()
+            table = pa.ipc.open_file(pa.BufferReader(data)).read_all()
+        else:
+            # ParquetFile.read, not pq.read_table: the latter imports pyarrow.dataset, and with it pandas.
+            table = pq.ParquetFile(pa.BufferReader(data), pre_buffer=False).read(use_threads=False)
+        self._tables.add(sha256, table)
+        return table
 
     def get_tensor(self, sha256: str) -> torch.Tensor:
         from tilelens.store.tensors import table_to_tensor

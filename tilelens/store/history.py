@@ -138,8 +138,8 @@ class History:
         self.migrated_from: tuple[str, ...] = ()
         self._rows: LaunchWriter | None = None
         if database.is_sqlite(engine):  # PostgreSQL keeps SQLAlchemy's Core path (tilelens.store.rowsql)
-            tables = (Blob.__table__, Launch.__table__, LaunchArg.__table__)
-            self._rows = LaunchWriter(engine, *cast("tuple[Table, Table, Table]", tables))
+            tables = (Blob.__table__, Launch.__table__, LaunchArg.__table__, Replay.__table__)
+            self._rows = LaunchWriter(engine, *cast("tuple[Table, Table, Table, Table]", tables))
 
     @classmethod
     def open(
@@ -588,6 +588,13 @@ class History:
             "versions": to_json(versions) if versions is not None else None,
             "created_at": created_at or utcnow(),
         }
+        if self._rows is not None:
+            try:
+                return self._rows.write_replay(row)
+            except Fallback:  # a refused row (an unknown launch): the Core path raises what it always did
+                pass
+            except sqlite3.OperationalError as exc:
+                raise database.write_failure(self.engine, exc) from exc
         with database.write_session(self.engine) as s:
             result = cast(CursorResult[Any], s.execute(insert(cast(Table, Replay.__table__)), row))
             return int(result.inserted_primary_key[0])  # type: ignore[index]  # a one-row INSERT has its key

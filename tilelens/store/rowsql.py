@@ -2,7 +2,7 @@
 statement machinery.
 
 Recording writes one short transaction per launch (``History.write_launch``): the blob rows it names, the
-launch row, its argument rows. Through SQLAlchemy's Session and Core each of those statements costs a few
+launch row, its argument rows; a replay writes its one row (``History.write_replay``). Through SQLAlchemy's Session and Core each of those statements costs a few
 hundred microseconds of Python (cache keys, compiled-statement lookup, result objects), about a millisecond and
 a half per launch: on a 10 ms launch, a sixth of what recording may cost. Here the same INSERTs run on the
 pooled connection's ``sqlite3`` cursor, in one ``BEGIN IMMEDIATE`` ... ``COMMIT``.
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable, Iterable, Sequence
+from types import SimpleNamespace
 from typing import Any
 
 from sqlalchemy import Table
@@ -56,11 +57,12 @@ class Fallback(Exception):
 
 
 class LaunchWriter:
-    """Blob rows, one launch row and its argument rows in one SQLite transaction; returns the launch id."""
+    """Rows of one recorded launch (blob rows, the launch row, its argument rows) or one replay row, each
+    write in one SQLite transaction; returns the new row's id."""
 
-    def __init__(self, engine: Engine, blobs: Table, launches: Table, args: Table) -> None:
+    def __init__(self, engine: Engine, blobs: Table, launches: Table, args: Table, replays: Table) -> None:
         self.engine = engine
-        self._tables = (blobs, launches, args)
+        self._tables = (blobs, launches, args, replays)
         self._inserts: dict[tuple[str, tuple[str, ...]], RowInsert] = {}
 
     def _insert(self, table: Table, columns: Sequence[str], or_ignore: bool = False) -> RowInsert:
@@ -75,25 +77,41 @@ class LaunchWriter:
     ) -> int:
         """Raises :class:`Fallback` (nothing written) on any refusal but an operational one, which it lets
         through as ``sqlite3.OperationalError`` (locked past the busy timeout, read-only, disk full)."""
-        blobs, launches, arg_table = self._tables
+        blobs, launches, arg_table, _ = self._tables
+
+        def statements(cur: sqlite3.Cursor) -> int:
+            if blob_rows:
+                ins = self._insert(blobs, list(blob_rows[0]), or_ignore=True)
+                cur.executemany(ins.sql, ins.many(blob_rows))
+            launch_id = self._one(cur, launches, launch)
+            if args:
+                rows = [{**a, "launch_id": launch_id} for a in args]
+                ins = self._insert(arg_table, list(rows[0]))
+                cur.executemany(ins.sql, ins.many(rows))
+            return launch_id
+
+        return self._transaction(statements)
+
+    def write_replay(self, row: dict[str, Any]) -> int:
+        """One replay row; errors as :meth:`write`."""
+        replays = self._tables[3]
+        return self._transaction(lambda cur: self._one(cur, replays, row))
+
+    def _one(self, cur: sqlite3.Cursor, table: Table, row: dict[str, Any]) -> int:
+        ins = self._insert(table, list(row))
+        cur.execute(ins.sql, ins.params(row))
+        if cur.lastrowid is None:
+            raise Fallback("no row id")
+        return int(cur.lastrowid)
+
+    def _transaction(self, statements: Callable[[sqlite3.Cursor], int]) -> int:
         raw = self.engine.raw_connection()
         try:
             conn: sqlite3.Connection = raw.driver_connection  # type: ignore[assignment]  # SQLite only
             cur = conn.cursor()
             cur.execute("BEGIN IMMEDIATE")
             try:
-                if blob_rows:
-                    ins = self._insert(blobs, list(blob_rows[0]), or_ignore=True)
-                    cur.executemany(ins.sql, ins.many(blob_rows))
-                ins = self._insert(launches, list(launch))
-                cur.execute(ins.sql, ins.params(launch))
-                launch_id = cur.lastrowid
-                if launch_id is None:
-                    raise Fallback("no row id")
-                if args:
-                    rows = [{**a, "launch_id": launch_id} for a in args]
-                    ins = self._insert(arg_table, list(rows[0]))
-                    cur.executemany(ins.sql, ins.many(rows))
+                new_id = statements(cur)
                 cur.execute("COMMIT")
             except BaseException as exc:
                 if conn.in_transaction:
@@ -103,6 +121,49 @@ class LaunchWriter:
                 raise
             finally:
                 cur.close()
-            return int(launch_id)
+            return new_id
         finally:
             raw.close()
+
+
+class CursorQuery:
+    """A SELECT compiled once by SQLAlchemy, run on the sqlite3 cursor; each column through SQLAlchemy's own
+    result processor for its type (JSON decoded, as a Core query returns it). Rows come back as namespaces
+    with the selected columns' keys as attributes, like a Core ``Row``."""
+
+    def __init__(self, stmt: Any, dialect: Any) -> None:
+        compiled = stmt.compile(dialect=dialect)
+        self.sql = str(compiled)
+        self.binds = tuple(compiled.positiontup or ())
+        columns = list(stmt.selected_columns)
+        self.keys = tuple(c.key for c in columns)
+        self.processors: tuple[Processor, ...] = tuple(
+            c.type.dialect_impl(dialect).result_processor(dialect, None) for c in columns
+        )
+
+    def rows(self, cur: sqlite3.Cursor, **params: Any) -> list[SimpleNamespace]:
+        out = []
+        for raw in cur.execute(self.sql, tuple(params[b] for b in self.binds)):
+            values = (v if p is None else p(v) for v, p in zip(raw, self.processors, strict=True))
+            out.append(SimpleNamespace(**dict(zip(self.keys, values, strict=True))))
+        return out
+
+
+def read(
+    engine: Engine, queries: Sequence[tuple[CursorQuery, dict[str, Any]]]
+) -> list[list[SimpleNamespace]]:
+    """Run ``queries`` in one read transaction (one snapshot of the file) on a pooled connection."""
+    raw = engine.raw_connection()
+    try:
+        conn: sqlite3.Connection = raw.driver_connection  # type: ignore[assignment]  # SQLite only
+        cur = conn.cursor()
+        try:
+            cur.execute("BEGIN")
+            try:
+                return [q.rows(cur, **params) for q, params in queries]
+            finally:
+                conn.rollback()  # nothing was written: ends the read snapshot
+        finally:
+            cur.close()
+    finally:
+        raw.close()
