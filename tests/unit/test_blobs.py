@@ -297,3 +297,47 @@ def test_kept_tables_stay_within_their_byte_budget() -> None:
     assert [kept.get(f"{i:064x}") is not None for i in range(6)] == [False] + [True] * 5
     kept.add("f" * 64, pa.table({"a": pa.array(np.zeros(2000, dtype=np.int64))}))  # over a quarter: not kept
     assert kept.get("f" * 64) is None
+
+
+def test_a_batch_starts_each_fsync_when_the_file_is_written_and_renames_only_after_it(
+    store: BlobStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import threading
+
+    import tilelens.store.durable as durable
+
+    release = threading.Event()
+    started: list[str] = []
+    real = durable.fsync_path
+
+    def slow_fsync(p: Path) -> None:
+        if Path(p).name.endswith(".tmp"):
+            started.append(Path(p).name)
+            release.wait(5)
+        real(p)
+
+    monkeypatch.setattr(durable, "fsync_path", slow_fsync)
+    with store.batch():
+        sha = store.put_bytes(b"first blob", "raw")
+        for _ in range(100):  # the fsync runs on its own thread while the launch goes on
+            if started:
+                break
+            threading.Event().wait(0.01)
+        assert len(started) == 1 and not store.exists(sha)
+        release.set()
+    assert store.get_bytes(sha) == b"first blob" and not list(store.root.rglob("*.tmp"))
+    assert not [t for t in threading.enumerate() if t.name == "tilelens-fsync"]  # none outlives the batch
+
+
+def test_a_failed_fsync_fails_the_batch_and_names_nothing(
+    store: BlobStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import tilelens.store.durable as durable
+
+    def failing(p: Path) -> None:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(durable, "fsync_path", failing)
+    with pytest.raises(OSError, match="Input/output"), store.batch():
+        sha = store.put_bytes(b"never durable", "raw")
+    assert not store.exists(sha) and not list(store.root.rglob("*.tmp"))
