@@ -12,7 +12,6 @@ import contextlib
 import dataclasses
 import datetime as dt
 import os
-import sqlite3
 import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -58,7 +57,7 @@ from tilelens.store.models import (
     Run,
 )
 from tilelens.store.oobsample import oob_sample
-from tilelens.store.rowsql import Fallback, LaunchWriter
+from tilelens.store.rowsql import LaunchWriter
 from tilelens.store.tracestore import TraceStore
 
 if TYPE_CHECKING:
@@ -390,12 +389,9 @@ class History:
         kernel_id = self._kernel_ids.get((rec.kernel.module, rec.kernel.qualname, rec.kernel.source_sha256))
         if self._rows is not None and kernel_id is not None:  # SQLite, kernel row known: the driver's cursor
             launch["kernel_id"] = kernel_id
-            try:
-                return self._rows.write(self._blob_rows(refs.values()), launch, args)
-            except Fallback:  # a refused row (a taken seq, say): the path below decides, as it always did
-                pass
-            except sqlite3.OperationalError as exc:
-                raise database.write_failure(self.engine, exc) from exc
+            written = self._rows.attempt(self._rows.write, self._blob_rows(refs.values()), launch, args)
+            if written is not None:  # None: a refused row (a taken seq, say), decided below as it always was
+                return written
         for attempt in range(2):
             try:
                 with database.write_session(self.engine) as s:
@@ -588,13 +584,9 @@ class History:
             "versions": to_json(versions) if versions is not None else None,
             "created_at": created_at or utcnow(),
         }
-        if self._rows is not None:
-            try:
-                return self._rows.write_replay(row)
-            except Fallback:  # a refused row (an unknown launch): the Core path raises what it always did
-                pass
-            except sqlite3.OperationalError as exc:
-                raise database.write_failure(self.engine, exc) from exc
+        written = None if self._rows is None else self._rows.attempt(self._rows.write_replay, row)
+        if written is not None:  # None: a refused row (an unknown launch), refused below as it always was
+            return written
         with database.write_session(self.engine) as s:
             result = cast(CursorResult[Any], s.execute(insert(cast(Table, Replay.__table__)), row))
             return int(result.inserted_primary_key[0])  # type: ignore[index]  # a one-row INSERT has its key

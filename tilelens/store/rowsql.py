@@ -24,6 +24,8 @@ from typing import Any
 from sqlalchemy import Table
 from sqlalchemy.engine import Engine
 
+from tilelens.store.database import write_failure
+
 Processor = Callable[[Any], Any] | None
 
 
@@ -91,6 +93,16 @@ class LaunchWriter:
             return launch_id
 
         return self._transaction(statements)
+
+    def attempt(self, write: Callable[..., int], *args: Any) -> int | None:
+        """``write(*args)``'s new id; None when it gave up (:class:`Fallback`, nothing written). An operational
+        failure becomes the ``HistoryError`` the Core path raises."""
+        try:
+            return write(*args)
+        except Fallback:
+            return None
+        except sqlite3.OperationalError as exc:
+            raise write_failure(self.engine, exc) from exc
 
     def write_replay(self, row: dict[str, Any]) -> int:
         """One replay row; errors as :meth:`write`."""
