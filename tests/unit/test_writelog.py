@@ -202,3 +202,21 @@ def test_lanes_crossing_a_storage_edge_are_refused_on_every_route() -> None:
         with pytest.raises(ValueError, match="outside every argument storage"):
             log.note(table, np.array(addrs, dtype=np.uint64), None, 4)
     assert len(log) == 0
+
+
+def test_every_route_gathers_what_the_lane_by_lane_route_gathers() -> None:
+    rng = np.random.default_rng(11)
+    arena = rng.integers(0, 256, size=512, dtype=np.uint8)
+    base = arena.ctypes.data
+    table = _arena_log(arena)
+    cases = [
+        (np.arange(base, base + 4 * 100, 4, dtype=np.uint64), 4),  # contiguous
+        (np.arange(base + 8, base + 8 + 24 * 16, 24, dtype=np.uint64), 8),  # strided
+        (np.array([base + 4 * i for i in (90, 3, 3, 17, 64, 0, 127, 5)], dtype=np.uint64), 4),  # aligned
+        (np.array([base + 2 * i + 1 for i in (90, 3, 17, 64, 0, 7, 200, 5)], dtype=np.uint64), 2),  # not
+    ]
+    for addrs, width in cases:
+        log = WriteLog()
+        log.note(table, addrs, None, width)
+        (entry,) = log.entries()
+        assert entry.old.tobytes() == log._gather(table, addrs, width).tobytes()

@@ -147,9 +147,10 @@ class WriteLog:
         words = view[: view.size - view.size % elem_bytes].view(typed)
         return words, (offsets // np.uint64(elem_bytes)).astype(np.intp)
 
-    def _gather(
+    def _old_bytes(
         self, storage: StorageTable, addrs: np.ndarray, lanes: np.ndarray | tuple[int, int], elem_bytes: int
     ) -> np.ndarray:
+        """The current bytes of ``addrs``' lanes, by the cheapest route (class docstring)."""
         if isinstance(lanes, tuple):
             window = self._window(storage, lanes, addrs.size, elem_bytes)
             if window is not None:
@@ -160,6 +161,10 @@ class WriteLog:
             words, index = typed
             picked: np.ndarray = words[index].view(np.uint8).reshape(addrs.size, elem_bytes)
             return picked
+        return self._gather(storage, addrs, elem_bytes)
+
+    def _gather(self, storage: StorageTable, addrs: np.ndarray, elem_bytes: int) -> np.ndarray:
+        """The lane-by-lane route: every byte of every lane indexed, storage by storage."""
         idx, offsets = self._lanes(storage, addrs, elem_bytes)
         old = np.empty((addrs.size, elem_bytes), dtype=np.uint8)
         spread = np.arange(elem_bytes, dtype=np.int64)
@@ -169,7 +174,7 @@ class WriteLog:
         return old
 
     def _scatter(self, storage: StorageTable, entry: WriteEntry) -> None:
-        """Write ``entry.old`` back over its lanes, by the same route ``_gather`` would take."""
+        """Write ``entry.old`` back over its lanes, by the route ``_old_bytes`` would take."""
         old = entry.old
         n, elem_bytes = old.shape
         if isinstance(entry.lanes, tuple):
@@ -210,7 +215,7 @@ class WriteLog:
         if flat.size == 0:
             return
         lanes = _compact(flat)
-        old = self._gather(storage, flat, lanes, elem_bytes)
+        old = self._old_bytes(storage, flat, lanes, elem_bytes)
         self._entries.append(WriteEntry(lanes, old))
         self.bytes += old.size
         self._storage = storage
