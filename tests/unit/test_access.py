@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 import triton
+import triton.language as tl
 
 from tests import kernels
 from tilelens.core import compat
@@ -194,3 +195,46 @@ def test_records_without_snapshots_keep_geometry_and_trace():
     assert [a.shape for a in tensors] == [(100,), (100,), (100,)]
     assert all(a.before is None and a.after is None for a in tensors)
     assert rec.summary.load_lanes == 200 and rec.summary.store_lanes == 100
+
+
+@triton.jit
+def _aliased_rows_kernel(x_ptr, y_ptr, z_ptr, out_ptr, n, stride, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    offs = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + row * stride + offs, mask=offs < n, other=0.0)
+    y = tl.load(y_ptr + row * stride + offs, mask=offs < n, other=0.0)
+    z = tl.load(z_ptr + row * stride + offs)  # z overlaps y: read through both views
+    tl.store(out_ptr + row * stride + offs, x * 2 + y - z, mask=offs < n)  # out is x: an in-place write
+
+
+@pytest.mark.parametrize("cols", [16, 13])
+def test_aliased_views_get_the_same_trace_from_the_batched_and_the_per_program_engine(
+    cols: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Views overlapping one another (an in-place output, a view offset into another): the batched engine's
+    whole-batch rows must be, byte for byte, the rows the per-program analysis gives."""
+    from tilelens.core.access import AccessCollector
+
+    fast: list[int] = []
+    real = AccessCollector._aliased_spans
+    monkeypatch.setattr(
+        AccessCollector,
+        "_aliased_spans",
+        lambda self, *a: (lambda out: fast.append(sum(s is not None for s in out)) or out)(real(self, *a)),
+    )
+    traces = {}
+    for engine in ("batched", "program"):
+        monkeypatch.setenv("TILELENS_ENGINE", engine)
+        x = torch.arange(6 * 16, dtype=torch.float32).view(6, 16)
+        buf = torch.randn(6 * 16 + 40, generator=torch.Generator().manual_seed(3))
+        y, z = buf[: 6 * 16].view(6, 16), buf[40:].view(6, 16)  # z starts inside y
+        traced = TritonTrace(_aliased_rows_kernel, in_place=False)
+        traced[(6,)](x, y, z, x, cols, 16, BLOCK=16)
+        rec = traced.records[-1]
+        assert rec.config["engine"]["mode"] == engine
+        assert sorted(rec.config["aliased_args"]) == [[0, 3], [1, 2]]
+        traces[engine] = (rec.trace, rec.summary, rec.per_arg, bytes(x.numpy().tobytes()))
+    assert fast == [6, 6, 6, 6]  # every program of every event took the whole-batch rows
+    assert traces["batched"][0].equals(traces["program"][0])
+    assert traces["batched"][1:] == traces["program"][1:]
+    assert sorted(set(traces["batched"][0].column("arg").to_pylist())) == [0, 1, 2]  # out is x: position 0

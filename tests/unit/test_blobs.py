@@ -7,6 +7,7 @@ import os
 import stat
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -229,3 +230,114 @@ def test_a_failed_batch_names_nothing_and_leaves_no_temp_files(store: BlobStore)
         raise RuntimeError("the launch's rows could not be built")
     assert not store.exists(sha) and not list(store.root.rglob("*.tmp"))
     assert store.put_bytes(b"never named", "raw") == sha and store.get_bytes(sha) == b"never named"
+
+
+def test_a_cycle_of_many_same_shaped_tensors_is_recognised_without_encoding(
+    store: BlobStore, monkeypatch
+) -> None:
+    writes: list[str] = []
+    original = store.store_bytes
+    monkeypatch.setattr(
+        store,
+        "store_bytes",
+        lambda data, kind, rows=None: writes.append(kind) or original(data, kind, rows=rows),
+    )
+    tensors = [torch.randn(4096) for _ in range(12)]  # one launch's inputs, outputs, befores and afters
+    refs = [store.store_tensor(t) for t in tensors]
+    assert len(writes) == 12
+    for _ in range(3):  # the next launches store the same ones again, in the same order
+        assert [store.store_tensor(t.clone()) for t in tensors] == refs
+    assert len(writes) == 12
+    # A change no fingerprint sample covers is still new content: bytes are compared in full.
+    changed = tensors[5].clone()
+    changed.view(torch.uint8)[1001] ^= 1
+    ref = store.store_tensor(changed)
+    assert ref.sha256 != refs[5].sha256 and len(writes) == 13
+    assert store.get_tensor(ref.sha256).view(torch.uint8).tolist() == changed.view(torch.uint8).tolist()
+
+
+def test_recent_tensors_stay_within_their_byte_budget() -> None:
+    from tilelens.store.blobs import BlobRef, _RecentTensors
+
+    recent = _RecentTensors(budget=10 * 4096)
+    tensors = [torch.full((1024,), float(i)) for i in range(25)]
+    for i, t in enumerate(tensors):
+        recent.add(t, BlobRef(f"{i:064x}", "tensor", 4096))
+    assert recent._bytes == 10 * 4096
+    assert [recent.find(t, "tensor") is not None for t in tensors] == [False] * 15 + [True] * 10
+    assert recent.find(tensors[20], "trace") is None  # another kind: another blob
+
+
+def test_tables_read_lately_are_kept_decoded_and_verify_still_reads_the_file(store: BlobStore) -> None:
+    from tilelens.errors import BlobCorruptError
+
+    t = torch.arange(64, dtype=torch.int32)
+    sha = store.put_tensor(t)
+    first = store.get_table(sha)
+    assert store.get_table(sha) is first  # decoded once, from bytes whose hash matched the name
+    path = store.path(sha)
+    path.chmod(0o644)
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+    assert torch.equal(store.get_tensor(sha), t)  # what this process verified, not the flipped byte
+    with pytest.raises(BlobCorruptError):
+        store.verify(sha)
+    with pytest.raises(BlobCorruptError):
+        BlobStore(store.root).get_tensor(sha)  # another process reads the file, and finds it corrupt
+
+
+def test_kept_tables_stay_within_their_byte_budget() -> None:
+    from tilelens.store.blobs import _ReadTables
+
+    kept = _ReadTables(budget=40_000)
+    tables = [pa.table({"a": pa.array(np.full(1000, i, dtype=np.int64))}) for i in range(6)]  # 8000 B each
+    for i, table in enumerate(tables):
+        kept.add(f"{i:064x}", table)
+    assert [kept.get(f"{i:064x}") is not None for i in range(6)] == [False] + [True] * 5
+    kept.add("f" * 64, pa.table({"a": pa.array(np.zeros(2000, dtype=np.int64))}))  # over a quarter: not kept
+    assert kept.get("f" * 64) is None
+
+
+def test_a_batch_starts_each_fsync_when_the_file_is_written_and_renames_only_after_it(
+    store: BlobStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import threading
+
+    import tilelens.store.durable as durable
+
+    release = threading.Event()
+    started: list[str] = []
+    real = durable.fsync_path
+
+    def slow_fsync(p: Path) -> None:
+        if Path(p).name.endswith(".tmp"):
+            started.append(Path(p).name)
+            release.wait(5)
+        real(p)
+
+    monkeypatch.setattr(durable, "fsync_path", slow_fsync)
+    with store.batch():
+        sha = store.put_bytes(b"first blob", "raw")
+        for _ in range(100):  # the fsync runs on its own thread while the launch goes on
+            if started:
+                break
+            threading.Event().wait(0.01)
+        assert len(started) == 1 and not store.exists(sha)
+        release.set()
+    assert store.get_bytes(sha) == b"first blob" and not list(store.root.rglob("*.tmp"))
+    assert not [t for t in threading.enumerate() if t.name == "tilelens-fsync"]  # none outlives the batch
+
+
+def test_a_failed_fsync_fails_the_batch_and_names_nothing(
+    store: BlobStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import tilelens.store.durable as durable
+
+    def failing(p: Path) -> None:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(durable, "fsync_path", failing)
+    with pytest.raises(OSError, match="Input/output"), store.batch():
+        sha = store.put_bytes(b"never durable", "raw")
+    assert not store.exists(sha) and not list(store.root.rglob("*.tmp"))

@@ -133,3 +133,118 @@ def test_evenly_spaced_lanes_are_kept_as_first_address_and_step() -> None:
     arena[[40, 3, 41, 7, 50, 51, 52, 53]] = -2
     log.rollback()
     assert arena.tolist() == list(range(64))
+
+
+def _arena_log(*arrays: np.ndarray) -> StorageTable:
+    return StorageTable([(a.ctypes.data, a.ctypes.data + a.nbytes) for a in arrays])
+
+
+@pytest.mark.parametrize(
+    ("route", "lanes_of", "width"),
+    [
+        ("window", lambda b: [b + 4 * i for i in range(40)], 4),  # contiguous
+        ("window", lambda b: [b + 12 * i for i in range(20)], 4),  # strided
+        ("window", lambda b: [b + 16] * 12, 4),  # one address repeated
+        ("window", lambda b: [b + 2 * i for i in range(30)], 4),  # overlapping lanes
+        ("typed", lambda b: [b + 4 * i for i in (9, 2, 63, 2, 40, 41, 7, 0, 33)], 4),
+        ("typed", lambda b: [b + 8 * i for i in (5, 1, 30, 2, 17, 9, 3, 11)], 8),
+        ("typed", lambda b: [b + 2 * i for i in (100, 3, 7, 64, 1, 90, 91, 5)], 2),
+        ("typed", lambda b: [b + i for i in (200, 3, 7, 64, 1, 90, 91, 5)], 1),
+        ("bytes", lambda b: [b + 4 * i + 1 for i in (9, 2, 50, 4, 40, 41, 7, 0)], 4),  # misaligned
+        ("bytes", lambda b: [b + 3 * i for i in (9, 2, 50, 4, 40, 41, 7, 0)], 3),  # no integer of that width
+    ],
+)
+def test_rollback_puts_back_exact_bytes_whatever_route_the_lanes_take(
+    route: str, lanes_of, width: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    routes: list[str] = []
+    for method, label in (("_window", "window"), ("_typed", "typed"), ("_lanes", "bytes")):
+        real = getattr(WriteLog, method)
+
+        def spy(self, *a, _real=real, _label=label):  # type: ignore[no-untyped-def]
+            out = _real(self, *a)
+            if out is not None:
+                routes.append(_label)
+            return out
+
+        monkeypatch.setattr(WriteLog, method, spy)
+    rng = np.random.default_rng(7)
+    arena = rng.integers(0, 256, size=256, dtype=np.uint8)
+    pristine = arena.copy()
+    base = arena.ctypes.data
+    table = _arena_log(arena)
+    log = WriteLog()
+    addrs = np.array(lanes_of(base), dtype=np.uint64)
+    log.note(table, addrs, None, width)
+    (entry,) = log.entries()
+    expected = np.stack([pristine[int(a) - base : int(a) - base + width] for a in addrs])
+    assert np.array_equal(entry.old, expected) and entry.old.shape == (addrs.size, width)
+    for a in addrs:  # the write, then a second one over it: both undone
+        arena[int(a) - base : int(a) - base + width] = 0xEE
+    log.note(table, addrs, None, width)
+    assert (list(log.entries())[1].old == 0xEE).all()
+    for a in addrs:
+        arena[int(a) - base : int(a) - base + width] = 0x11
+    log.rollback()
+    assert arena.tobytes() == pristine.tobytes()
+    assert routes == [route] * 4  # two notes, two entries put back: each by the route expected
+
+
+def test_rollback_across_several_storages_and_a_misaligned_storage_start() -> None:
+    first = np.arange(64, dtype=np.int32)
+    backing = np.zeros(65, dtype=np.int32)
+    second = backing.view(np.uint8)[2 : 2 + 128]  # starts two bytes past an aligned address
+    second[:] = np.arange(128, dtype=np.uint8)
+    keep = (first.copy(), second.copy())
+    table = StorageTable(
+        [
+            (first.ctypes.data, first.ctypes.data + first.nbytes),
+            (second.ctypes.data, second.ctypes.data + 128),
+        ]
+    )
+    log = WriteLog()
+    across = np.array(
+        [first.ctypes.data + 4 * i for i in (3, 60, 1)] + [second.ctypes.data + 4 * i for i in (0, 31, 7)],
+        dtype=np.uint64,
+    )
+    contiguous_in_second = np.array([second.ctypes.data + 4 * i for i in range(16)], dtype=np.uint64)
+    gather_in_second = np.array([second.ctypes.data + 4 * i for i in (9, 2, 30, 4, 8, 1, 0, 17)], np.uint64)
+    for addrs in (across, contiguous_in_second, gather_in_second):
+        log.note(table, addrs, None, 4)
+    first[:] = -1
+    second[:] = 0xAB
+    log.rollback()
+    # Only noted lanes come back: the rest keeps what the "launch" wrote.
+    assert first[[3, 60, 1]].tolist() == keep[0][[3, 60, 1]].tolist() and first[0] == -1
+    touched = sorted({4 * i + k for i in (0, 31, 7, *range(16), 9, 2, 30, 4, 8, 1, 17) for k in range(4)})
+    assert second[touched].tobytes() == keep[1][touched].tobytes()
+    assert (np.delete(second, touched) == 0xAB).all()
+
+
+def test_lanes_crossing_a_storage_edge_are_refused_on_every_route() -> None:
+    arena = np.zeros(16, dtype=np.int32)
+    base = arena.ctypes.data
+    table = _arena_log(arena)
+    log = WriteLog()
+    for addrs in ([base + 4 * i for i in range(1, 17)], [base + 60, base + 8, base + 64, base]):
+        with pytest.raises(ValueError, match="outside every argument storage"):
+            log.note(table, np.array(addrs, dtype=np.uint64), None, 4)
+    assert len(log) == 0
+
+
+def test_every_route_gathers_what_the_lane_by_lane_route_gathers() -> None:
+    rng = np.random.default_rng(11)
+    arena = rng.integers(0, 256, size=512, dtype=np.uint8)
+    base = arena.ctypes.data
+    table = _arena_log(arena)
+    cases = [
+        (np.arange(base, base + 4 * 100, 4, dtype=np.uint64), 4),  # contiguous
+        (np.arange(base + 8, base + 8 + 24 * 16, 24, dtype=np.uint64), 8),  # strided
+        (np.array([base + 4 * i for i in (90, 3, 3, 17, 64, 0, 127, 5)], dtype=np.uint64), 4),  # aligned
+        (np.array([base + 2 * i + 1 for i in (90, 3, 17, 64, 0, 7, 200, 5)], dtype=np.uint64), 2),  # not
+    ]
+    for addrs, width in cases:
+        log = WriteLog()
+        log.note(table, addrs, None, width)
+        (entry,) = log.entries()
+        assert entry.old.tobytes() == log._gather(table, addrs, width).tobytes()

@@ -505,7 +505,7 @@ class AccessCollector:
         """
         op, addrs, mask, eb, line, _values, _stray = entry
         spans = self.spans
-        if spans.aliased or not spans.spans or addrs.ndim < 2 or addrs.shape[0] != len(self.programs):
+        if not spans.spans or addrs.ndim < 2 or addrs.shape[0] != len(self.programs):
             return None
         if addrs.dtype != np.uint64:
             return None
@@ -537,17 +537,22 @@ class AccessCollector:
         else:
             m = np.broadcast_to(mask, addrs.shape).reshape(b, -1)
             active = np.count_nonzero(m, axis=1)
-        inside = (idx >= 0) & ((active == 0) | ((lo >= starts[safe]) & (hi + eb <= ends[safe])))
-        if not inside.any():
-            return None
         lanes = int(addrs[0].size)
+        chosen: list[ArgSpan | None]
+        if spans.aliased:
+            chosen = self._aliased_spans(addrs, mask, eb, first, lo, hi, active, lanes)
+        else:
+            inside = (idx >= 0) & ((active == 0) | ((lo >= starts[safe]) & (hi + eb <= ends[safe])))
+            chosen = [spans.spans[int(i)] if ok else None for i, ok in zip(idx.tolist(), inside.tolist())]
+        if not any(span is not None for span in chosen):
+            return None
         shape = tuple(per)
         rows: list[dict[str, Any] | None] = []
         for p in range(b):
-            if not inside[p]:
+            span = chosen[p]
+            if span is None:
                 rows.append(None)
                 continue
-            span = spans.spans[int(idx[p])]
             ebytes = span.elem_bytes
             rel0 = int(first[p]) - span.start
             if rel0 % ebytes or any(st % ebytes for st in strides):
@@ -577,6 +582,46 @@ class AccessCollector:
                 }
             )
         return rows
+
+    def _aliased_spans(
+        self,
+        addrs: np.ndarray,
+        mask: np.ndarray | None,
+        eb: int,
+        first: np.ndarray,
+        lo: np.ndarray,
+        hi: np.ndarray,
+        active: np.ndarray,
+        lanes: int,
+    ) -> list[ArgSpan | None]:
+        """Per program of an affine batched entry over aliased views: the argument :meth:`_analyse` gives the
+        block when it takes its fast path (None where it would not: that program is analysed on its own).
+
+        As there: the most specific view holding every active lane (bounds of the active lanes only when some
+        are masked), else the argument found at the first lane; the block is fast when all of its lanes checked
+        lie in that view."""
+        spans = self.spans
+        b = addrs.shape[0]
+        live_lo, live_hi = lo, hi
+        if mask is not None and bool((active != lanes).any()):
+            flat = addrs.reshape(b, -1)
+            m = np.broadcast_to(mask, addrs.shape).reshape(b, -1)
+            live_lo = np.where(m, flat, np.uint64(np.iinfo(np.uint64).max)).min(axis=1).astype(np.int64)
+            live_hi = np.where(m, flat, np.uint64(0)).max(axis=1).astype(np.int64)
+        out: list[ArgSpan | None] = []
+        for p in range(b):
+            span = spans.find(int(first[p]))
+            n_active = int(active[p])
+            if n_active:
+                if n_active == lanes:
+                    lo_p, hi_p = int(lo[p]), int(hi[p])
+                else:
+                    lo_p, hi_p = int(live_lo[p]), int(live_hi[p])
+                span = spans.containing(lo_p, hi_p + eb) or span
+                if span is None or lo_p < span.start or hi_p + eb > span.end:
+                    span = None
+            out.append(span)
+        return out
 
     def finish(self) -> pa.Table:
         self._drain()

@@ -69,8 +69,20 @@ def _memory(start: int, end: int) -> np.ndarray:
     return np.ctypeslib.as_array((ctypes.c_uint8 * (end - start)).from_address(start))
 
 
+_TYPED = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+
+
 class WriteLog:
-    """Collects the old bytes of the lanes a launch writes; can put them back."""
+    """Collects the old bytes of the lanes a launch writes; can put them back.
+
+    Gathering and putting back take the cheapest of three routes, all moving exactly the same bytes:
+
+    * lanes at evenly spaced addresses inside one storage (a contiguous or strided block, the common store):
+      a strided window over that storage, copied or assigned at once;
+    * lanes inside one storage at offsets that are multiples of their width (1, 2, 4 or 8 bytes), from a
+      storage start aligned to it: the storage seen as unsigned integers of that width, indexed once;
+    * anything else (lanes spread over several storages, misaligned lanes): byte by byte, per storage.
+    """
 
     def __init__(self) -> None:
         self._entries: list[WriteEntry] = []
@@ -99,7 +111,60 @@ class WriteLog:
             view = self._views[start] = _memory(start, storage.ends[i])
         return view
 
+    def _one_storage(self, storage: StorageTable, lo: int, hi: int) -> int | None:
+        """The storage interval holding every byte of ``[lo, hi)``, or None when no single one does."""
+        i = bisect.bisect_right(storage.starts, lo) - 1
+        return i if i >= 0 and hi <= storage.ends[i] else None
+
+    def _window(
+        self, storage: StorageTable, lanes: tuple[int, int], n: int, elem_bytes: int
+    ) -> np.ndarray | None:
+        """A (n, elem_bytes) view of live memory over evenly spaced lanes in one storage, else None."""
+        first, step = lanes
+        i = self._one_storage(storage, first, first + (n - 1) * step + elem_bytes)
+        if i is None:
+            return None
+        view = self._view(storage, i)
+        offset = first - storage.starts[i]
+        # Every byte of the window lies in ``view`` (checked just above): the strides stay inside it.
+        return np.lib.stride_tricks.as_strided(view[offset:], shape=(n, elem_bytes), strides=(step, 1))
+
+    def _typed(
+        self, storage: StorageTable, addrs: np.ndarray, elem_bytes: int
+    ) -> tuple[np.ndarray, np.ndarray] | None:
+        """(the storage as unsigned ints of ``elem_bytes``, each lane's index in it) when every lane lies in
+        one storage at an offset that is a multiple of its width, from an aligned storage start; else None."""
+        typed = _TYPED.get(elem_bytes)
+        if typed is None or addrs.size == 0:
+            return None
+        i = self._one_storage(storage, int(addrs.min()), int(addrs.max()) + elem_bytes)
+        if i is None or storage.starts[i] % elem_bytes:
+            return None
+        offsets = addrs - np.uint64(storage.starts[i])
+        if elem_bytes > 1 and (offsets & np.uint64(elem_bytes - 1)).any():
+            return None
+        view = self._view(storage, i)
+        words = view[: view.size - view.size % elem_bytes].view(typed)
+        return words, (offsets // np.uint64(elem_bytes)).astype(np.intp)
+
+    def _old_bytes(
+        self, storage: StorageTable, addrs: np.ndarray, lanes: np.ndarray | tuple[int, int], elem_bytes: int
+    ) -> np.ndarray:
+        """The current bytes of ``addrs``' lanes, by the cheapest route (class docstring)."""
+        if isinstance(lanes, tuple):
+            window = self._window(storage, lanes, addrs.size, elem_bytes)
+            if window is not None:
+                copied: np.ndarray = window.copy()
+                return copied
+        typed = self._typed(storage, addrs, elem_bytes)
+        if typed is not None:
+            words, index = typed
+            picked: np.ndarray = words[index].view(np.uint8).reshape(addrs.size, elem_bytes)
+            return picked
+        return self._gather(storage, addrs, elem_bytes)
+
     def _gather(self, storage: StorageTable, addrs: np.ndarray, elem_bytes: int) -> np.ndarray:
+        """The lane-by-lane route: every byte of every lane indexed, storage by storage."""
         idx, offsets = self._lanes(storage, addrs, elem_bytes)
         old = np.empty((addrs.size, elem_bytes), dtype=np.uint8)
         spread = np.arange(elem_bytes, dtype=np.int64)
@@ -108,17 +173,28 @@ class WriteLog:
             old[sel] = self._view(storage, int(i))[offsets[sel, None] + spread]
         return old
 
-    def _gather_run(
-        self, storage: StorageTable, first: int, step: int, n: int, elem_bytes: int
-    ) -> np.ndarray | None:
-        """``_gather`` for evenly spaced lanes inside one storage (a strided copy); None when they are not."""
-        i = bisect.bisect_right(storage.starts, first) - 1
-        last = first + step * (n - 1) + elem_bytes
-        if i < 0 or last > storage.ends[i]:
-            return None
-        view = self._view(storage, i)[first - storage.starts[i] :]
-        run = np.lib.stride_tricks.as_strided(view, shape=(n, elem_bytes), strides=(step, 1), writeable=False)
-        return np.array(run)
+    def _scatter(self, storage: StorageTable, entry: WriteEntry) -> None:
+        """Write ``entry.old`` back over its lanes, by the route ``_old_bytes`` would take."""
+        old = entry.old
+        n, elem_bytes = old.shape
+        if isinstance(entry.lanes, tuple):
+            window = self._window(storage, entry.lanes, n, elem_bytes)
+            if window is not None:
+                # Lanes that overlap (a step below the width) hold equal copies of the bytes they share, all
+                # read at the same moment: whichever copy lands last, each byte gets its old value.
+                window[...] = old
+                return
+        addrs = entry.addrs
+        typed = self._typed(storage, addrs, elem_bytes)
+        if typed is not None:
+            words, index = typed
+            words[index] = np.ascontiguousarray(old).reshape(-1).view(words.dtype)
+            return
+        idx, offsets = self._lanes(storage, addrs, elem_bytes)
+        spread = np.arange(elem_bytes, dtype=np.int64)
+        for i in np.unique(idx).tolist():
+            sel = idx == i
+            self._view(storage, int(i))[offsets[sel, None] + spread] = old[sel]
 
     def note(
         self, storage: StorageTable | None, addrs: np.ndarray, active: np.ndarray | None, elem_bytes: int
@@ -133,17 +209,13 @@ class WriteLog:
             return
         flat = np.asarray(addrs).reshape(-1).astype(np.uint64, copy=False)
         if active is not None:
-            flat = flat[np.broadcast_to(np.asarray(active, dtype=bool), np.shape(addrs)).reshape(-1)]
+            keep = np.broadcast_to(np.asarray(active, dtype=bool), np.shape(addrs)).reshape(-1)
+            if not keep.all():
+                flat = flat[keep]
         if flat.size == 0:
             return
         lanes = _compact(flat)
-        old = (
-            None
-            if isinstance(lanes, np.ndarray)
-            else self._gather_run(storage, *lanes, flat.size, elem_bytes)
-        )
-        if old is None:
-            old = self._gather(storage, flat, elem_bytes)
+        old = self._old_bytes(storage, flat, lanes, elem_bytes)
         self._entries.append(WriteEntry(lanes, old))
         self.bytes += old.size
         self._storage = storage
@@ -160,10 +232,6 @@ class WriteLog:
         if storage is None:
             return
         for entry in reversed(self._entries):
-            idx, offsets = self._lanes(storage, entry.addrs, entry.old.shape[1])
-            spread = np.arange(entry.old.shape[1], dtype=np.int64)
-            for i in np.unique(idx).tolist():
-                sel = idx == i
-                self._view(storage, int(i))[offsets[sel, None] + spread] = entry.old[sel]
+            self._scatter(storage, entry)
         self._entries.clear()
         self.bytes = 0

@@ -26,6 +26,9 @@ _NUMPY: dict[pa.DataType, Any] = {
 }
 
 
+_BOOL_ID = pa.bool_().id
+
+
 def _validity(present: np.ndarray) -> pa.Buffer | None:
     if present.all():
         return None
@@ -34,7 +37,7 @@ def _validity(present: np.ndarray) -> pa.Buffer | None:
 
 def numbers(values: Sequence[Any] | np.ndarray, type: pa.DataType) -> pa.Array:
     """A non-null fixed-width (integer or float) or bool array."""
-    if pa.types.is_boolean(type):
+    if type.id == _BOOL_ID:  # pa.types.is_boolean costs more than the small arrays built here
         flags = np.asarray(values, dtype=bool)
         bits = np.packbits(flags, bitorder="little")
         return pa.Array.from_buffers(type, flags.size, [None, pa.py_buffer(bits)])

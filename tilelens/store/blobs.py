@@ -20,10 +20,11 @@ import hashlib
 import os
 import re
 import tempfile
+from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -99,18 +100,28 @@ def table_to_parquet(table: pa.Table, **write_options: Any) -> pa.Buffer:
 
 
 class _RecentTensors:
-    """The bytes of the last tensors stored (up to a budget), to skip re-hashing identical content.
+    """The bytes of the tensors stored lately (up to a byte budget), to skip encoding and hashing them again.
 
-    Kept and compared as numpy byte arrays: plain memcpy/memcmp, where torch's copy and compare kernels
-    would wake its thread pool for every tensor. Only the last few tensors of the same geometry are compared:
-    the repeats worth catching are the same input launched again and an output read back as an input.
+    A launch usually stores several same-shaped tensors (inputs, outputs, their before and after), and the next
+    launch of the same program stores the same ones again in the same order: a short list per geometry, tried
+    newest first, misses every time once the cycle is longer than the list. So every remembered tensor is filed
+    under its geometry and a fingerprint of its bytes (a few hundred bytes sampled at fixed positions), and the
+    only candidates compared in full are those with the same fingerprint: a lookup costs one sample and, on a
+    hit, one memcmp, whatever the number of tensors remembered. Least recently used ones go first past the
+    budget.
+
+    Kept and compared as numpy byte arrays: plain memcpy/memcmp, where torch's copy and compare kernels would
+    wake its thread pool for every tensor.
+
+    Invariant: ``find`` returns a reference only for bytes equal, byte for byte, to a copy taken when that
+    reference was stored, under the same kind and view geometry.
     """
 
-    PER_GEOMETRY = 4
+    SAMPLES = 256  # bytes sampled per fingerprint (beyond the first and last 32)
 
     def __init__(self, budget: int = 64 << 20) -> None:
-        self._by_geometry: dict[tuple[Any, ...], list[tuple[Any, BlobRef]]] = {}
-        self._order: list[tuple[tuple[Any, ...], Any]] = []
+        # (kind, geometry, fingerprint) -> [(bytes, ref)], least recently used key first
+        self._entries: OrderedDict[tuple[Any, ...], list[tuple[Any, BlobRef]]] = OrderedDict()
         self._bytes = 0
         self._budget = budget
 
@@ -122,9 +133,12 @@ class _RecentTensors:
             return None
         return t.detach().reshape(-1).view(torch.uint8).numpy()
 
-    @staticmethod
-    def _key(t: Any, kind: str) -> tuple[Any, ...]:
-        return (kind, t.dtype, tuple(t.shape), tuple(t.stride()), t.storage_offset())
+    @classmethod
+    def _key(cls, t: Any, kind: str, raw: Any) -> tuple[Any, ...]:
+        n = raw.size
+        step = max(1, n // cls.SAMPLES)
+        sample = raw[::step].tobytes() + raw[:32].tobytes() + raw[-32:].tobytes()
+        return (kind, t.dtype, tuple(t.shape), tuple(t.stride()), t.storage_offset(), sample)
 
     def find(self, t: Any, kind: str) -> BlobRef | None:
         import numpy as np
@@ -132,41 +146,55 @@ class _RecentTensors:
         raw = self._bytes_of(t)
         if raw is None:
             return None
-        for other, ref in reversed(self._by_geometry.get(self._key(t, kind), ())):
+        key = self._key(t, kind, raw)
+        for other, ref in reversed(self._entries.get(key, ())):
             if np.array_equal(raw, other):
-                return cast("BlobRef | None", ref)
+                self._entries.move_to_end(key)
+                found: BlobRef = ref
+                return found
         return None
 
     def add(self, t: Any, ref: BlobRef) -> None:
         raw = self._bytes_of(t)
         if raw is None or raw.nbytes > self._budget:
             return
-        key = self._key(t, ref.kind)
-        entry = (raw.copy(), ref)  # a copy: the caller may write to its tensor
-        same = self._by_geometry.setdefault(key, [])
-        same.append(entry)
-        self._order.append((key, entry[0]))
+        key = self._key(t, ref.kind, raw)
+        self._entries.setdefault(key, []).append(
+            (raw.copy(), ref)
+        )  # a copy: the caller may write to its tensor
+        self._entries.move_to_end(key)
         self._bytes += raw.nbytes
-        if len(same) > self.PER_GEOMETRY:
-            dropped = same.pop(0)
-            self._forget(key, dropped[0])
-        while self._bytes > self._budget and self._order:
-            old_key, old_raw = self._order[0]
-            group = self._by_geometry.get(old_key, [])
-            for i, (raw_i, _) in enumerate(group):
-                if raw_i is old_raw:
-                    del group[i]
-                    break
-            self._forget(old_key, old_raw)
+        while self._bytes > self._budget:
+            _, same = next(iter(self._entries.items()))
+            dropped, _ = same.pop(0)
+            self._bytes -= dropped.nbytes
+            if not same:
+                self._entries.popitem(last=False)
 
-    def _forget(self, key: tuple[Any, ...], raw: Any) -> None:
-        for i, (_, r) in enumerate(self._order):
-            if r is raw:
-                del self._order[i]
-                self._bytes -= raw.nbytes
-                break
-        if not self._by_geometry.get(key):
-            self._by_geometry.pop(key, None)
+
+class _ReadTables:
+    """Decoded tables of blobs read lately, by name, least recently used first out past a byte budget."""
+
+    def __init__(self, budget: int = 64 << 20) -> None:
+        self._tables: OrderedDict[str, pa.Table] = OrderedDict()
+        self._bytes = 0
+        self._budget = budget
+
+    def get(self, sha256: str) -> pa.Table | None:
+        table = self._tables.get(sha256)
+        if table is not None:
+            self._tables.move_to_end(sha256)
+        return table
+
+    def add(self, sha256: str, table: pa.Table) -> None:
+        size = table.nbytes
+        if size > self._budget // 4 or sha256 in self._tables:
+            return
+        self._tables[sha256] = table
+        self._bytes += size
+        while self._bytes > self._budget:
+            _, dropped = self._tables.popitem(last=False)
+            self._bytes -= dropped.nbytes
 
 
 IPC_MAGIC = b"ARROW1"
@@ -195,6 +223,7 @@ class BlobStore:
         self._intact: set[str] = set()
         self._batch: Batch | None = None  # while ``batch()`` runs: new files made durable together at its end
         self._batch_shas: set[str] = set()
+        self._tables = _ReadTables()
 
     def __repr__(self) -> str:
         return f"BlobStore({str(self.root)!r})"
@@ -345,12 +374,24 @@ class BlobStore:
         self.get_bytes(sha256)
 
     def get_table(self, sha256: str) -> pa.Table:
-        """A table blob, Parquet or Arrow IPC (told apart by their magic bytes)."""
+        """A table blob, Parquet or Arrow IPC (told apart by their magic bytes).
+
+        Tables read lately are kept decoded (:class:`_ReadTables`): a batch of replays reads the same blobs
+        again and again (launches of one kernel share a deduplicated trace; an output is the next launch's
+        input), and each read would re-hash and decode them. A kept table was decoded from bytes whose hash
+        matched its name in this process, and Arrow tables are immutable; ``get_bytes`` and ``verify`` always
+        read the file."""
+        table = self._tables.get(sha256)
+        if table is not None:
+            return table
         data = self.get_bytes(sha256)
         if data[:6] == IPC_MAGIC:
-            return pa.ipc.open_file(pa.BufferReader(data)).read_all()
-        # ParquetFile.read, not pq.read_table: the latter imports pyarrow.dataset, and with it pandas.
-        return pq.ParquetFile(pa.BufferReader(data)).read()
+            table = pa.ipc.open_file(pa.BufferReader(data)).read_all()
+        else:
+            # ParquetFile.read, not pq.read_table: the latter imports pyarrow.dataset, and with it pandas.
+            table = pq.ParquetFile(pa.BufferReader(data), pre_buffer=False).read(use_threads=False)
+        self._tables.add(sha256, table)
+        return table
 
     def get_tensor(self, sha256: str) -> torch.Tensor:
         from tilelens.store.tensors import table_to_tensor

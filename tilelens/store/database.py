@@ -185,9 +185,14 @@ def write_session(engine: Engine) -> Iterator[Session]:
         with Session(bind, expire_on_commit=False) as session, session.begin():
             yield session
     except sa_exc.OperationalError as exc:
-        url = engine.url
-        label = url.database if is_sqlite(engine) else url.render_as_string(hide_password=True)
-        raise HistoryError(f"cannot write history database {label}: {_first_line(exc)}") from exc
+        raise write_failure(engine, exc) from exc
+
+
+def write_failure(engine: Engine, exc: Exception) -> HistoryError:
+    """The one line an operational failure of a write becomes (locked, read-only, out of space)."""
+    url = engine.url
+    label = url.database if is_sqlite(engine) else url.render_as_string(hide_password=True)
+    return HistoryError(f"cannot write history database {label}: {_first_line(exc)}")
 
 
 # -- dialect-specific statements -------------------------------------------------------------------------
@@ -398,6 +403,6 @@ def translate_errors(label: str) -> Iterator[None]:
         raise HistoryError(f"cannot use history database {label}: {message}") from exc
 
 
-def _first_line(exc: sa_exc.DBAPIError) -> str:
-    orig = exc.orig if exc.orig is not None else exc
+def _first_line(exc: Exception) -> str:
+    orig = getattr(exc, "orig", None) or exc
     return str(orig).splitlines()[0] if str(orig) else type(orig).__name__

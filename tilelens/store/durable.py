@@ -4,8 +4,9 @@ Each blob appears atomically and durably: written to a temp file in its folder, 
 its name, the folder fsync'd (:mod:`tilelens.store.blobs`). One launch usually adds several blobs (inputs it saw
 for the first time, outputs, its trace), each in another folder, and doing those steps blob by blob costs two
 fsyncs in a row per blob: on a busy disk, most of a small launch's recording time. A :class:`Batch` keeps the
-order per blob but overlaps the waits across blobs: every temp file is written, then all are fsync'd at once
-(one thread each, joined: the file system commits concurrent fsyncs together), renamed, and their folders fsync'd at once. The
+order per blob but overlaps the waits across blobs and with the launch's other work: each temp file's fsync
+starts on its own thread as soon as the file is written (the file system commits concurrent fsyncs together),
+and at ``close``, once all have returned, the files are renamed and their folders fsync'd at once. The
 guarantee is unchanged: when ``close`` returns, every blob of the batch is on disk under its name, durably, and
 no row names it before (``History.write_launch`` writes rows after the batch closes).
 
@@ -16,6 +17,7 @@ left are removed.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 import threading
@@ -57,11 +59,34 @@ def _each(fn: Callable[[Path], None], paths: Iterable[Path]) -> None:
         raise errors[0]
 
 
+class _Syncing:
+    """One temp file's fsync, started on its own thread as soon as the file is written (``add``), so that
+    it runs while the launch's other blobs are encoded and its rows built; ``wait`` joins it."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(tmp,), name="tilelens-fsync")
+        self._thread.start()
+
+    def _run(self, tmp: Path) -> None:
+        try:
+            fsync_path(tmp)
+        except BaseException as exc:  # re-raised on the batch's thread by ``wait``
+            self.error = exc
+
+    def wait(self) -> None:
+        self._thread.join()
+        if self.error is not None:
+            raise self.error
+
+
 class Batch:
-    """New blob files of one launch: ``add`` writes each to a temp file, ``close`` makes them all durable."""
+    """New blob files of one launch: ``add`` writes each to a temp file and starts its fsync, ``close`` waits
+    for them and makes them all durable under their names."""
 
     def __init__(self) -> None:
         self._pending: dict[Path, Path] = {}  # final path -> temp file
+        self._syncing: dict[Path, _Syncing] = {}  # temp file -> its fsync in flight
         self._folders: set[Path] = set()  # folders to fsync after the renames (new subfolders' parents too)
 
     def __contains__(self, path: Path) -> bool:
@@ -81,11 +106,24 @@ class Batch:
             raise
         self._pending[path] = Path(tmp)
         self._folders.add(folder)
+        self._syncing[Path(tmp)] = _Syncing(Path(tmp))
+
+    def _wait(self) -> None:
+        """Join every fsync in flight; the first error is raised once all have ended."""
+        syncing, self._syncing = list(self._syncing.values()), {}
+        errors = []
+        for job in syncing:
+            try:
+                job.wait()
+            except BaseException as exc:
+                errors.append(exc)
+        if errors:
+            raise errors[0]
 
     def close(self) -> None:
-        """fsync every temp file, rename each onto its name (read-only), fsync every folder touched."""
+        """Wait for every temp file's fsync, rename each onto its name (read-only), fsync every folder touched."""
         try:
-            _each(fsync_path, self._pending.values())
+            self._wait()
             for path, tmp in list(self._pending.items()):
                 os.chmod(tmp, 0o444)  # a blob is immutable by construction
                 os.replace(tmp, path)
@@ -96,6 +134,8 @@ class Batch:
 
     def discard(self) -> None:
         """Remove the temp files not renamed (a failure): nothing of them was ever named."""
+        with contextlib.suppress(BaseException):  # the failure being handled is the caller's to raise
+            self._wait()  # no fsync thread outlives the batch
         for tmp in self._pending.values():
             tmp.unlink(missing_ok=True)
         self._pending.clear()

@@ -57,6 +57,7 @@ from tilelens.store.models import (
     Run,
 )
 from tilelens.store.oobsample import oob_sample
+from tilelens.store.rowsql import LaunchWriter
 from tilelens.store.tracestore import TraceStore
 
 if TYPE_CHECKING:
@@ -134,6 +135,10 @@ class History:
         self._traces = TraceStore(blobs)
         self._kernel_ids: dict[tuple[str, str, str], int] = {}  # filled after commits only
         self.migrated_from: tuple[str, ...] = ()
+        self._rows: LaunchWriter | None = None
+        if database.is_sqlite(engine):  # PostgreSQL keeps SQLAlchemy's Core path (tilelens.store.rowsql)
+            tables = (Blob.__table__, Launch.__table__, LaunchArg.__table__, Replay.__table__)
+            self._rows = LaunchWriter(engine, *cast("tuple[Table, Table, Table, Table]", tables))
 
     @classmethod
     def open(
@@ -381,6 +386,12 @@ class History:
         ``rec.seq`` is set to what was stored. The unique index on (run_id, seq) is what detects it.
         """
         refs, launch, args = self._launch_rows(run_id, rec)
+        kernel_id = self._kernel_ids.get((rec.kernel.module, rec.kernel.qualname, rec.kernel.source_sha256))
+        if self._rows is not None and kernel_id is not None:  # SQLite, kernel row known: the driver's cursor
+            launch["kernel_id"] = kernel_id
+            written = self._rows.attempt(self._rows.write, self._blob_rows(refs.values()), launch, args)
+            if written is not None:  # None: a refused row (a taken seq, say), decided below as it always was
+                return written
         for attempt in range(2):
             try:
                 with database.write_session(self.engine) as s:
@@ -573,6 +584,9 @@ class History:
             "versions": to_json(versions) if versions is not None else None,
             "created_at": created_at or utcnow(),
         }
+        written = None if self._rows is None else self._rows.attempt(self._rows.write_replay, row)
+        if written is not None:  # None: a refused row (an unknown launch), refused below as it always was
+            return written
         with database.write_session(self.engine) as s:
             result = cast(CursorResult[Any], s.execute(insert(cast(Table, Replay.__table__)), row))
             return int(result.inserted_primary_key[0])  # type: ignore[index]  # a one-row INSERT has its key
@@ -580,12 +594,15 @@ class History:
     # -- helpers -------------------------------------------------------------------------------------------
 
     def _register_blobs(self, s: Session, refs: Any) -> None:
+        database.insert_ignore(s, cast(Table, Blob.__table__), self._blob_rows(refs), keys=("sha256",))
+
+    @staticmethod
+    def _blob_rows(refs: Iterable[BlobRef]) -> list[dict[str, Any]]:
         now = utcnow()
-        rows = [
+        return [
             {"sha256": r.sha256, "kind": r.kind, "size": r.size, "rows": r.rows, "created_at": now}
             for r in refs
         ]
-        database.insert_ignore(s, cast(Table, Blob.__table__), rows, keys=("sha256",))
 
     def _kernel_id(self, s: Session, k: KernelIdentity) -> int:
         # Kernel rows are never changed or deleted, so an id seen in a committed write stays right.

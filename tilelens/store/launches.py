@@ -7,17 +7,20 @@ and lets the rest of replay run without SQLAlchemy in sight.
 
 from __future__ import annotations
 
+import sqlite3
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import func, select, text
+from sqlalchemy import bindparam, func, select, text
 
 from tilelens.errors import LaunchNotFoundError
 from tilelens.records import KernelIdentity
 from tilelens.store import History
+from tilelens.store.database import is_sqlite
 from tilelens.store.models import Kernel, Launch, LaunchArg, Run
 from tilelens.store.names import KERNEL_NAMES_SQL, matching_ids
 from tilelens.store.readonly import storable_id
+from tilelens.store.rowsql import CursorQuery, read
 
 
 @dataclass(frozen=True)
@@ -66,59 +69,89 @@ class LaunchSpec:
         return dict(options) if isinstance(options, dict) else {}
 
 
-def load_launch(history: History, launch_id: int) -> LaunchSpec:
-    # Two plain Core queries: ORM objects with eager loading cost several times the SQL for rows read once.
+def _queries() -> tuple[Any, Any]:
+    """The launch row (with its kernel's) and its argument rows, for one ``launch_id``."""
     L, K, A = Launch.__table__.c, Kernel.__table__.c, LaunchArg.__table__.c
+    launch = (
+        select(
+            L.id,
+            L.run_id,
+            L.grid_x,
+            L.grid_y,
+            L.grid_z,
+            L.config,
+            L.status,
+            L.error,
+            L.device,
+            L.backend,
+            L.trace_blob,
+            L.duration_s,
+            L.kernel_file_sha256,
+            K.module,
+            K.qualname,
+            K.file,
+            K.def_line,
+            K.source,
+            K.source_sha256,
+            K.cache_key,
+        )
+        .join_from(Launch.__table__, Kernel.__table__, L.kernel_id == K.id)
+        .where(L.id == bindparam("launch_id"))
+    )
+    args = (
+        select(
+            A.position,
+            A.name,
+            A.kind,
+            A.dtype,
+            A.shape,
+            A.strides,
+            A.storage_offset,
+            A.storage_group,
+            A.value,
+            A.before_blob,
+            A.after_blob,
+            A.storage_bytes,
+            A.value_type,
+        )
+        .where(A.launch_id == bindparam("launch_id"))
+        .order_by(A.position)
+    )
+    return launch, args
+
+
+_QUERIES = _queries()
+_CURSOR_QUERIES: dict[Any, tuple[CursorQuery, CursorQuery]] = {}  # by SQLite dialect
+
+
+def _rows(history: History, launch_id: int) -> tuple[Any, list[Any]]:
+    """The rows: on SQLite through the driver's cursor (``tilelens.store.rowsql``: a Core query costs more in
+    Python than its SQL), anywhere else, or should that fail, through SQLAlchemy."""
+    engine = history.engine
+    if is_sqlite(engine):
+        queries = _CURSOR_QUERIES.get(engine.dialect)
+        if queries is None:
+            queries = _CURSOR_QUERIES[engine.dialect] = (
+                CursorQuery(_QUERIES[0], engine.dialect),
+                CursorQuery(_QUERIES[1], engine.dialect),
+            )
+        try:
+            found, args = read(engine, [(q, {"launch_id": launch_id}) for q in queries])
+            return (found[0] if found else None), args
+        except sqlite3.Error:  # a locked or unreadable file: the Core path reports it as it always did
+            pass
+    with history.session() as s:
+        row = s.execute(_QUERIES[0], {"launch_id": launch_id}).one_or_none()
+        return row, list(s.execute(_QUERIES[1], {"launch_id": launch_id}).all()) if row is not None else []
+
+
+def load_launch(history: History, launch_id: int) -> LaunchSpec:
+    # Two plain queries: ORM objects with eager loading cost several times the SQL for rows read once.
     if not storable_id(launch_id):
         raise LaunchNotFoundError(f"no launch {launch_id} in history {history.label}")
-    with history.session() as s:
-        row = s.execute(
-            select(
-                L.id,
-                L.run_id,
-                L.grid_x,
-                L.grid_y,
-                L.grid_z,
-                L.config,
-                L.status,
-                L.error,
-                L.device,
-                L.backend,
-                L.trace_blob,
-                L.duration_s,
-                L.kernel_file_sha256,
-                K.module,
-                K.qualname,
-                K.file,
-                K.def_line,
-                K.source,
-                K.source_sha256,
-                K.cache_key,
-            )
-            .join_from(Launch.__table__, Kernel.__table__, L.kernel_id == K.id)
-            .where(L.id == launch_id)
-        ).one_or_none()
-        if row is None:
-            raise LaunchNotFoundError(f"no launch {launch_id} in history {history.label}")
-        args = s.execute(
-            select(
-                A.position,
-                A.name,
-                A.kind,
-                A.dtype,
-                A.shape,
-                A.strides,
-                A.storage_offset,
-                A.storage_group,
-                A.value,
-                A.before_blob,
-                A.after_blob,
-                A.storage_bytes,
-                A.value_type,
-            )
-            .where(A.launch_id == launch_id)
-            .order_by(A.position)
-        ).all()
+    row, args = _rows(history, launch_id)
+    if row is None:
+        raise LaunchNotFoundError(f"no launch {launch_id} in history {history.label}")
     return LaunchSpec(
         id=row.id,
         run_id=row.run_id,

@@ -70,8 +70,13 @@ class SparseSnapshot:
 
     def dense(self, fill: torch.Tensor | None = None) -> torch.Tensor:
         """The whole span (1-D): the known values over ``fill`` (zeros when None)."""
-        out = torch.zeros(self.span, dtype=self.dtype) if fill is None else fill.clone()
+        # numpy's memset/memcpy, not torch.zeros/clone: torch's thread pool wakes up for large CPU tensors.
+        out = torch.empty(self.span, dtype=self.dtype)
         raw = out.view(torch.uint8).numpy().reshape(self.span, self.dtype.itemsize)
+        if fill is None:
+            raw[...] = 0
+        else:
+            raw[...] = fill.contiguous().view(torch.uint8).numpy().reshape(self.span, self.dtype.itemsize)
         raw[self.index] = self.values.contiguous().view(torch.uint8).numpy().reshape(-1, self.dtype.itemsize)
         return out
 

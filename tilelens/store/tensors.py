@@ -160,9 +160,12 @@ def table_to_tensor(table: pa.Table) -> torch.Tensor:
         raise TensorCodecError(f"tensor data has {nbytes} bytes, view needs {span * itemsize}")
 
     # Allocate the offset too: storage_offset is part of the view and counts from the storage's start.
-    raw = torch.zeros((offset + span) * itemsize, dtype=torch.uint8)
+    # Filled through numpy (memset, memcpy), not torch.zeros: torch fills large CPU tensors with its thread
+    # pool, whose wake-up costs milliseconds on a busy machine, more than decoding the blob.
+    raw = torch.empty((offset + span) * itemsize, dtype=torch.uint8)
     dst = raw.numpy()
     pos = offset * itemsize
+    dst[:pos] = 0  # the bytes before the view's first element: not recorded, zeros as always
     for buf in buffers:
         dst[pos : pos + buf.size] = np.frombuffer(buf, dtype=np.uint8)
         pos += buf.size
