@@ -23,7 +23,7 @@ from tilelens.core.arguments import (
 )
 from tilelens.core.interpreter import LAUNCH_LOCK, GluonLaunch, launch_patches, pre_run_hooks
 from tilelens.core.semantics import describe_failure
-from tilelens.core.touched import TouchedSnapshots, defer
+from tilelens.core.touched import TouchedSnapshots, defer, forget_untouched
 from tilelens.core.writelog import WriteLog
 from tilelens.records import KernelIdentity, LaunchRecord, utcnow
 
@@ -103,6 +103,8 @@ def run_interpreted(
         trace = collector.finish()
         if touched.needed and writes is not None:
             touched.finish(trace, collector.spans, writes, collector.per_arg, collector.summary)
+        if snapshots and error is None and trace is not None:
+            forget_untouched(arg_records, collector.per_arg, collector.spans.aliased, collector.cross)
         config: dict[str, Any] = {
             "constexprs": {p.name: jsonable(bound.get(p.name)) for p in params if p.constexpr},
             "options": jsonable(options),

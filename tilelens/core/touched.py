@@ -25,6 +25,7 @@ keeps whole-span snapshots (:mod:`tilelens.core.snapshots`), having no trace to 
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -142,6 +143,38 @@ class TouchedSnapshots:
         rec.touched = torch.from_numpy(idx)
         rec.before = _values(before, rec, d)
         rec.after = None if np.array_equal(after, before) else _values(after, rec, d)
+
+
+def forget_untouched(
+    records: list[ArgumentRecord],
+    per_arg: dict[int, AccessSummary],
+    aliased: list[tuple[int, int]],
+    cross: dict[tuple[int, int], int],
+) -> None:
+    """Tensor arguments the launch never accessed keep no values: an empty sparse snapshot.
+
+    Kernels take placeholders they never read (Liger passes a fresh ``torch.empty(1)`` label when there is none):
+    a whole copy of one holds whatever the allocator left there, a new blob and fsync every launch, and nothing a
+    replay of the same kernel needs. The empty snapshot is the same bytes every launch (stored once); a replay
+    that does read the argument (an edited kernel) reads unknown elements and says so.
+
+    Only plain cases: no trace event names the argument, it shares no storage or view with another argument, and
+    no other argument's out-of-bounds lanes landed in it. Call with the trace of a launch that finished.
+    """
+    involved = {p for pair in aliased for p in pair} | {p for pair in cross for p in pair}
+    groups = Counter(rec.storage_group for rec in records if rec.kind == "tensor")
+    for rec in records:
+        if (
+            rec.kind == "tensor"
+            and rec.before is not None
+            and rec.touched is None
+            and groups[rec.storage_group] == 1
+            and rec.position not in per_arg
+            and rec.position not in involved
+        ):
+            rec.touched = torch.empty(0, dtype=torch.int64)
+            rec.before = torch.empty(0, dtype=rec.before.dtype)
+            rec.after = None
 
 
 def defer(t: torch.Tensor) -> bool:

@@ -1,0 +1,91 @@
+"""Tensor arguments a launch never accesses (placeholders such as Liger's ``torch.empty(1)`` label) keep an empty
+sparse snapshot: the same blob every launch whatever the placeholder held, a replay that matches, and an edited
+kernel that reads the placeholder told apart (unknown-read). Arguments read, or sharing storage, keep their copy."""
+
+from __future__ import annotations
+
+import runpy
+from pathlib import Path
+
+from sqlalchemy import select
+
+import tilelens
+from tilelens.replay import replay_launch
+from tilelens.store import History
+from tilelens.store.models import LaunchArg
+
+SCRIPT = """
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def scale_kernel(x_ptr, label_ptr, out_ptr, n, HAS_LABEL: tl.constexpr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask)
+    if HAS_LABEL:
+        x = x + tl.load(label_ptr)
+    tl.store(out_ptr + offs, x * 2.0, mask=mask)
+
+
+WITH_LABEL = __WITH__
+
+if __name__ == "__main__":
+    x = torch.arange(16, dtype=torch.float32)
+    for fill in (1.0, 2.0, 3.0):
+        out = torch.empty(16)
+        scale_kernel[(1,)](x, torch.full((4,), fill), out, 16, HAS_LABEL=WITH_LABEL, BLOCK=16)
+        assert torch.equal(out, (x + (fill if WITH_LABEL else 0.0)) * 2.0)
+    out = torch.empty(16)
+    scale_kernel[(1,)](x, out, out, 16, HAS_LABEL=WITH_LABEL, BLOCK=16)  # the placeholder is the output itself
+"""
+
+
+def _record(tmp_path: Path, has_label: bool) -> tuple[dict[str, str], list[int], Path]:
+    script = tmp_path / "scale.py"
+    script.write_text(SCRIPT.replace("__WITH__", str(has_label)))
+    where = {"db": str(tmp_path / "t.db"), "blobs": str(tmp_path / "blobs")}
+    with tilelens.record(**where) as rec:
+        runpy.run_path(str(script), run_name="__main__")
+    return where, list(rec.launch_ids), script
+
+
+def _label_rows(where: dict[str, str]) -> list[LaunchArg]:
+    with History.open(**where) as h, h.session() as s:
+        return list(
+            s.scalars(select(LaunchArg).where(LaunchArg.name == "label_ptr").order_by(LaunchArg.launch_id))
+        )
+
+
+def test_an_unread_placeholder_is_stored_once_and_empty(tmp_path: Path) -> None:
+    where, launches, _ = _record(tmp_path, has_label=False)
+    rows = _label_rows(where)
+    assert len(rows) == 4
+    # Three fresh placeholders holding 1.0, 2.0, 3.0: one empty snapshot, stored once, unchanged (after = before).
+    assert [r.snapshot_elements for r in rows[:3]] == [0, 0, 0]
+    assert len({r.before_blob for r in rows[:3]}) == 1 and rows[0].before_blob is not None
+    assert [r.after_blob for r in rows[:3]] == [rows[0].before_blob] * 3
+    # Passed as the output too (one storage, two arguments): the whole copy stays.
+    assert rows[3].snapshot_elements is None
+    with History.open(**where) as h:
+        assert [replay_launch(h, lid, device="cpu").outcome for lid in launches] == ["match"] * 4
+
+
+def test_a_read_placeholder_keeps_its_values(tmp_path: Path) -> None:
+    where, launches, _ = _record(tmp_path, has_label=True)
+    rows = _label_rows(where)
+    assert [r.snapshot_elements for r in rows] == [None] * 4
+    assert len({r.before_blob for r in rows[:3]}) == 3  # 1.0, 2.0, 3.0: three contents
+    with History.open(**where) as h:
+        assert [replay_launch(h, lid, device="cpu").outcome for lid in launches] == ["match"] * 4
+
+
+def test_an_edited_kernel_reading_the_placeholder_is_told_apart(tmp_path: Path) -> None:
+    where, launches, script = _record(tmp_path, has_label=False)
+    script.write_text(script.read_text().replace("    if HAS_LABEL:\n", "    if True:\n", 1))
+    with History.open(**where) as h:
+        r = replay_launch(h, launches[0], allow_changed=True)
+    assert r.outcome == "unknown-read" and r.exit_code == 3
+    assert r.unknown_reads == ["label_ptr: read span element 0, which the record does not hold"]
