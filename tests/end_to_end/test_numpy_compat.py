@@ -20,7 +20,7 @@ import triton.language as tl
 from sqlalchemy import select
 
 import tilelens
-from tilelens.core import compat, interpreter
+from tilelens.core import compat, frontend
 from tilelens.store import History
 from tilelens.store.models import Launch
 
@@ -44,7 +44,7 @@ def strict_numpy(monkeypatch: pytest.MonkeyPatch):
 
 def test_scalar_index_takes_a_shape_1_handle(strict_numpy: None) -> None:
     handle = compat.TensorHandle(np.array([7], dtype=np.int32), tl.int32)
-    value = interpreter._scalar_index(type("T", (), {"handle": handle})())
+    value = frontend.scalar_index(type("T", (), {"handle": handle})())
     assert value == 7 and type(value) is int
 
 

@@ -17,6 +17,7 @@ it; ``interpreter.launch_patches`` installs these replacements for the length of
 * ``InterpreterBuilder.get_block_ty`` and ``block_type.with_element_ty`` construct a new ``block_type`` (name
   string, shape validation) for every operation that splats or casts a block; block types are values (nothing
   sets their attributes after construction), so one instance per (element type, shape) serves every caller.
+* ``index_through_squeeze``: Triton 3.6's tensor patching with 3.7's ``__index__`` (numpy >= 2.4).
 
 Invariant: every replacement returns what Triton's function returns, or raises what it raises, for every
 input; it is only cheaper.
@@ -127,3 +128,21 @@ def cached_with_element_ty(original: Callable[..., Any]) -> Callable[..., Any]:
         return found
 
     return with_element_ty
+
+
+def index_through_squeeze(original: Callable[..., Any]) -> Callable[..., Any]:
+    """Triton 3.6's tensor patching with 3.7's ``__index__``: numpy >= 2.4 refuses ``int()`` of a (1,) array.
+
+    The interpreter's own scope sets (and at the end of the launch restores) ``tl.tensor.__index__``; ours is
+    set through the same scope right after, so it is undone with it.
+    """
+
+    def _patch_lang_tensor(tensor: Any, scope: Any) -> None:
+        original(tensor, scope)
+        scope.set_attr(tensor, "__index__", scalar_index)
+
+    return _patch_lang_tensor
+
+
+def scalar_index(self: Any) -> int:
+    return int(self.handle.data.squeeze())

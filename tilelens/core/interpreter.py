@@ -250,25 +250,7 @@ def _semantic_patches(patcher: _Patcher) -> None:
     patcher.set(compat.ScanOps, "cumprod", semantics.bf16_scan(compat.ScanOps.cumprod, np.cumprod))
     if compat.INDEX_NEEDS_SQUEEZE:
         name = compat.PATCH_LANG_TENSOR
-        patcher.set(module, name, _index_through_squeeze(getattr(module, name)))
-
-
-def _index_through_squeeze(original: Callable[..., Any]) -> Callable[..., Any]:
-    """Triton 3.6's tensor patching with 3.7's ``__index__``: numpy >= 2.4 refuses ``int()`` of a (1,) array.
-
-    The interpreter's own scope sets (and at the end of the launch restores) ``tl.tensor.__index__``; ours is
-    set through the same scope right after, so it is undone with it.
-    """
-
-    def _patch_lang_tensor(tensor: Any, scope: Any) -> None:
-        original(tensor, scope)
-        scope.set_attr(tensor, "__index__", _scalar_index)
-
-    return _patch_lang_tensor
-
-
-def _scalar_index(self: Any) -> int:
-    return int(self.handle.data.squeeze())
+        patcher.set(module, name, frontend.index_through_squeeze(getattr(module, name)))
 
 
 def _patch_lang_with_libdevice(original: Callable[..., Any]) -> Callable[..., Any]:
