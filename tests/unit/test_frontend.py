@@ -111,3 +111,58 @@ def test_block_types_are_shared_values_equal_to_tritons() -> None:
     odd = [tl.constexpr(4)]
     assert get(builder, tl.float32, odd) == stock_get(builder, tl.float32, odd)
     assert get(builder, tl.float32, odd) is not get(builder, tl.float32, odd)
+
+
+def _attrs(t: object) -> list[tuple[str, str]]:
+    out = []
+    for name, value in vars(t).items():
+        if name == "shape":
+            out.append((name, f"{type(value).__name__}{[repr(v) for v in value.values]}"))
+        else:
+            out.append((name, repr(value)))
+    return out
+
+
+def test_tensors_built_from_remembered_shapes_equal_tritons() -> None:
+    stock = tl.core.tensor.__init__
+    fast = frontend.cached_tensor_init(stock, tl.core.tuple)
+    types = [tl.float32, tl.int8, tl.block_type(tl.float32, [16]), tl.block_type(tl.int1, [4, 8])]
+    types += [tl.block_type(tl.pointer_type(tl.float16), [2, 1, 64])]
+    for ty in types:
+        made = []
+        for _ in range(3):  # the first call runs Triton's constructor; the others build from what it made
+            t = tl.core.tensor.__new__(tl.core.tensor)
+            fast(t, "handle", ty)
+            made.append(t)
+        expected = tl.core.tensor.__new__(tl.core.tensor)
+        stock(expected, "handle", ty)
+        for t in made:
+            assert _attrs(t) == _attrs(expected)  # the same attributes, values and order
+            assert t.type is ty and t.dtype is ty.scalar and t.handle == "handle"
+            assert t.shape.type == expected.shape.type and str(t.shape.type) == str(expected.shape.type)
+        # each tensor has its own shape tuple and list: changing one leaves the others alone
+        assert made[1].shape is not made[2].shape and made[1].shape.values is not made[2].shape.values
+        made[1].shape.values.append(tl.constexpr(7))
+        assert _attrs(made[2]) == _attrs(expected)
+    # an equal type that is another object gets its own entry, built by Triton's constructor first
+    again = tl.block_type(tl.float32, [16])
+    t = tl.core.tensor.__new__(tl.core.tensor)
+    fast(t, None, again)
+    assert t.type is again and [repr(v) for v in t.shape.values] == ["constexpr[16]"]
+
+
+def test_a_constructor_that_does_more_keeps_tritons() -> None:
+    stock = tl.core.tensor.__init__
+
+    def richer(self: object, handle: object, ty: object) -> None:
+        stock(self, handle, ty)
+        self.extra = 1  # type: ignore[attr-defined]
+
+    ty = tl.block_type(tl.float32, [2, 4])
+    assert frontend.tensor_init_matches(
+        stock, frontend.cached_tensor_init(stock, tl.core.tuple), tl.core.tensor, ty
+    )
+    assert not frontend.tensor_init_matches(
+        richer, frontend.cached_tensor_init(stock, tl.core.tuple), tl.core.tensor, ty
+    )
+    assert frontend.TENSOR_INIT_OK  # this Triton's constructor is the one the replacement reproduces

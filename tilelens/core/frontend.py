@@ -17,6 +17,8 @@ it; ``interpreter.launch_patches`` installs these replacements for the length of
 * ``InterpreterBuilder.get_block_ty`` and ``block_type.with_element_ty`` construct a new ``block_type`` (name
   string, shape validation) for every operation that splats or casts a block; block types are values (nothing
   sets their attributes after construction), so one instance per (element type, shape) serves every caller.
+* ``tl.tensor.__init__`` rebuilds the shape (a ``constexpr`` per dimension, a ``tl.tuple`` and its type) for
+  every value: built once per (shared) type object instead (``cached_tensor_init``).
 * ``index_through_squeeze``: Triton 3.6's tensor patching with 3.7's ``__index__`` (numpy >= 2.4).
 
 Invariant: every replacement returns what Triton's function returns, or raises what it raises, for every
@@ -25,6 +27,7 @@ input; it is only cheaper.
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Callable
 from typing import Any
 
@@ -146,3 +149,73 @@ def index_through_squeeze(original: Callable[..., Any]) -> Callable[..., Any]:
 
 def scalar_index(self: Any) -> int:
     return int(self.handle.data.squeeze())
+
+
+def cached_tensor_init(original: Callable[..., Any], tuple_cls: Any) -> Callable[..., Any]:
+    """``tl.tensor.__init__`` building the shape from what the first tensor of the same type object got.
+
+    Triton's constructor makes a ``constexpr`` per dimension, one for ``numel`` and a ``tl.tuple`` whose type
+    it derives value by value: for every value an operation produces, ~15% of a loop kernel's interpretation.
+    Types are shared now (``cached_block_ty``), so per type object (held, so its id is never reused while
+    cached) the first tensor's pieces are kept: later tensors get a fresh ``tl.tuple`` (its own list of the same
+    ``constexpr`` values, the same tuple type) and the same ``numel`` constexpr — equal attributes, in the same
+    order. ``constexpr`` and the types are never modified after construction.
+    """
+    known: dict[int, tuple[Any, list[Any], Any, Any]] = {}
+
+    def __init__(self: Any, handle: Any, type: Any) -> None:  # noqa: A002 - Triton's parameter name
+        entry = known.get(id(type))
+        if entry is None or entry[0] is not type:
+            original(self, handle, type)
+            shape: Any = self.__dict__.get("shape")
+            if builtins.type(shape) is tuple_cls and set(vars(shape)) == {"values", "type"}:
+                if len(known) >= _MAX_CACHED:
+                    known.clear()
+                known[id(type)] = (type, list(shape.values), shape.type, self.numel)
+            return
+        shape = tuple_cls.__new__(tuple_cls)
+        shape.values = list(entry[1])
+        shape.type = entry[2]
+        self.handle = handle
+        self.shape = shape
+        self.numel = entry[3]
+        self.type = type
+        self.dtype = type.scalar
+
+    return __init__
+
+
+def tensor_init_matches(
+    original: Callable[..., Any], fast: Callable[..., Any], tensor_cls: Any, ty: Any
+) -> bool:
+    """Whether ``fast`` builds the same attributes as ``original`` (names, order, values) for a tensor of ``ty``:
+    checked once before installing it, so a Triton whose constructor does more keeps its own."""
+    a, b, c = (tensor_cls.__new__(tensor_cls) for _ in range(3))
+    original(a, None, ty)
+    fast(b, None, ty)  # the first call runs the original and remembers its pieces
+    fast(c, None, ty)  # this one is built from them
+    for t in (b, c):
+        if list(vars(t)) != list(vars(a)):
+            return False
+        if [repr(v) for v in t.shape.values] != [
+            repr(v) for v in a.shape.values
+        ] or t.shape.type != a.shape.type:
+            return False
+        if repr(t.numel) != repr(a.numel) or t.type is not a.type or t.dtype is not a.dtype:
+            return False
+    return True
+
+
+# The replacements, made once, so the memoised answers outlive a launch (they depend on Triton's types only);
+# ``interpreter._semantic_patches`` installs them for each launch.
+FAST_NP_DTYPE = cached_np_dtype(compat.interpreter_module._get_np_dtype)
+FAST_SANITIZE = sanitize_overflow(
+    compat.TritonSemantic.binary_op_sanitize_overflow_impl, compat.TritonSemantic.device_assert
+)
+FAST_BLOCK_TY = cached_block_ty(compat.InterpreterBuilder.get_block_ty)
+FAST_WITH_ELEMENT_TY = cached_with_element_ty(compat.tl.block_type.with_element_ty)
+TENSOR = compat.tl.core.tensor
+FAST_TENSOR_INIT = cached_tensor_init(TENSOR.__init__, compat.tl.core.tuple)
+TENSOR_INIT_OK = tensor_init_matches(
+    TENSOR.__init__, FAST_TENSOR_INIT, TENSOR, compat.tl.block_type(compat.tl.float32, [2, 4])
+)

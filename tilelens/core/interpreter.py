@@ -215,26 +215,17 @@ def _interpret_knob(value: bool) -> Iterator[None]:
         yield
 
 
-# Triton's front-end internals, faster with the same results (tilelens.core.frontend); made once, so the
-# memoised answers outlive a launch (they depend on Triton's types only).
-_FAST_NP_DTYPE = frontend.cached_np_dtype(compat.interpreter_module._get_np_dtype)
-_FAST_SANITIZE = frontend.sanitize_overflow(
-    compat.TritonSemantic.binary_op_sanitize_overflow_impl, compat.TritonSemantic.device_assert
-)
-
-_FAST_BLOCK_TY = frontend.cached_block_ty(compat.InterpreterBuilder.get_block_ty)
-_FAST_WITH_ELEMENT_TY = frontend.cached_with_element_ty(compat.tl.block_type.with_element_ty)
-
-
 def _semantic_patches(patcher: _Patcher) -> None:
     """Install the compiled-Triton semantics of ``tilelens.core.semantics`` (see there for why), and the
     cheaper front-end internals of ``tilelens.core.frontend``."""
     builder_cls = compat.InterpreterBuilder
     module = compat.interpreter_module
-    patcher.set(module, "_get_np_dtype", _FAST_NP_DTYPE)
-    patcher.set(compat.TritonSemantic, "binary_op_sanitize_overflow_impl", _FAST_SANITIZE)
-    patcher.set(builder_cls, "get_block_ty", _FAST_BLOCK_TY)
-    patcher.set(compat.tl.block_type, "with_element_ty", _FAST_WITH_ELEMENT_TY)
+    patcher.set(module, "_get_np_dtype", frontend.FAST_NP_DTYPE)
+    patcher.set(compat.TritonSemantic, "binary_op_sanitize_overflow_impl", frontend.FAST_SANITIZE)
+    patcher.set(builder_cls, "get_block_ty", frontend.FAST_BLOCK_TY)
+    patcher.set(compat.tl.block_type, "with_element_ty", frontend.FAST_WITH_ELEMENT_TY)
+    if frontend.TENSOR_INIT_OK:
+        patcher.set(frontend.TENSOR, "__init__", frontend.FAST_TENSOR_INIT)
     patcher.set(module, "_implicit_cvt", semantics.typed_scalar_cvt(module._implicit_cvt))
     patcher.set(module, "_patch_lang", _patch_lang_with_libdevice(module._patch_lang))
     patcher.set(builder_cls, "get_bf16", semantics.get_bf16)
