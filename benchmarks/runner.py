@@ -139,15 +139,16 @@ def _stock_baseline(rec: Recording, case: Case, notes: list[str]) -> Any:
 
 
 def _replay_time(history: History, launch_ids: list[int], samples: int, notes: list[str]) -> float | None:
-    """Best time to replay one sample's launches on the CPU, in a warm process (as ``tilelens replay --run``
-    does for a batch: kernels resolved and traced once), comparison and replay rows included."""
+    """Best time, over as many samples as recording takes, to replay one sample's launches on the CPU, in a warm
+    process (as ``tilelens replay --run`` does for a batch: kernels resolved and traced once), comparison and
+    replay rows included."""
     from tilelens.replay import KernelResolver, replay_launch
 
     resolver = KernelResolver()
     for lid in launch_ids:  # warm-up: import, identity, AST rewrite
         replay_launch(history, lid, device="cpu", resolver=resolver)
     best = None
-    for _ in range(max(1, samples // 2)):
+    for _ in range(samples):
         t0 = time.perf_counter()
         for lid in launch_ids:
             outcome = replay_launch(history, lid, device="cpu", resolver=resolver)
