@@ -25,7 +25,7 @@ import typer
 from tilelens.commands import register_all
 from tilelens.commands.common import CliState
 from tilelens.commands.escape import escape
-from tilelens.errors import SchemaBehindError, TileLensError, ViewsMissingError
+from tilelens.errors import SchemaBehindError, TileLensError, UnsupportedError, ViewsMissingError
 
 app = typer.Typer(
     name="tilelens",
@@ -104,7 +104,11 @@ def _global_options_after(group: click.Group) -> None:
 def command() -> click.Group:
     """The click command behind ``app``, with the global options on every command."""
     group = typer.main.get_command(app)
-    assert isinstance(group, click.Group)
+    if not isinstance(group, click.Group):  # typer >= 0.26 carries its own command classes, not click's
+        raise UnsupportedError(
+            f"this TileLens needs typer < 0.26 (found {getattr(typer, '__version__', '?')}, whose commands are "
+            "not click's): pip install 'typer>=0.12,<0.26'"
+        )
     _global_options_after(group)
     return group
 

@@ -150,3 +150,26 @@ def test_replay_selections_that_find_nothing(
     History.open(str(empty)).close()
     code, out, err = run_cli(capsys, "replay", "--last", "--db", empty)
     assert (code, out, err) == (2, "", "tilelens: error: the history has no runs to replay\n")
+
+
+def test_a_typer_without_click_commands_is_one_line_and_exit_2(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """typer >= 0.26 builds its own command classes: the CLI says which typer it needs instead of failing."""
+    import typer.main
+
+    from tilelens import cli
+
+    monkeypatch.setattr(typer.main, "get_command", lambda app: object())
+    monkeypatch.setattr(typer, "__version__", "0.27.2", raising=False)
+    cli.command.cache_clear()
+    try:
+        assert cli.main(["ls"]) == 2
+    finally:
+        monkeypatch.undo()
+        cli.command.cache_clear()
+    err = capsys.readouterr().err
+    assert err == (
+        "tilelens: error: this TileLens needs typer < 0.26 (found 0.27.2, whose commands are not click's): "
+        "pip install 'typer>=0.12,<0.26'\n"
+    )
