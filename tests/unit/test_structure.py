@@ -209,7 +209,10 @@ OWN_OBJECTS = {
     ("tilelens.store.lanes", 'setattr(out[int(v)], f"{kind}_lanes"'): "the store's own LineCounts",
     ("tilelens.cli", "st.db, st.blobs, st.debug = db, blobs, debug"): "the CLI's own state",
     ("tilelens.cli", "setattr(st, param.name, value)"): "the CLI's own state",
-    ("tilelens.core.frontend", "shape.values = list(entry[1])"): "the tl.tuple the tensor constructor just made",
+    (
+        "tilelens.core.frontend",
+        "shape.values = list(entry[1])",
+    ): "the tl.tuple the tensor constructor just made",
     ("tilelens.core.frontend", "shape.type = entry[2]"): "the tl.tuple the tensor constructor just made",
 }
 
