@@ -89,3 +89,30 @@ def test_an_edited_kernel_reading_the_placeholder_is_told_apart(tmp_path: Path) 
         r = replay_launch(h, launches[0], allow_changed=True)
     assert r.outcome == "unknown-read" and r.exit_code == 3
     assert r.unknown_reads == ["label_ptr: read span element 0, which the record does not hold"]
+
+
+def test_an_empty_sparse_snapshot_is_encoded_once_and_byte_identical(tmp_path: Path) -> None:
+    import hashlib
+
+    import numpy as np
+    import torch
+
+    from tilelens.store import BlobStore
+    from tilelens.store.blobs import table_to_ipc
+    from tilelens.store.sparse import SparseSnapshot, sparse_to_table, table_to_sparse
+
+    def empty(offset: int) -> SparseSnapshot:
+        return SparseSnapshot(torch.float32, (4,), (1,), offset, 4, np.zeros(0, np.int64), torch.empty(0))
+
+    store = BlobStore(tmp_path / "blobs")
+    first, again, other = (
+        store.store_sparse(empty(0)),
+        store.store_sparse(empty(0)),
+        store.store_sparse(empty(2)),
+    )
+    expected = table_to_ipc(sparse_to_table(empty(0)))
+    assert first == again and first.sha256 == hashlib.sha256(expected).hexdigest()
+    assert first.rows == sparse_to_table(empty(0)).num_rows and first.size == expected.size
+    assert other.sha256 != first.sha256  # the geometry is the content
+    back = table_to_sparse(store.get_table(other.sha256))
+    assert (back.storage_offset, back.span, back.elements) == (2, 4, 0)

@@ -38,6 +38,8 @@ if TYPE_CHECKING:
     from tilelens.store.sparse import SparseSnapshot
 
 _SHA_RE = re.compile(r"^[0-9a-f]{64}$")
+# Encoded empty sparse snapshots by geometry (dtype, shape, strides, offset, span): immutable Arrow buffers.
+_EMPTY_SPARSE: dict[tuple[Any, ...], tuple[pa.Buffer, int]] = {}
 PARQUET_COMPRESSION = "zstd"
 
 
@@ -343,8 +345,18 @@ class BlobStore:
         """A sparse snapshot (:mod:`tilelens.store.sparse`): Arrow IPC like a tensor, content-addressed too."""
         from tilelens.store.sparse import sparse_to_table
 
-        table = sparse_to_table(snap)
-        return self.store_bytes(table_to_ipc(table), kind, rows=table.num_rows)
+        if snap.elements:
+            table = sparse_to_table(snap)
+            return self.store_bytes(table_to_ipc(table), kind, rows=table.num_rows)
+        # An empty one (an argument the launch never accessed) is its geometry only: encoded once per process.
+        key = (str(snap.dtype), snap.shape, snap.strides, snap.storage_offset, snap.span)
+        found = _EMPTY_SPARSE.get(key)
+        if found is None:
+            if len(_EMPTY_SPARSE) >= 1024:
+                _EMPTY_SPARSE.clear()
+            table = sparse_to_table(snap)
+            found = _EMPTY_SPARSE[key] = (table_to_ipc(table), table.num_rows)
+        return self.store_bytes(found[0], kind, rows=found[1])
 
     def put_bytes(self, data: bytes | bytearray | memoryview | pa.Buffer, kind: str) -> str:
         return self.store_bytes(data, kind).sha256
