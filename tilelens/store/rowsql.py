@@ -2,9 +2,10 @@
 statement machinery.
 
 Recording writes one short transaction per launch (``History.write_launch``): the blob rows it names, the
-launch row, its argument rows; a replay writes its one row (``History.write_replay``). Through SQLAlchemy's Session and Core each of those statements costs a few
-hundred microseconds of Python (cache keys, compiled-statement lookup, result objects), about a millisecond and
-a half per launch: on a 10 ms launch, a sixth of what recording may cost. Here the same INSERTs run on the
+launch row, its argument rows; a replay writes its one row (``History.write_replay``). Through SQLAlchemy's
+Session and Core each of those statements costs a few hundred microseconds of Python (cache keys,
+compiled-statement lookup, result objects), about a millisecond and a half per launch: on a 10 ms launch, a
+sixth of what recording may cost. Here the same INSERTs run on the
 pooled connection's ``sqlite3`` cursor, in one ``BEGIN IMMEDIATE`` ... ``COMMIT``.
 
 Invariant: every value stored is exactly what SQLAlchemy would store: each goes through the bind processor
