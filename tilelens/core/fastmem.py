@@ -73,19 +73,19 @@ def _same_shape(data: Any, shape: tuple[int, ...], dtype: Any) -> bool:
     return type(data) is np.ndarray and data.shape == shape and data.dtype == dtype
 
 
-def load(
-    storage: Any, views: StorageViews, ptrs: Any, mask: Any, other: Any, dtype: Any
-) -> np.ndarray | None:
-    """What ``interpreter.load(ptrs, mask, other, dtype)`` returns, or None where this path does not apply."""
+def _block(
+    storage: Any, views: StorageViews, ptrs: Any, mask: Any, dtype: Any, data: Any
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool] | None:
+    """(typed storage view, element index of each active lane, the mask, whether every lane is active) for a
+    block this path takes, or None. ``data`` (None: nothing to check) must have the block's shape and ``dtype``."""
     addrs = ptrs.data
     if type(addrs) is not np.ndarray or addrs.size < MIN_LANES or addrs.dtype != np.uint64:
         return None
-    dtype = np.dtype(dtype)
     shape = addrs.shape
     active: Any = getattr(mask, "data", None)
     if not _same_shape(active, shape, np.bool_):
         return None
-    if other is not None and not _same_shape(getattr(other, "data", None), shape, dtype):
+    if data is not None and not _same_shape(data, shape, dtype):
         return None
     every = bool(active.all())
     lanes = addrs.reshape(-1) if every else addrs[active]
@@ -94,35 +94,42 @@ def load(
     found = _indices(storage, views, lanes, dtype)
     if found is None:
         return None
-    view, idx = found
+    return found[0], found[1], active, every
+
+
+def load(
+    storage: Any, views: StorageViews, ptrs: Any, mask: Any, other: Any, dtype: Any
+) -> np.ndarray | None:
+    """What ``interpreter.load(ptrs, mask, other, dtype)`` returns, or None where this path does not apply."""
+    dtype = np.dtype(dtype)
+    other_data = None if other is None else getattr(other, "data", None)
+    if other is not None and other_data is None:
+        return None
+    block = _block(storage, views, ptrs, mask, dtype, other_data)
+    if block is None:
+        return None
+    view, idx, active, every = block
     values: np.ndarray = view[idx]  # a gather: a new array, never a view of memory
     if every:
-        gathered: np.ndarray = values.reshape(shape)
+        gathered: np.ndarray = values.reshape(active.shape)
         return gathered
-    out = np.zeros(shape, dtype=dtype) if other is None else np.array(other.data, dtype=dtype, order="C")
+    out = (
+        np.zeros(active.shape, dtype=dtype) if other is None else np.array(other_data, dtype=dtype, order="C")
+    )
     out[active] = values
     return out
 
 
 def store(storage: Any, views: StorageViews, ptrs: Any, value: Any, mask: Any, dtype: Any) -> bool:
     """Do what ``interpreter.store(ptrs, value, mask)`` does and return True, or False (nothing written)."""
-    addrs = ptrs.data
-    if type(addrs) is not np.ndarray or addrs.size < MIN_LANES or addrs.dtype != np.uint64:
-        return False
     dtype = np.dtype(dtype)
-    shape = addrs.shape
-    active: Any = getattr(mask, "data", None)
     values: Any = getattr(value, "data", None)
-    if not (_same_shape(active, shape, np.bool_) and _same_shape(values, shape, dtype)):
+    if values is None:
         return False
-    every = bool(active.all())
-    lanes = addrs.reshape(-1) if every else addrs[active]
-    if lanes.size == 0:
+    block = _block(storage, views, ptrs, mask, dtype, values)
+    if block is None:
         return False
-    found = _indices(storage, views, lanes, dtype)
-    if found is None:
-        return False
-    view, idx = found
+    view, idx, active, every = block
     if idx.size > 1 and not bool((idx[1:] > idx[:-1]).all()):
         return False  # repeated (or unordered) addresses: the lane order decides, as Triton's loop does
     view[idx] = values.reshape(-1) if every else values[active]

@@ -37,6 +37,18 @@ _MAX_CACHED = 4096
 _TL_TUPLE = compat.tl_tuple
 
 
+def _remember(cache: dict[Any, Any], key: Any, make: Callable[[], Any]) -> Any:
+    """``cache[key]``, made by ``make()`` on a miss; the cache is emptied first when it holds ``_MAX_CACHED``
+    entries (block types name their shapes: the distinct ones kept are bounded). Errors are not remembered."""
+    found = cache.get(key)
+    if found is None:
+        found = make()
+        if len(cache) >= _MAX_CACHED:
+            cache.clear()
+        cache[key] = found
+    return found
+
+
 def cached_np_dtype(original: Callable[[Any], Any]) -> Callable[[Any], Any]:
     """``_get_np_dtype`` memoised by the Triton type's (class, name); misses ask ``original``."""
     cache: dict[tuple[type, str], Any] = {}
@@ -45,14 +57,7 @@ def cached_np_dtype(original: Callable[[Any], Any]) -> Callable[[Any], Any]:
         name = getattr(tt_dtype, "name", None)
         if type(name) is not str:
             return original(tt_dtype)
-        key = (type(tt_dtype), name)
-        found = cache.get(key)
-        if found is None:
-            found = original(tt_dtype)
-            if len(cache) >= _MAX_CACHED:  # block types name their shapes: bound the distinct ones kept
-                cache.clear()
-            cache[key] = found
-        return found
+        return _remember(cache, (type(tt_dtype), name), lambda: original(tt_dtype))
 
     return _get_np_dtype
 
@@ -100,14 +105,7 @@ def cached_block_ty(original: Callable[..., Any]) -> Callable[..., Any]:
         name = getattr(dtype, "name", None)
         if dims is None or type(name) is not str:
             return original(self, dtype, shape)
-        key = (type(dtype), name, dims)
-        found = cache.get(key)
-        if found is None:
-            found = original(self, dtype, shape)
-            if len(cache) >= _MAX_CACHED:
-                cache.clear()
-            cache[key] = found
-        return found
+        return _remember(cache, (type(dtype), name, dims), lambda: original(self, dtype, shape))
 
     return get_block_ty
 
@@ -122,13 +120,7 @@ def cached_with_element_ty(original: Callable[..., Any]) -> Callable[..., Any]:
         if dims is None or type(name) is not str:
             return original(self, scalar_ty)
         key = (type(self), type(scalar_ty), name, dims)
-        found = cache.get(key)
-        if found is None:
-            found = original(self, scalar_ty)
-            if len(cache) >= _MAX_CACHED:
-                cache.clear()
-            cache[key] = found
-        return found
+        return _remember(cache, key, lambda: original(self, scalar_ty))
 
     return with_element_ty
 
@@ -215,7 +207,7 @@ FAST_SANITIZE = sanitize_overflow(
 FAST_BLOCK_TY = cached_block_ty(compat.InterpreterBuilder.get_block_ty)
 FAST_WITH_ELEMENT_TY = cached_with_element_ty(compat.tl.block_type.with_element_ty)
 TENSOR = compat.tl.core.tensor
-FAST_TENSOR_INIT = cached_tensor_init(TENSOR.__init__, compat.tl.core.tuple)
+FAST_TENSOR_INIT = cached_tensor_init(TENSOR.__init__, _TL_TUPLE)
 TENSOR_INIT_OK = tensor_init_matches(
     TENSOR.__init__, FAST_TENSOR_INIT, TENSOR, compat.tl.block_type(compat.tl.float32, [2, 4])
 )
