@@ -31,6 +31,7 @@ from tilelens.core import compat, testid
 from tilelens.core.arguments import Param, describe_arguments, kernel_params, resolve_grid
 from tilelens.core.capture import SnapPlan, snap_planned
 from tilelens.core.compiled_rows import first_device, record_of
+from tilelens.core.compiled_templates import FlatPlan, Templates, body_of, capture, slots_of
 from tilelens.core.identity import kernel_identity
 from tilelens.core.interpreter import in_autotune_bench, original_run
 from tilelens.core.launch import config_dict
@@ -89,6 +90,7 @@ class _Kernel:
     name_set: frozenset[str] = frozenset()
     defaults: tuple[Param, ...] = ()
     plan: Any = None  # ``capture.SnapPlan``
+    flat_plan: Any = None  # ``compiled_templates.FlatPlan``
     not_options: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
@@ -96,6 +98,7 @@ class _Kernel:
         self.name_set = frozenset(self.names)
         self.defaults = tuple(p for p in self.params if p.default is not inspect.Parameter.empty)
         self.plan = SnapPlan(self.params)
+        self.flat_plan = FlatPlan(self.params)
         self.not_options = self.name_set | _RESERVED_SET
 
     def options(self, kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -140,6 +143,11 @@ class CompiledRouter:
     pool: Any = None
     # Where raw launches go when set (the writer process's ``submit_raw``); else ``sink.submit_raw``.
     submit: Any = None
+    # The writer process's ``submit_flat``/``submit_template`` when it takes templated launches (set by
+    # :meth:`use_templates`); None: every launch is a raw launch.
+    flat: Any = None
+    flat_template: Any = None
+    _templates: Templates = field(default_factory=Templates)
 
     # Set on the first launch: whether ``runner`` calls a callable grid with its bound arguments as Triton does
     # (``compat.run_compiled``, or a stand-in that says so with ``binds_like_triton = True``).
@@ -147,6 +155,15 @@ class CompiledRouter:
     _tuner_plans: dict[int, tuple[Any, tuple[int, ...]]] = field(default_factory=dict)
     _best_cache: dict[int, tuple[Any, tuple[Any, ...]]] = field(default_factory=dict)
     _grids: dict[tuple[int, ...], tuple[int, int, int]] = field(default_factory=dict)
+
+    def use_templates(self, writer: Any) -> None:
+        """Send templated launches (``compiled_templates``) to ``writer`` from now on; None: raw launches only.
+        Templates are numbered per writer: a new writer starts a new table."""
+        self._templates = Templates()
+        self.flat = getattr(writer, "submit_flat", None)
+        self.flat_template = getattr(writer, "submit_template", None)
+        if self.flat is None or self.flat_template is None:
+            self.flat = self.flat_template = None
 
     def route(self, kernel: Any, kind: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         if kind == "autotuner":
@@ -315,6 +332,86 @@ class CompiledRouter:
             result, error = None, exc
         duration = time.perf_counter() - t0
         bound = None if probe is None else probe.bound
+        if bound is not None and error is None and self.flat is not None:
+            handle = self._templated(k, bound, probe, kwargs, stack, result, started, duration)  # type: ignore[arg-type]
+            if handle is not None:
+                if stack:
+                    self._attach(stack, handle)
+                return result
+        raw = self._raw(k, jit, args, grid, probe, kwargs, stack, result, error, started, duration)
+        submit = self.submit
+        handle = submit(k, raw) if submit is not None else self.sink.submit_raw(k, raw)
+        if stack:
+            self._attach(stack, handle)
+        if error is not None:
+            raise error
+        return result
+
+    def _templated(
+        self,
+        k: _Kernel,
+        bound: dict[str, Any],
+        probe: _GridProbe,
+        kwargs: dict[str, Any],
+        stack: list[_Frame],
+        result: Any,
+        started: float,
+        duration: float,
+    ) -> Any:
+        """Queue a successful launch Triton bound as a flat tuple of what varies (``compiled_templates``),
+        making its template first when it is the first of its kind; None when it cannot be templated (the
+        caller queues a raw launch)."""
+        got = capture(k.flat_plan, bound)
+        if got is None:
+            return None
+        sig, values = got
+        metadata = None
+        if result is not None:
+            known = self._metadata_cache.get(id(result))
+            metadata = known[1] if known is not None and known[0] is result else self._metadata(result)
+        templates = self._templates
+        try:
+            # What the frames say is decided by the frames' objects, the chosen config object and the tuning
+            # key (heuristics values are constexpr arguments: in ``sig``), so those stand in the key for
+            # ``_context``'s texts and dicts; the template keeps the objects named by identity alive.
+            frames = None if not stack else tuple(_frame_key(f) for f in stack)
+            key = (
+                k.number,
+                tuple(sig),
+                tuple(kwargs.items()) if kwargs else None,
+                frames,
+                id(metadata),
+                testid._current,
+            )
+            number = templates.numbers.get(key)
+        except Exception:  # noqa: BLE001 - an unhashable (or uncomparable) keyword argument or tuning key
+            return None
+        resolved = self._grid_of(probe.value, bound)
+        if number is None:
+            raw = self._raw(k, None, (), None, probe, kwargs, stack, result, None, started, duration)
+            alive = (metadata, [f.layer for f in stack], [getattr(f.layer, "best_config", None) for f in stack])
+            number = templates.add(key, body_of(raw, slots_of(k.params, bound)), alive)
+            if number is None:
+                return None
+            self.flat_template(k, number, templates.keep[number - 1][0])
+        return self.flat(number, started, duration, resolved, values)
+
+    def _raw(
+        self,
+        k: _Kernel,
+        jit: Any,
+        args: tuple[Any, ...],
+        grid: Any,
+        probe: _GridProbe | None,
+        kwargs: dict[str, Any],
+        stack: list[_Frame],
+        result: Any,
+        error: BaseException | None,
+        started: float,
+        duration: float,
+    ) -> tuple[Any, ...]:
+        """The :data:`~tilelens.core.compiled_rows.RawLaunch` of a launch (``probe.bound``: Triton bound it)."""
+        bound = None if probe is None else probe.bound
         if bound is None:
             bound, options = k.bind(args, kwargs)
             try:
@@ -332,7 +429,7 @@ class CompiledRouter:
         if result is not None:
             known = self._metadata_cache.get(id(result))
             metadata = known[1] if known is not None and known[0] is result else self._metadata(result)
-        raw = (
+        return (
             snapped,
             resolved,
             None if error is None else describe_failure(error),
@@ -344,13 +441,6 @@ class CompiledRouter:
             gpu_name,
             testid._current,
         )
-        submit = self.submit
-        handle = submit(k, raw) if submit is not None else self.sink.submit_raw(k, raw)
-        if stack:
-            self._attach(stack, handle)
-        if error is not None:
-            raise error
-        return result
 
     def _grid_of(self, value: Any, bound: dict[str, Any]) -> tuple[int, int, int]:
         """``resolve_grid`` of what the program's grid gave Triton; a tuple of ints is resolved once."""
@@ -491,6 +581,13 @@ class _Framed:
 
     def __exit__(self, *exc: object) -> None:
         self.stack.pop()
+
+
+def _frame_key(f: _Frame) -> tuple[Any, ...]:
+    """A frame's part of a template key (``CompiledRouter._templated``)."""
+    if f.tuner:
+        return (id(f.layer), id(getattr(f.layer, "best_config", None)), f.key)
+    return (id(f.layer), f.heuristics)
 
 
 def _leaf(layer: Any) -> Any:

@@ -199,6 +199,7 @@ class Recording:
             self._writer = BackgroundWriter(self._write_launches, self._write_event_now)
             if self._compiled is not None:
                 self._compiled.submit = None  # the parent's writer process is the parent's
+                self._compiled.use_templates(None)
         self.on_launch = None  # the parent's live status line is not this process's
         self._argv = []
         self._history.engine.dispose(close=False)
@@ -288,6 +289,7 @@ class Recording:
         self._writer = compiled_sink.choose_writer(self, self._writer_kind) or self._writer
         # The launch's thread calls the writer process directly (one call less per launch).
         self._compiled.submit = getattr(self._writer, "submit_raw", None)
+        self._compiled.use_templates(self._writer)
         self._compiled.pool = compiled_sink.snapshot_pool(self.snapshot_policy, self._snapshot_pool_bytes)
 
     def submit_raw(self, kernel: Any, raw: tuple[Any, ...]) -> Any:

@@ -10,6 +10,10 @@ It reads framed messages from stdin and answers flushes on stdout. Messages are 
 * ``("l", n, number, raw)``: launch ``n`` (the recording's n-th queued launch) of kernel ``number``, a
   :data:`~tilelens.core.compiled_rows.RawLaunch`; it arrives marshalled on its own (bytes inside the message),
   as the program's thread marshalled it;
+* ``("t", template, number, body)``: a template of kernel ``number`` (``compiled_templates.body_of``), once,
+  before its first launch;
+* ``("m", n, template, started, duration, grid, values)``: launch ``n``, templated
+  (``compiled_templates.expand``); marshalled on its own like ``"l"``;
 * ``("e", event fields, n or None)``: an autotune event (:func:`event_item`), for launch ``n`` when it made one;
 * ``("q", next_seq)``: the recording wrote launches itself; continue numbering at ``next_seq``;
 * ``("f",)``: a flush: answer with :meth:`RawWriter.report` once everything before it is written;
@@ -38,6 +42,7 @@ from typing import IO, Any
 
 from tilelens.core.arguments import Param
 from tilelens.core.compiled_rows import build_launch
+from tilelens.core.compiled_templates import expand
 from tilelens.records import AutotuneEvent, KernelIdentity, LaunchRecord
 
 HEADER = struct.Struct("<Q")
@@ -97,6 +102,7 @@ class RawWriter:
         self.run_id = run_id
         self.next_seq = next_seq
         self.kernels: dict[int, tuple[Any, Any]] = {}
+        self.templates: dict[int, tuple[int, tuple[Any, ...]]] = {}  # number -> (kernel number, body)
         self.ids: dict[int, int] = {}  # launch number -> row id, for the autotune events that name a launch
         self.written: list[tuple[int, str, str, bool]] = []  # (id, kernel name, status, unsnapshotted)
         self.events = 0
@@ -113,6 +119,18 @@ class RawWriter:
                     launches.append((item[1], build_launch(identity, params, item[3])))
                 except Exception as exc:  # noqa: BLE001 - counted and reported by the recording
                     self._fail(exc, 1)
+                continue
+            if tag == "m":
+                try:
+                    number, body = self.templates[item[2]]
+                    identity, params = self.kernels[number]
+                    raw = expand(body, item[3], item[4], item[5], item[6])
+                    launches.append((item[1], build_launch(identity, params, raw)))
+                except Exception as exc:  # noqa: BLE001 - counted and reported by the recording
+                    self._fail(exc, 1)
+                continue
+            if tag == "t":  # a template: no write needed before it
+                self.templates[item[1]] = (item[2], item[3])
                 continue
             self._write(launches)
             launches = []

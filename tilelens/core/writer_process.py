@@ -108,6 +108,8 @@ class ProcessWriter:
         self._items: deque[Any] = deque()
         self._numbers = itertools.count(1)
         self._known: set[int] = set()  # kernel numbers already sent
+        # Kernel and template messages sent so far: a writer that takes over from a dead child learns them.
+        self._definitions: list[tuple[Any, ...]] = []
         self._wake = threading.Event()
         self._sent = threading.Condition()
         self._sent_upto = 0  # items handed to the child (or the fallback) so far
@@ -139,8 +141,8 @@ class ProcessWriter:
         """Queue a launch of ``kernel`` (the router's ``_Kernel``); returns its launch number."""
         number = kernel.number
         if number not in self._known:
+            self._define(kernel_item(number, kernel.identity, kernel.params))
             self._known.add(number)
-            self._put(kernel_item(number, kernel.identity, kernel.params))
         n = next(self._numbers)
         try:
             # Marshalled here, not by the feeder: the queue then holds bytes, which the garbage collector
@@ -158,6 +160,29 @@ class ProcessWriter:
         if len(items) > QUEUE_SIZE:
             self._wait_for_feeder()
         return n
+
+    def submit_template(self, kernel: Any, template: int, body: tuple[Any, ...]) -> None:
+        """Define template ``template`` (``compiled_templates.body_of``) of ``kernel`` before its launches."""
+        if kernel.number not in self._known:
+            self._define(kernel_item(kernel.number, kernel.identity, kernel.params))
+            self._known.add(kernel.number)
+        self._define(("t", template, kernel.number, body))
+
+    def submit_flat(
+        self, template: int, started: float, duration: float, grid: tuple[int, int, int], values: list[Any]
+    ) -> int:
+        """Queue a templated launch (``compiled_templates.Flat``); returns its launch number."""
+        n = next(self._numbers)
+        items = self._items
+        items.append(_dumps(("m", n, template, started, duration, grid, values)))
+        self._queued_n = next(self._queued)
+        if len(items) > QUEUE_SIZE:
+            self._wait_for_feeder()
+        return n
+
+    def _define(self, item: tuple[Any, ...]) -> None:
+        self._definitions.append(item)
+        self._put(item)
 
     def submit_event(self, event: Any, launch: int | None) -> None:
         self._put(event_item(event, launch))
@@ -245,6 +270,8 @@ class ProcessWriter:
         self._unconfirmed = 0
         # Launches the child did write keep their seq: a collision makes the store pick the next free one.
         self._local = self._fallback_factory(self._next_seq + lost)
+        # Kernels and templates the child had been sent: the launches after this one name them.
+        self._local.handle([item for item in self._definitions])
 
     # -- the feeder thread --------------------------------------------------------------------------------
 
