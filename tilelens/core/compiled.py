@@ -389,7 +389,11 @@ class CompiledRouter:
         resolved = self._grid_of(probe.value, bound)
         if number is None:
             raw = self._raw(k, None, (), None, probe, kwargs, stack, result, None, started, duration)
-            alive = (metadata, [f.layer for f in stack], [getattr(f.layer, "best_config", None) for f in stack])
+            alive = (
+                metadata,
+                [f.layer for f in stack],
+                [getattr(f.layer, "best_config", None) for f in stack],
+            )
             number = templates.add(key, body_of(raw, slots_of(k.params, bound)), alive)
             if number is None:
                 return None

@@ -103,6 +103,8 @@ class RawWriter:
         self.next_seq = next_seq
         self.kernels: dict[int, tuple[Any, Any]] = {}
         self.templates: dict[int, tuple[int, tuple[Any, ...]]] = {}  # number -> (kernel number, body)
+        # number -> the rows of its first written launch (``store.templated_rows``); None: not on this store.
+        self.rows: dict[int, Any] = {}
         self.ids: dict[int, int] = {}  # launch number -> row id, for the autotune events that name a launch
         self.written: list[tuple[int, str, str, bool]] = []  # (id, kernel name, status, unsnapshotted)
         self.events = 0
@@ -110,7 +112,9 @@ class RawWriter:
         self.failure: str | None = None
 
     def handle(self, items: list[tuple[Any, ...]]) -> None:
-        launches: list[tuple[int, LaunchRecord]] = []
+        # Launches in order: (n, record) for a raw launch, (n, None, item) for a templated one (its record is
+        # built only if it is written the usual way).
+        launches: list[Any] = []
         for item in items:
             tag = item[0]
             if tag == "l":
@@ -121,13 +125,10 @@ class RawWriter:
                     self._fail(exc, 1)
                 continue
             if tag == "m":
-                try:
-                    number, body = self.templates[item[2]]
-                    identity, params = self.kernels[number]
-                    raw = expand(body, item[3], item[4], item[5], item[6])
-                    launches.append((item[1], build_launch(identity, params, raw)))
-                except Exception as exc:  # noqa: BLE001 - counted and reported by the recording
-                    self._fail(exc, 1)
+                if item[2] in self.templates:
+                    launches.append((item[1], None, item))
+                else:
+                    self._fail(KeyError(f"template {item[2]}"), 1)
                 continue
             if tag == "t":  # a template: no write needed before it
                 self.templates[item[1]] = (item[2], item[3])
@@ -147,7 +148,84 @@ class RawWriter:
                 self.next_seq = item[1]
         self._write(launches)
 
-    def _write(self, launches: list[tuple[int, LaunchRecord]]) -> None:
+    def _write(self, launches: list[Any]) -> None:
+        """Templated launches whose template's rows are known go in runs through ``templated_rows``; the
+        rest, in between, the usual way; launch order and seqs as they came."""
+        fast: list[Any] = []
+        slow: list[Any] = []
+        rows = self.rows
+        for entry in launches:
+            if len(entry) == 3 and rows.get(entry[2][2]) is not None:
+                if slow:
+                    self._write_records(slow)
+                    slow = []
+                fast.append(entry)
+            else:
+                if fast:
+                    self._write_fast(fast)
+                    fast = []
+                slow.append(entry)
+        if slow:
+            self._write_records(slow)
+        if fast:
+            self._write_fast(fast)
+
+    def _write_fast(self, entries: list[Any]) -> None:
+        from tilelens.store.rowsql import Fallback
+        from tilelens.store.templated_rows import write_templated
+
+        batch = []
+        for i, (_n, _none, item) in enumerate(entries):
+            batch.append((self.rows[item[2]], self.next_seq + i, item[5], item[3], item[4], item[6]))
+        try:
+            ids = write_templated(self.history, batch)
+        except Fallback:  # a refused row (a taken seq): the usual way decides, as it always did
+            self._write_records(entries)
+            return
+        except Exception as exc:  # noqa: BLE001
+            self._fail(exc, len(entries))
+            return
+        self.next_seq += len(entries)
+        for (n, _none, item), launch_id in zip(entries, ids):
+            self.ids[n] = launch_id
+            number, body = self.templates[item[2]]
+            self.written.append((launch_id, self.kernels[number][0].name, "ok", any(t for _i, t in body[1])))
+
+    def _write_records(self, entries: list[Any]) -> None:
+        pairs: list[tuple[Any, tuple[int, LaunchRecord]]] = []
+        for entry in entries:
+            if len(entry) == 2:
+                pairs.append((entry, entry))
+                continue
+            item = entry[2]
+            try:
+                number, body = self.templates[item[2]]
+                identity, params = self.kernels[number]
+                raw = expand(body, item[3], item[4], item[5], item[6])
+                pairs.append((entry, (item[1], build_launch(identity, params, raw))))
+            except Exception as exc:  # noqa: BLE001 - counted and reported by the recording
+                self._fail(exc, 1)
+        written = len(self.written)
+        self._write_built([launch for _entry, launch in pairs])
+        if len(self.written) - written != len(pairs):  # the batch failed: nothing to learn from
+            return
+        for entry, (_n, rec) in pairs:
+            if len(entry) == 3 and entry[2][2] not in self.rows:
+                self._learn_rows(entry[2][2], rec)
+
+    def _learn_rows(self, template: int, rec: LaunchRecord) -> None:
+        """The template's rows from its first written launch (None where the store has no such path)."""
+        from tilelens.core.arguments import jsonable
+        from tilelens.store.templated_rows import row_template
+
+        try:
+            self.rows[template] = row_template(
+                self.history, self.run_id, rec, self.templates[template][1][1], jsonable
+            )
+        except Exception:  # noqa: BLE001 - the usual way stays for this template
+            self.rows[template] = None
+
+    def _write_built(self, launches: list[tuple[int, LaunchRecord]]) -> None:
         if not launches:
             return
         recs = [rec for _n, rec in launches]

@@ -1,0 +1,209 @@
+"""Templated compiled launches (``tilelens.core.compiled_templates``, ``tilelens.store.templated_rows``): a launch
+sent as its template plus a flat tuple of what varies stores exactly what the raw launch stores.
+
+Checked three ways: a template expanded with a launch's values is that launch's raw launch, element by element
+(also after the marshal round trip the writer process does); a change in any argument's kind (dtype, shape,
+strides, scalar type, constexpr) is a different signature, a change in pointers or values is not; and a
+recording through the writer process (templated, rows from templates) stores the same rows, column by column,
+as the thread writer (raw launches, the usual rows).
+"""
+
+from __future__ import annotations
+
+import marshal
+from pathlib import Path
+from typing import Any
+
+import torch
+from sqlalchemy import select
+
+import tilelens
+from tilelens.core.compiled import CompiledRouter, _GridProbe
+from tilelens.core.compiled_templates import LIMIT, Templates, body_of, capture, expand, slots_of
+from tilelens.store import History
+from tilelens.store.models import Launch, LaunchArg
+
+from .test_compiled_capture import many_kinds
+from .test_compiled_fast_path import TritonLike, tuned_add
+from .test_compiled_recording import scale_kernel
+
+
+def _bound(**changes: Any) -> dict[str, Any]:
+    base = torch.arange(40, dtype=torch.float32)
+    bound: dict[str, Any] = {
+        "x_ptr": base,
+        "y_ptr": torch.zeros(3, 5, dtype=torch.bfloat16).t(),  # non-contiguous
+        "alias_ptr": base[8:],  # x's storage: one storage group, an offset
+        "view": torch.zeros(6, dtype=torch.int32),
+        "n": 7,
+        "scale": 0.5,
+        "flag": True,
+        "missing": None,
+        "BLOCK": 16,
+        "MODE": "fast",
+    }
+    bound.update(changes)
+    return bound
+
+
+def test_a_template_expanded_with_a_launchs_values_is_its_raw_launch() -> None:
+    router = CompiledRouter(sink=None)
+    k = router._kernel(many_kinds)
+    for bound in (_bound(), _bound(n=-3, scale=float("nan"), flag=False, view=torch.ones(2, 3)[:, 1])):
+        probe = _GridProbe((3, 2))
+        probe(bound)
+        raw = router._raw(k, None, (), None, probe, {"num_warps": 2}, [], None, None, 1.5, 0.25)
+        got = capture(k.flat_plan, bound)
+        assert got is not None
+        _sig, values = got
+        body = body_of(raw, slots_of(k.params, bound))
+        assert expand(body, 1.5, 0.25, raw[1], values) == raw
+        # As the writer process gets them: marshalled, unmarshalled.
+        body2, values2 = marshal.loads(marshal.dumps(body)), marshal.loads(marshal.dumps(values))
+        assert repr(expand(body2, 1.5, 0.25, raw[1], values2)) == repr(raw)  # nan != nan: compared as text
+        assert raw[1] == (3, 2, 1) and raw[3] == {"num_warps": 2}
+        assert [s for s in body[1]] == [
+            (0, True),
+            (1, True),
+            (2, True),
+            (3, True),
+            (4, False),
+            (5, False),
+            (6, False),
+        ]
+
+
+def test_any_change_of_an_arguments_kind_is_another_signature_and_pointers_or_values_are_not() -> None:
+    router = CompiledRouter(sink=None)
+    plan = router._kernel(many_kinds).flat_plan
+
+    def sig(**changes: Any) -> tuple[Any, ...]:
+        got = capture(plan, _bound(**changes))
+        assert got is not None
+        return tuple(got[0])
+
+    base = sig()
+    changed = [
+        sig(x_ptr=torch.arange(40, dtype=torch.float64)),  # dtype
+        sig(x_ptr=torch.arange(41, dtype=torch.float32)),  # shape
+        sig(y_ptr=torch.zeros(5, 3, dtype=torch.bfloat16)),  # strides (the same shape, contiguous)
+        sig(view=torch.zeros(1, dtype=torch.int32).expand(6)),  # stride 0
+        sig(n=7.0),  # int -> float
+        sig(n=True),  # int -> bool
+        sig(flag=1),  # bool -> int
+        sig(missing=3),  # None -> int
+        sig(missing=torch.zeros(1)),  # None -> tensor
+        sig(BLOCK=32),  # constexpr value
+        sig(BLOCK=16.0),  # constexpr type (16 == 16.0)
+        sig(BLOCK=True, MODE="slow"),
+        sig(MODE="fast2"),
+    ]
+    assert all(c != base for c in changed)
+    assert len(set(changed)) == len(changed)
+    # Other storage, other offsets, other scalar values: the same signature (they are the flat values).
+    same = sig(
+        x_ptr=torch.ones(40),
+        alias_ptr=torch.ones(50)[10:42],
+        n=123,
+        scale=-2.0,
+        flag=False,
+        view=torch.ones(6, dtype=torch.int32),
+    )
+    assert same == base
+    # What cannot be templated: a tensor subclass, an object as a constexpr.
+    assert capture(plan, _bound(x_ptr=torch.nn.Parameter(torch.zeros(40)))) is None
+    assert capture(plan, _bound(MODE=object())) is None
+
+
+def test_templates_are_bounded() -> None:
+    t = Templates()
+    for i in range(LIMIT):
+        assert t.add(i, ((), ())) == i + 1
+    assert t.add("one more", ((), ())) is None and len(t.numbers) == LIMIT
+
+
+class StableTritonLike(TritonLike):
+    """Returns one compiled-kernel look-alike per kernel and options, as Triton returns its cached kernel."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.kernels: dict[Any, Any] = {}
+
+    def __call__(self, jit: Any, args: tuple[Any, ...], grid: Any, kwargs: dict[str, Any]) -> Any:
+        result = super().__call__(jit, args, grid, kwargs)
+        return self.kernels.setdefault((id(jit), kwargs.get("num_warps")), result)
+
+
+def _all_rows(db: Path, blobs: Path) -> list[Any]:
+    """Every launch row and its argument rows, every column but ids, times and the run."""
+    skip_launch = {"id", "run_id", "kernel_id", "created_at", "started_at", "duration_s"}
+    skip_arg = {"id", "launch_id"}
+    with History.open(str(db), blobs) as h, h.session() as s:
+        out = []
+        for launch in s.execute(select(Launch).order_by(Launch.seq)).scalars():
+            args = s.execute(
+                select(LaunchArg).where(LaunchArg.launch_id == launch.id).order_by(LaunchArg.position)
+            ).scalars()
+            out.append(
+                (
+                    {
+                        c.name: getattr(launch, c.key)
+                        for c in Launch.__table__.columns
+                        if c.name not in skip_launch
+                    },
+                    [
+                        {
+                            c.name: getattr(a, c.key)
+                            for c in LaunchArg.__table__.columns
+                            if c.name not in skip_arg
+                        }
+                        for a in args
+                    ],
+                )
+            )
+        return out
+
+
+def test_the_writer_process_stores_templated_launches_as_the_thread_stores_raw_ones(tmp_path: Path) -> None:
+    x = torch.arange(40, dtype=torch.float32)
+    rows = {}
+    for writer in ("thread", "process"):
+        tuned_add.cache.clear()
+        tuned_add.cache[(40, "torch.float32", "torch.float32")] = tuned_add.configs[0]
+        tuned_add.cache[(24, "torch.float32", "torch.float32")] = tuned_add.configs[1]
+        outs = [torch.zeros(40) for _ in range(3)]
+        db, blobs = tmp_path / f"{writer}.db", tmp_path / writer
+        rec = tilelens.Recording(
+            str(db), blobs, backend="compiled", snapshots="none", runner=StableTritonLike(), writer=writer
+        )
+        with rec:
+            for half in range(2):  # the second half after a flush: its template rows are known
+                for i in range(6):
+                    scale_kernel[(3,)](x, outs[i % 3], 40 - i, float(i), BLOCK=16)
+                    scale_kernel[(3,)](x, x, 40, 2 if i % 2 else 2.0, BLOCK=16)  # one storage twice
+                    tuned_add[(2,)](x, outs[1], 40 if i % 2 else 24, 0.5 * i)
+                    scale_kernel[(1,)](x[i:], outs[2][i:], 8, -1.0, BLOCK=8)  # offsets
+                if half == 0:
+                    rec.flush()
+        kind = type(rec._writer).__name__
+        assert kind == ("ProcessWriter" if writer == "process" else "BackgroundWriter")
+        if writer == "process":
+            # scale_kernel: (tensor, tensor, int, float) at BLOCK 16, its int-factor kind, six shapes at BLOCK 8;
+            # tuned_add: two tuning keys
+            assert len(rec._compiled._templates.keep) == 10
+        assert rec.write_failure is None and len(rec.launch_ids) == 48
+        rows[writer] = _all_rows(db, blobs)
+    assert rows["process"] == rows["thread"]
+    launch, args = rows["process"][1]
+    assert [a["storage_group"] for a in args if a["kind"] == "tensor"] == [0, 0]
+    assert [(a["value"], a["value_type"]) for a in args if a["kind"] == "scalar"] == [
+        (40, "int"),
+        (2.0, "float"),
+    ]
+    assert rows["process"][5][1][3]["value"] == 2 and rows["process"][5][1][3]["value_type"] == "int"
+    assert [r[1][0]["storage_offset"] for r in rows["process"][3::4]] == list(range(6)) * 2
+    assert [r[1][2]["value"] for r in rows["process"][0::4]] == [40 - i for i in range(6)] * 2
+    assert {r[0]["tuning_key"] for r in rows["process"][2::4]} == {
+        "(24, 'torch.float32', 'torch.float32')",
+        "(40, 'torch.float32', 'torch.float32')",
+    }
