@@ -192,6 +192,8 @@ def test_the_writer_process_stores_templated_launches_as_the_thread_stores_raw_o
             # tuned_add: two tuning keys
             assert len(rec._compiled._templates.keep) == 10
         assert rec.write_failure is None and len(rec.launch_ids) == 48
+        if writer == "process":  # the second half at least came from the template rows the first half left
+            assert 24 <= rec._writer.from_templates <= 48 - 10
         rows[writer] = _all_rows(db, blobs)
     assert rows["process"] == rows["thread"]
     launch, args = rows["process"][1]

@@ -108,6 +108,7 @@ class RawWriter:
         self.ids: dict[int, int] = {}  # launch number -> row id, for the autotune events that name a launch
         self.written: list[tuple[int, str, str, bool]] = []  # (id, kernel name, status, unsnapshotted)
         self.events = 0
+        self.from_templates = 0  # launches written from their template's rows (``_write_fast``), for reports
         self.failed = 0
         self.failure: str | None = None
 
@@ -186,6 +187,7 @@ class RawWriter:
             self._fail(exc, len(entries))
             return
         self.next_seq += len(entries)
+        self.from_templates += len(entries)
         for (n, _none, item), launch_id in zip(entries, ids):
             self.ids[n] = launch_id
             number, body = self.templates[item[2]]
@@ -254,8 +256,10 @@ class RawWriter:
             "failed": self.failed,
             "failure": self.failure,
             "next_seq": self.next_seq,
+            "from_templates": self.from_templates,
         }
         self.written, self.events, self.failed, self.failure = [], 0, 0, None
+        self.from_templates = 0
         return out
 
 

@@ -122,6 +122,7 @@ class ProcessWriter:
         self._next_seq = next_seq
         self.failure: str | None = None
         self.failed_launches = 0
+        self.from_templates = 0  # launches the child wrote from their template's rows (a diagnostic)
         self._child = _writer_process()
         assert self._child.stdin is not None and self._child.stdout is not None
         self._to_child = self._child.stdin
@@ -253,6 +254,7 @@ class ProcessWriter:
         if report["failure"] and self.failure is None:
             self.failure = report["failure"]
         self.failed_launches += report["failed"]
+        self.from_templates += report.get("from_templates", 0)
         self._report(report)
 
     def _child_died(self) -> None:
