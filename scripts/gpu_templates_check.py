@@ -37,7 +37,7 @@ def main() -> int:
             raw_sent = 0
             submit = router.submit
 
-            def counting(k, raw):  # type: ignore[no-untyped-def]
+            def counting(k, raw, submit=submit):  # type: ignore[no-untyped-def]
                 nonlocal raw_sent
                 raw_sent += 1
                 return submit(k, raw)
