@@ -209,3 +209,36 @@ def test_the_writer_process_stores_templated_launches_as_the_thread_stores_raw_o
         "(24, 'torch.float32', 'torch.float32')",
         "(40, 'torch.float32', 'torch.float32')",
     }
+
+
+def test_tensors_passed_by_keyword_are_not_kept_and_share_one_template(tmp_path: Path) -> None:
+    """Liger's cross entropy passes every argument by keyword: a template key holding the keyword arguments
+    kept each launch's tensors alive for the whole recording and missed on every launch."""
+    import gc
+    import weakref
+
+    x = torch.arange(8, dtype=torch.float32)
+    refs = []
+    rec = tilelens.Recording(
+        str(tmp_path / "h.db"),
+        tmp_path / "b",
+        backend="compiled",
+        snapshots="none",
+        runner=StableTritonLike(),
+    )
+    with rec:
+        for i in range(5):
+            y = torch.zeros(8)
+            refs.append(weakref.ref(y))
+            scale_kernel[(1,)](x_ptr=x, y_ptr=y, n=8, factor=float(i), BLOCK=8, num_warps=2)
+            assert torch.equal(y, x * i)
+        del y
+        gc.collect()
+        assert [r() for r in refs] == [None] * 5  # no launch's tensor outlives it
+        assert len(rec._compiled._templates.keep) == 1
+        (key,) = rec._compiled._templates.numbers
+        assert key[2] == (("num_warps", 2),)  # the launch options, not the arguments
+    assert rec.write_failure is None and len(rec.launch_ids) == 5
+    rows = _all_rows(tmp_path / "h.db", tmp_path / "b")
+    assert [r[1][3]["value"] for r in rows] == [0.0, 1.0, 2.0, 3.0, 4.0]
+    assert {r[0]["config"]["options"]["num_warps"] for r in rows} == {2}

@@ -378,7 +378,9 @@ class CompiledRouter:
             key = (
                 k.number,
                 tuple(sig),
-                tuple(kwargs.items()) if kwargs else None,
+                # The launch options only: keyword arguments that are parameters are in ``sig``/``values``
+                # (a key holding the program's tensors would keep them alive, and miss on every launch).
+                tuple(k.options(kwargs).items()) if kwargs else None,
                 frames,
                 id(metadata),
                 testid._current,
