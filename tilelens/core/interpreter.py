@@ -17,7 +17,8 @@ test checks it). The patch sets:
   For a Gluon kernel it adds ``gluon_simulation``: the Gluon simulator of ``tilelens.core.gluon`` (Gluon's
   builtins with the simulator's semantic, reductions with Gluon layouts, Gluon's host TMA descriptors).
 * ``batched_patches`` — for a launch's grid-batched attempt (``tilelens.core.batched``, entered through
-  ``GridExecutor.__call__``): the builder's methods, reductions, scans and ``tl.tensor``'s truth, index and
+  ``GridExecutor.__call__``): the builder's methods (the builder object takes a subclass built once per
+  grid, ``batched.builder.batched_class``), reductions, scans and ``tl.tensor``'s truth, index and
   transpose over the program axis (``batched.plan``); ``grid_idx`` says "every program" to the access hooks.
 * ``pre_run_hooks`` — for the same launch: the interpreted function's pre-run hooks, with TileLens's own first
   (it reads the argument spans from the interpreter's host copies).
@@ -84,6 +85,11 @@ class _Patcher:
     def set(self, owner: Any, name: str, value: Any) -> None:
         self._save(owner, name, name in vars(owner), vars(owner).get(name))
         setattr(owner, name, value)
+
+    def set_class(self, obj: Any, cls: type) -> None:
+        """``obj.__class__ = cls`` (a subclass of its class, same layout); ``restore`` puts the class back."""
+        self._save(obj, "__class__", True, type(obj))
+        obj.__class__ = cls
 
     def set_item(self, mapping: dict[str, Any], key: str, value: Any) -> None:
         """Like ``set`` for a dict that is no object's ``vars`` (a function's globals)."""
@@ -418,17 +424,20 @@ def _batched_grid_call(original: Callable[..., Any]) -> Callable[..., Any]:
 def batched_patches(ctx: LaunchContext, state: BatchState, writes: WriteLog) -> Iterator[None]:
     """The interpreter as the batched attempt ``state`` runs it (:mod:`tilelens.core.batched`), for the block.
 
-    The builder's methods become their batched versions (over the methods installed now: TileLens's access
-    hooks and semantic fixes stay underneath), reductions and scans learn the program axis, ``tl.tensor``'s
+    The builder's methods become their batched versions (the builder object takes the state's batched
+    subclass, whose methods call the ones installed when they run: TileLens's access hooks and semantic
+    fixes stay underneath), reductions and scans learn the program axis, ``tl.tensor``'s
     ``__bool__``/``__index__`` check that the programs agree, ``static_print`` gives up, the builder's
     ``grid_idx`` says "every program" to the access hooks, and ``writes`` notes every write for a rollback.
     """
     patcher = _Patcher()
     try:
-        changes, lang = batched_plan.replacements(state, ctx.collector)
+        cls, changes, lang = batched_plan.replacements(state, ctx.collector)
+        builder = compat.interpreter_module.interpreter_builder
+        patcher.set_class(builder, cls)
         for owner, name, value in changes + lang:
             patcher.set(owner, name, value)
-        patcher.set(compat.interpreter_module.interpreter_builder, "grid_idx", BATCH_PROGRAM)
+        patcher.set(builder, "grid_idx", BATCH_PROGRAM)
         patcher.set(ctx, "writes", writes)
         if ctx.reads is not None:
             patcher.set(ctx, "reads", batched_executor.BatchedReads(ctx.reads, state.programs, ctx.collector))
