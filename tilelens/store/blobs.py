@@ -226,6 +226,7 @@ class BlobStore:
         self._batch: Batch | None = None  # while ``batch()`` runs: new files made durable together at its end
         self._batch_shas: set[str] = set()
         self._tables = _ReadTables()
+        self._paths: dict[str, Path] = {}  # names checked and joined lately (each launch names its blobs again)
 
     def __repr__(self) -> str:
         return f"BlobStore({str(self.root)!r})"
@@ -246,10 +247,16 @@ class BlobStore:
             raise BlobFolderError(f"cannot use blob folder {self.root}: {what} not writable")
 
     def path(self, sha256: str) -> Path:
+        known = self._paths.get(sha256)
+        if known is not None:
+            return known
         if not _SHA_RE.match(sha256):
             # Also what keeps a crafted name from escaping the root.
             raise ValueError(f"not a sha256 hex digest: {sha256!r}")
-        return self.root / sha256[:2] / sha256
+        if len(self._paths) >= 4096:
+            self._paths.clear()
+        path = self._paths[sha256] = self.root / sha256[:2] / sha256
+        return path
 
     def exists(self, sha256: str) -> bool:
         return self.path(sha256).is_file()
