@@ -226,7 +226,9 @@ class BlobStore:
         self._batch: Batch | None = None  # while ``batch()`` runs: new files made durable together at its end
         self._batch_shas: set[str] = set()
         self._tables = _ReadTables()
-        self._paths: dict[str, Path] = {}  # names checked and joined lately (each launch names its blobs again)
+        self._paths: dict[
+            str, Path
+        ] = {}  # names checked and joined lately (each launch names its blobs again)
 
     def __repr__(self) -> str:
         return f"BlobStore({str(self.root)!r})"
