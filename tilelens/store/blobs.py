@@ -30,7 +30,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tilelens.errors import BlobCorruptError, BlobError, BlobFolderError, BlobMissingError
-from tilelens.store.durable import Batch
+from tilelens.store.durable import Batch, EarlyBlob
 
 if TYPE_CHECKING:
     import torch
@@ -226,9 +226,10 @@ class BlobStore:
         self._batch: Batch | None = None  # while ``batch()`` runs: new files made durable together at its end
         self._batch_shas: set[str] = set()
         self._tables = _ReadTables()
-        self._paths: dict[
-            str, Path
-        ] = {}  # names checked and joined lately (each launch names its blobs again)
+        # Blobs ``store_early`` started (tensor, its reference, the job): settled before any store_* or batch.
+        self._early: list[tuple[Any, BlobRef, EarlyBlob]] = []
+        # Names checked and joined lately (each launch names its blobs again).
+        self._paths: dict[str, Path] = {}
 
     def __repr__(self) -> str:
         return f"BlobStore({str(self.root)!r})"
@@ -265,9 +266,43 @@ class BlobStore:
 
     # -- writing -------------------------------------------------------------------------------------------
 
+    def store_early(self, tensor: torch.Tensor, kind: str = "tensor") -> None:
+        """Start storing ``tensor``, a snapshot a launch about to run will name (its before-values, copied before
+        the kernel runs), when it is new to this store: encoded, hashed and written to a temp file now, made
+        durable under its name on a thread (:class:`~tilelens.store.durable.EarlyBlob`) while the kernel runs.
+
+        Nothing is promised until the next ``store_*`` or ``batch`` call, which first waits for every blob
+        started here (``_settle``): a stored reference still names only a file known durable and intact. A
+        launch that ends up not naming the blob leaves an unreferenced file, which ``tilelens gc`` removes.
+        """
+        from tilelens.store.tensors import tensor_to_table
+
+        if self._batch is not None or self._recent.find(tensor, kind) is not None:
+            return
+        table = tensor_to_table(tensor)
+        view = memoryview(table_to_ipc(table)).cast("B")
+        sha = hashlib.sha256(view).hexdigest()
+        path = self.path(sha)
+        if (
+            sha in self._intact or path.exists()
+        ):  # known, or on disk: the ordinary path checks and refreshes it
+            return
+        ref = BlobRef(sha, kind, view.nbytes, table.num_rows)
+        self._early.append((tensor, ref, EarlyBlob(path, view)))
+
+    def _settle(self) -> None:
+        """Wait for the blobs ``store_early`` started; those now durable under their names count as written."""
+        early, self._early = self._early, []
+        for tensor, ref, job in early:
+            if job.wait():
+                self._intact.add(ref.sha256)
+                self._recent.add(tensor, ref)
+
     def store_bytes(
         self, data: bytes | bytearray | memoryview | pa.Buffer, kind: str, rows: int | None = None
     ) -> BlobRef:
+        if self._early:
+            self._settle()
         view = memoryview(data).cast("B")
         sha = hashlib.sha256(view).hexdigest()
         path = self.path(sha)
@@ -295,6 +330,8 @@ class BlobStore:
         """Blobs stored inside are durable, under their names, when the block ends (not when ``store_*``
         returns): their fsyncs overlap (:mod:`tilelens.store.durable`). Write no row naming them before the
         block ends. A block inside another joins it."""
+        if self._early:
+            self._settle()
         if self._batch is not None:
             yield
             return
@@ -342,6 +379,8 @@ class BlobStore:
         hashing and encoding it again."""
         from tilelens.store.tensors import tensor_to_table
 
+        if self._early:
+            self._settle()
         known = self._recent.find(tensor, kind)
         if known is not None and _refresh(self.path(known.sha256)):
             return known
