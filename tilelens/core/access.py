@@ -22,7 +22,7 @@ import pyarrow as pa
 
 from tilelens.core.bounds import StorageTable
 from tilelens.records import AccessSummary
-from tilelens.store.traces import TRACE_SCHEMA, encode_trace
+from tilelens.store.traces import TRACE_SCHEMA, encode_trace_reusing
 
 LOAD, STORE, ATOMIC_CAS = "load", "store", "atomic_cas"
 # Gluon shared-memory traffic (tilelens.core.gluon): its own event kinds, in the shared address space of the
@@ -628,4 +628,4 @@ class AccessCollector:
         if self.batched:
             self._expand_batched()
         self._tally()
-        return encode_trace(self._cols)
+        return encode_trace_reusing(self._cols)
