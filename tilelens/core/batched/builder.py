@@ -151,13 +151,25 @@ def _expected_ndim(args: tuple[Any, ...]) -> int:
     return best
 
 
+_NAMES: dict[tuple[Any, ...], tuple[str, ...]] = {}
+
+
 def builder_method_names(builder_cls: type) -> tuple[str, ...]:
-    """The builder's own methods a batched attempt replaces (every callable but the dunders)."""
-    return tuple(
-        name
-        for name in vars(builder_cls)
-        if not name.startswith("__") and callable(getattr(builder_cls, name))
-    )
+    """The builder's own methods a batched attempt replaces (every callable but the dunders).
+
+    Kept per (class, attribute names): the same class with the same attributes gives the same names, and
+    filtering them costs more than a small launch's batched attempt."""
+    key = (builder_cls, *vars(builder_cls))
+    names = _NAMES.get(key)
+    if names is None:
+        if len(_NAMES) >= 16:
+            _NAMES.clear()
+        names = _NAMES[key] = tuple(
+            name
+            for name in vars(builder_cls)
+            if not name.startswith("__") and callable(getattr(builder_cls, name))
+        )
+    return names
 
 
 def _late(builder_cls: type, name: str) -> Callable[..., Any]:
