@@ -47,3 +47,17 @@ def test_columns_the_caller_changes_later_do_not_change_what_is_reused() -> None
     cols["line"][0] = 99  # the kept copy is the columns as they were encoded
     table = encode_trace_reusing(cols)
     assert table is not first and table.column("line").to_pylist() == [99, 7]
+
+
+def test_replay_comparison_normalizes_a_table_once_and_finds_differences_still() -> None:
+    from tilelens.replay import traces as replay_traces
+
+    recorded = encode_trace(_columns([3, 1, 2, 0]))
+    same = encode_trace(_columns([3, 1, 2, 0]))
+    other = encode_trace(_columns([3, 1, 2, 9]))
+    once = replay_traces.normalize(recorded)
+    assert replay_traces.normalize(recorded) is once and once.equals(replay_traces._normalize(recorded))
+    assert once.schema.field("op").type == "string"
+    assert replay_traces.first_difference(recorded, same, {0: "x"}) is None
+    diff = replay_traces.first_difference(recorded, other, {0: "x"})
+    assert diff is not None and (diff.row, diff.field) == (1, "offsets")
