@@ -8,6 +8,9 @@ from typing import Any
 
 import numpy as np
 import pytest
+import torch
+import triton
+import triton.language as tl
 
 from tilelens.core import compat, interpreter
 from tilelens.core.access import AccessCollector
@@ -84,3 +87,45 @@ def test_the_batched_class_calls_the_methods_installed_when_it_runs() -> None:
     assert calls == [((1,), (1,)), ((3, 1), (1,))]
     assert type(uniform) is TensorHandle and uniform.data.tolist() == [2]
     assert type(batched) is BatchedHandle and batched.data.tolist() == [[1], [2], [3]]
+
+
+@triton.jit
+def _twice(x):
+    return x * 2
+
+
+@triton.jit
+def _helper_loop_kernel(x_ptr, out_ptr, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs)
+    for _ in range(3):
+        x = _twice(x)
+    tl.store(out_ptr + offs, x)
+
+
+@pytest.mark.parametrize("engine", ["batched", "program"])
+def test_a_launch_patches_the_language_once_however_often_its_helpers_run(
+    engine: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tilelens.core.trace import TritonTrace
+
+    module = compat.interpreter_module
+    stock = module._patch_lang
+    calls: list[str] = []
+
+    def counting(fn: Any) -> Any:
+        calls.append(fn.__name__)
+        return stock(fn)
+
+    monkeypatch.setattr(module, "_patch_lang", counting)
+    monkeypatch.setenv("TILELENS_ENGINE", engine)
+    traced = TritonTrace(_helper_loop_kernel, in_place=False)
+    x = torch.arange(64, dtype=torch.float32)
+    for _ in range(2):
+        out = torch.empty(64)
+        traced[(4,)](x, out, BLOCK=16)
+        assert torch.equal(out, x * 8)
+        assert traced.records[-1].config["engine"]["mode"] == engine
+    # Once per launch, for the kernel: its helper (same module) runs 3 times per program (4 programs) unpatched.
+    assert calls == ["_helper_loop_kernel", "_helper_loop_kernel"]
+    assert traced.records[-1].trace.equals(traced.records[0].trace)
