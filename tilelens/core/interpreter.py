@@ -134,7 +134,7 @@ class LaunchContext:
         self.helpers: dict[int, Any] = {}
         self.patcher = patcher  # for patches only known once the kernel runs (libdevice in its globals)
         self.redirected: set[int] = set()  # ids of the code objects whose libdevice names are redirected
-        self.lang_patched: set[int] = set()  # ids of the globals whose tl namespaces the launch patched
+        self.lang_patched: set[int] = set()  # ids of the tl modules the launch's language patching covered
         self.gluon: GluonLaunch | None = None  # set for a simulated Gluon launch
         self.writes: WriteLog | None = None  # when set, every write's old bytes are noted first
         self.views = fastmem.StorageViews()  # typed views of the argument storages (large loads and stores)
@@ -266,13 +266,12 @@ def _patch_lang_with_libdevice(original: Callable[..., Any]) -> Callable[..., An
             # Gluon code may not name triton.language at all (the stock function asserts it does); the tl
             # patches are needed all the same, since Gluon tensors are tl tensors.
             scope = original(types.SimpleNamespace(__globals__={"tl": compat.tl, "core": compat.tl.core}))
-        elif launch is not None and id(getattr(fn, "__globals__", None)) in launch.lang_patched:
-            # patched in this launch: the stock call would set equal patches again, each call of the helper
-            scope = _NO_SCOPE
+        elif launch is not None and (langs := frontend.lang_modules(fn)) and langs <= launch.lang_patched:
+            scope = _NO_SCOPE  # patched in this launch: the stock call would set equal patches again
         else:
             scope = original(fn)
             if launch is not None:
-                launch.lang_patched.add(id(fn.__globals__))
+                launch.lang_patched.update(frontend.lang_modules(fn))
         if launch is not None and launch.batch is not None and launch.batch_patcher is not None:
             # The stock patching just put its own tensor methods back: the batched attempt's go on top again.
             for owner, name, value in launch.batch_lang:
