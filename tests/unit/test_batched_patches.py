@@ -129,3 +129,26 @@ def test_a_launch_patches_the_language_once_however_often_its_helpers_run(
     # Once per launch, for the kernel: its helper (same module) runs 3 times per program (4 programs) unpatched.
     assert calls == ["_helper_loop_kernel", "_helper_loop_kernel"]
     assert traced.records[-1].trace.equals(traced.records[0].trace)
+
+
+@triton.jit
+def _sigmoid_kernel(x_ptr, out_ptr, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, _twice(tl.sigmoid(tl.load(x_ptr + offs))))  # tl.sigmoid: a helper of tl.core
+
+
+def test_several_launches_in_one_patch_block_each_patch_the_language() -> None:
+    """The kernel's language patches end with its grid (``GridExecutor`` undoes them): a second launch in the
+    same ``launch_patches`` block (``compiled_semantics`` around several launches) skips none of its own."""
+    interp = interpreter.make_interpreted(_sigmoid_kernel.fn)
+    x = torch.linspace(-3, 3, 64)
+    outs = [torch.empty(64) for _ in range(3)]
+    ref = torch.empty(64)
+    with interpreter.compiled_semantics():  # one launch: its own patching
+        interp.run(x, ref, grid=(4,), warmup=False, BLOCK=16)
+    with interpreter.compiled_semantics():
+        for out in outs:
+            interp.run(x, out, grid=(4,), warmup=False, BLOCK=16)
+    assert torch.allclose(ref, torch.sigmoid(x) * 2)
+    for out in outs:
+        assert torch.equal(out, ref)

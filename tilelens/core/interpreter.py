@@ -419,6 +419,7 @@ def _batched_grid_call(original: Callable[..., Any]) -> Callable[..., Any]:
         finally:
             patcher.restore()
             launch.engine = entry.outcome
+            launch.lang_patched.clear()  # this call's language patches are undone now: none to skip
 
     return __call__
 
