@@ -139,14 +139,14 @@ def _sigmoid_kernel(x_ptr, out_ptr, BLOCK: tl.constexpr):
 
 def test_several_launches_in_one_patch_block_each_patch_the_language() -> None:
     """The kernel's language patches end with its grid (``GridExecutor`` undoes them): a second launch in the
-    same ``launch_patches`` block (``compiled_semantics`` around several launches) skips none of its own."""
+    same ``launch_patches`` block skips none of its own."""
     interp = interpreter.make_interpreted(_sigmoid_kernel.fn)
     x = torch.linspace(-3, 3, 64)
     outs = [torch.empty(64) for _ in range(3)]
     ref = torch.empty(64)
-    with interpreter.compiled_semantics():  # one launch: its own patching
+    with interpreter.launch_patches(AccessCollector()):  # one launch: its own patching
         interp.run(x, ref, grid=(4,), warmup=False, BLOCK=16)
-    with interpreter.compiled_semantics():
+    with interpreter.launch_patches(AccessCollector()):
         for out in outs:
             interp.run(x, out, grid=(4,), warmup=False, BLOCK=16)
     assert torch.allclose(ref, torch.sigmoid(x) * 2)

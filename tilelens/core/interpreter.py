@@ -270,7 +270,7 @@ def _patch_lang_with_libdevice(original: Callable[..., Any]) -> Callable[..., An
             scope = _NO_SCOPE  # patched in this launch: the stock call would set equal patches again
         else:
             scope = original(fn)
-            if launch is not None:
+            if launch is not None and type(launch.collector) is not _NoCapture:  # baseline: the stock cost
                 launch.lang_patched.update(frontend.lang_modules(fn))
         if launch is not None and launch.batch is not None and launch.batch_patcher is not None:
             # The stock patching just put its own tensor methods back: the batched attempt's go on top again.
