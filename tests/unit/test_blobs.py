@@ -341,3 +341,58 @@ def test_a_failed_fsync_fails_the_batch_and_names_nothing(
     with pytest.raises(OSError, match="Input/output"), store.batch():
         sha = store.put_bytes(b"never durable", "raw")
     assert not store.exists(sha) and not list(store.root.rglob("*.tmp"))
+
+
+def test_an_early_stored_tensor_is_durable_under_its_name_before_it_is_named(
+    store: BlobStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import threading
+
+    import tilelens.store.durable as durable
+
+    release = threading.Event()
+    synced: list[str] = []
+    real = durable.fsync_path
+
+    def held_fsync(p: Path) -> None:
+        release.wait(5)
+        synced.append(Path(p).name)
+        real(p)
+
+    monkeypatch.setattr(durable, "fsync_path", held_fsync)
+    t = torch.arange(4096, dtype=torch.float32)
+    store.store_early(t)
+    assert len(list(store.root.rglob("*.tmp"))) == 1  # the temp file is written at once; nothing named yet
+    assert not [p for p in store.root.rglob("*") if p.is_file() and not p.name.endswith(".tmp")]
+    release.set()
+    ref = store.store_tensor(t)  # waits for the early blob: its fsyncs ran, then it is known intact
+    assert (
+        synced[0].endswith(".tmp") and synced[1] == ref.sha256[:2] and len(synced) == 3
+    )  # + new folder's parent
+    assert torch.equal(store.get_tensor(ref.sha256), t) and not list(store.root.rglob("*.tmp"))
+    assert not [th for th in threading.enumerate() if th.name == "tilelens-fsync"]
+    monkeypatch.setattr(durable, "fsync_path", real)
+    assert store.store_tensor(t.clone()) == ref  # the same bytes: the same blob, not written again
+
+
+def test_an_early_store_that_fails_leaves_the_blob_to_the_ordinary_store(
+    store: BlobStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import tilelens.store.durable as durable
+
+    real = durable.fsync_path
+    calls: list[str] = []
+
+    def failing_once(p: Path) -> None:
+        calls.append(Path(p).name)
+        if len(calls) == 1:
+            raise OSError(5, "Input/output error")
+        real(p)
+
+    monkeypatch.setattr(durable, "fsync_path", failing_once)
+    t = torch.arange(100, dtype=torch.int64)
+    store.store_early(t)
+    with store.batch():  # as History.write_launch stores: the early blob failed, so the batch writes it
+        ref = store.store_tensor(t)
+    assert calls[0].endswith(".tmp") and any(c.endswith(".tmp") for c in calls[1:])
+    assert torch.equal(store.get_tensor(ref.sha256), t) and not list(store.root.rglob("*.tmp"))

@@ -116,3 +116,29 @@ def test_an_empty_sparse_snapshot_is_encoded_once_and_byte_identical(tmp_path: P
     assert other.sha256 != first.sha256  # the geometry is the content
     back = table_to_sparse(store.get_table(other.sha256))
     assert (back.storage_offset, back.span, back.elements) == (2, 4, 0)
+
+
+def test_snapshots_of_arguments_the_last_launch_accessed_are_stored_early(
+    tmp_path: Path, monkeypatch
+) -> None:  # noqa: ANN001
+    from tilelens.store import BlobStore
+    from tilelens.store.models import Blob
+
+    early: list[tuple[int, ...]] = []
+    real = BlobStore.store_early
+
+    def spy(self: BlobStore, tensor, kind: str = "tensor") -> None:  # noqa: ANN001
+        early.append(tuple(tensor.shape))
+        real(self, tensor, kind)
+
+    monkeypatch.setattr(BlobStore, "store_early", spy)
+    where, launches, _ = _record(tmp_path, has_label=False)
+    # The first launch: nothing known yet. Then x and out (16 elements) in each launch, before the kernel runs;
+    # never the unread label (4 elements), whose snapshot ends up empty.
+    assert early == [(16,)] * 6
+    with History.open(**where) as h:
+        assert [replay_launch(h, lid, device="cpu").outcome for lid in launches] == ["match"] * 4
+        with h.session() as s:
+            named = set(s.scalars(select(Blob.sha256)))
+    files = {p.name for p in Path(where["blobs"]).rglob("*") if p.is_file()}
+    assert files == named  # every early blob is one a launch names; no temp file left

@@ -20,9 +20,10 @@ from typing import Any, cast
 import numpy as np
 import pyarrow as pa
 
+from tilelens.core import batchrows
 from tilelens.core.bounds import StorageTable
 from tilelens.records import AccessSummary
-from tilelens.store.traces import TRACE_SCHEMA, encode_trace
+from tilelens.store.traces import TRACE_SCHEMA, encode_trace_reusing
 
 LOAD, STORE, ATOMIC_CAS = "load", "store", "atomic_cas"
 # Gluon shared-memory traffic (tilelens.core.gluon): its own event kinds, in the shared address space of the
@@ -468,18 +469,22 @@ class AccessCollector:
     def _expand_batched(self) -> None:
         """The batched entries as the per-program run records them: program-major, events numbered per program.
 
-        Each entry's common case is worked out for all programs at once (:meth:`_fast_rows`); the programs it
-        does not cover go through :meth:`_analyse` one by one, exactly as the per-program run does.
+        Each entry's common case is worked out for all programs at once, as columns
+        (:func:`tilelens.core.batchrows.fast_columns`); when it covers every program of every entry the
+        columns are interleaved into the trace's. Otherwise the programs it does not cover go through
+        :meth:`_analyse` one by one, exactly as the per-program run does.
         """
         entries, self.batched = self.batched, []
-        fast = [self._fast_rows(entry) for entry in entries]
+        fast = [batchrows.fast_columns(self.spans, len(self.programs), entry) for entry in entries]
         c = self._cols
-        names = TRACE_SCHEMA.names
+        if all(f is not None and all(f[1]) for f in fast):
+            batchrows.interleave(c, [f[0] for f in fast if f is not None], self.programs)
+            return
+        names = batchrows.ROW_COLUMNS
         for p, program in enumerate(self.programs):
             for event, (op, addrs, mask, eb, line, values, stray) in enumerate(entries):
-                rows = fast[event]
-                row = None if rows is None else rows[p]
-                if row is None:
+                found = fast[event]
+                if found is None or not found[1][p]:
                     self._analyse(
                         op,
                         addrs[p],
@@ -492,140 +497,16 @@ class AccessCollector:
                         None if stray is None else stray[p],
                     )
                     continue
-                row["pid_x"], row["pid_y"], row["pid_z"] = program
-                row["event"] = event
+                c["pid_x"].append(program[0])
+                c["pid_y"].append(program[1])
+                c["pid_z"].append(program[2])
+                c["event"].append(event)
                 for name in names:
-                    c[name].append(row[name])
-
-    def _fast_rows(self, entry: tuple[Any, ...]) -> list[dict[str, Any] | None] | None:
-        """Per program, the row of an affine block wholly inside one argument's view (None: not that case).
-
-        The rows hold what :meth:`_analyse` computes for such a block (its fast path), for every program of
-        the batch from a few whole-batch numpy operations.
-        """
-        op, addrs, mask, eb, line, _values, _stray = entry
-        spans = self.spans
-        if not spans.spans or addrs.ndim < 2 or addrs.shape[0] != len(self.programs):
-            return None
-        if addrs.dtype != np.uint64:
-            return None
-        b = addrs.shape[0]
-        per = addrs.shape[1:]
-        if addrs[0].size == 0:
-            return None
-        first = addrs.reshape(b, -1)[:, 0]
-        strides = []
-        for axis, n in enumerate(per):
-            if n <= 1:
-                strides.append(0)
-                continue
-            d = np.diff(addrs, axis=axis + 1)
-            st = d.flat[0]
-            if not (d == st).all():
-                return None
-            strides.append(int(np.int64(st.view(np.int64))))
-        reach_lo = sum((n - 1) * st for n, st in zip(per, strides) if st < 0)
-        reach_hi = sum((n - 1) * st for n, st in zip(per, strides) if st > 0)
-        lo = first.astype(np.int64) + reach_lo
-        hi = first.astype(np.int64) + reach_hi
-        idx = np.searchsorted(spans.np_starts, first, side="right").astype(np.int64) - 1
-        starts = np.array([s.start for s in spans.spans], dtype=np.int64)
-        ends = np.array([s.end for s in spans.spans], dtype=np.int64)
-        safe = np.maximum(idx, 0)
-        if mask is None:
-            active = np.full(b, addrs[0].size, dtype=np.int64)
-        else:
-            m = np.broadcast_to(mask, addrs.shape).reshape(b, -1)
-            active = np.count_nonzero(m, axis=1)
-        lanes = int(addrs[0].size)
-        chosen: list[ArgSpan | None]
-        if spans.aliased:
-            chosen = self._aliased_spans(addrs, mask, eb, first, lo, hi, active, lanes)
-        else:
-            inside = (idx >= 0) & ((active == 0) | ((lo >= starts[safe]) & (hi + eb <= ends[safe])))
-            chosen = [spans.spans[int(i)] if ok else None for i, ok in zip(idx.tolist(), inside.tolist())]
-        if not any(span is not None for span in chosen):
-            return None
-        shape = tuple(per)
-        rows: list[dict[str, Any] | None] = []
-        for p in range(b):
-            span = chosen[p]
-            if span is None:
-                rows.append(None)
-                continue
-            ebytes = span.elem_bytes
-            rel0 = int(first[p]) - span.start
-            if rel0 % ebytes or any(st % ebytes for st in strides):
-                rows.append(None)
-                continue
-            n_active = int(active[p])
-            rows.append(
-                {
-                    "strides": [st // ebytes for st in strides],
-                    "offsets": None,
-                    "op": op,
-                    "arg": span.position,
-                    "line": line,
-                    "elem_bytes": eb,
-                    "shape": shape,
-                    "base": rel0 // ebytes,
-                    "mask": None
-                    if n_active == lanes
-                    else np.packbits(np.broadcast_to(mask, addrs.shape)[p].ravel()).tobytes(),
-                    "oob_mask": None,
-                    "lanes": lanes,
-                    "active": n_active,
-                    "oob": 0,
-                    "stray_mask": None,
-                    "stray": 0,
-                    "oob_values": None,
-                }
-            )
-        return rows
-
-    def _aliased_spans(
-        self,
-        addrs: np.ndarray,
-        mask: np.ndarray | None,
-        eb: int,
-        first: np.ndarray,
-        lo: np.ndarray,
-        hi: np.ndarray,
-        active: np.ndarray,
-        lanes: int,
-    ) -> list[ArgSpan | None]:
-        """Per program of an affine batched entry over aliased views: the argument :meth:`_analyse` gives the
-        block when it takes its fast path (None where it would not: that program is analysed on its own).
-
-        As there: the most specific view holding every active lane (bounds of the active lanes only when some
-        are masked), else the argument found at the first lane; the block is fast when all of its lanes checked
-        lie in that view."""
-        spans = self.spans
-        b = addrs.shape[0]
-        live_lo, live_hi = lo, hi
-        if mask is not None and bool((active != lanes).any()):
-            flat = addrs.reshape(b, -1)
-            m = np.broadcast_to(mask, addrs.shape).reshape(b, -1)
-            live_lo = np.where(m, flat, np.uint64(np.iinfo(np.uint64).max)).min(axis=1).astype(np.int64)
-            live_hi = np.where(m, flat, np.uint64(0)).max(axis=1).astype(np.int64)
-        out: list[ArgSpan | None] = []
-        for p in range(b):
-            span = spans.find(int(first[p]))
-            n_active = int(active[p])
-            if n_active:
-                if n_active == lanes:
-                    lo_p, hi_p = int(lo[p]), int(hi[p])
-                else:
-                    lo_p, hi_p = int(live_lo[p]), int(live_hi[p])
-                span = spans.containing(lo_p, hi_p + eb) or span
-                if span is None or lo_p < span.start or hi_p + eb > span.end:
-                    span = None
-            out.append(span)
-        return out
+                    c[name].append(found[0][name][p])
 
     def finish(self) -> pa.Table:
         self._drain()
         if self.batched:
             self._expand_batched()
         self._tally()
-        return encode_trace(self._cols)
+        return encode_trace_reusing(self._cols)

@@ -211,3 +211,9 @@ FAST_TENSOR_INIT = cached_tensor_init(TENSOR.__init__, _TL_TUPLE)
 TENSOR_INIT_OK = tensor_init_matches(
     TENSOR.__init__, FAST_TENSOR_INIT, TENSOR, compat.tl.block_type(compat.tl.float32, [2, 4])
 )
+
+
+def lang_modules(fn: Any) -> set[int]:
+    """Ids of the ``tl`` modules the interpreter's language patching patches for ``fn`` (those its globals
+    name): the patching depends on nothing else of ``fn``, so a launch that patched them needs it no more."""
+    return {id(v) for v in getattr(fn, "__globals__", {}).values() if v is compat.tl or v is compat.tl.core}

@@ -17,8 +17,9 @@ test checks it). The patch sets:
   For a Gluon kernel it adds ``gluon_simulation``: the Gluon simulator of ``tilelens.core.gluon`` (Gluon's
   builtins with the simulator's semantic, reductions with Gluon layouts, Gluon's host TMA descriptors).
 * ``batched_patches`` — for a launch's grid-batched attempt (``tilelens.core.batched``, entered through
-  ``GridExecutor.__call__``): the builder's methods, reductions, scans and ``tl.tensor``'s truth, index and
-  transpose over the program axis (``batched.plan``); ``grid_idx`` says "every program" to the access hooks.
+  ``GridExecutor.__call__``): the builder's methods (its object's class), reductions, scans and
+  ``tl.tensor``'s truth, index and transpose over the program axis (``batched.plan``); ``grid_idx`` says
+  "every program" to the access hooks.
 * ``pre_run_hooks`` — for the same launch: the interpreted function's pre-run hooks, with TileLens's own first
   (it reads the argument spans from the interpreter's host copies).
 * ``interception_patches`` — for the length of a ``tilelens.record()`` block: makes every launch of a
@@ -42,6 +43,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import threading
 import types
 from collections.abc import Callable, Iterator
@@ -61,6 +63,7 @@ from tilelens.errors import StateError
 # Interpreted launches share one global interpreter builder in Triton: they must never overlap.
 LAUNCH_LOCK = threading.RLock()
 _local = threading.local()
+_NO_SCOPE = types.SimpleNamespace(restore=lambda: None)  # a skipped language patching: nothing to put back
 
 
 class _Patcher:
@@ -84,6 +87,11 @@ class _Patcher:
     def set(self, owner: Any, name: str, value: Any) -> None:
         self._save(owner, name, name in vars(owner), vars(owner).get(name))
         setattr(owner, name, value)
+
+    def set_class(self, obj: Any, cls: type) -> None:
+        """``obj.__class__ = cls`` (a subclass of its class, same layout); ``restore`` puts the class back."""
+        self._save(obj, "__class__", True, type(obj))
+        obj.__class__ = cls
 
     def set_item(self, mapping: dict[str, Any], key: str, value: Any) -> None:
         """Like ``set`` for a dict that is no object's ``vars`` (a function's globals)."""
@@ -126,6 +134,7 @@ class LaunchContext:
         self.helpers: dict[int, Any] = {}
         self.patcher = patcher  # for patches only known once the kernel runs (libdevice in its globals)
         self.redirected: set[int] = set()  # ids of the code objects whose libdevice names are redirected
+        self.lang_patched: set[int] = set()  # ids of the tl modules the launch's language patching covered
         self.gluon: GluonLaunch | None = None  # set for a simulated Gluon launch
         self.writes: WriteLog | None = None  # when set, every write's old bytes are noted first
         self.views = fastmem.StorageViews()  # typed views of the argument storages (large loads and stores)
@@ -257,16 +266,19 @@ def _patch_lang_with_libdevice(original: Callable[..., Any]) -> Callable[..., An
             # Gluon code may not name triton.language at all (the stock function asserts it does); the tl
             # patches are needed all the same, since Gluon tensors are tl tensors.
             scope = original(types.SimpleNamespace(__globals__={"tl": compat.tl, "core": compat.tl.core}))
+        elif launch is not None and (langs := frontend.lang_modules(fn)) and langs <= launch.lang_patched:
+            scope = _NO_SCOPE  # patched in this launch: the stock call would set equal patches again
         else:
             scope = original(fn)
+            if launch is not None and type(launch.collector) is not _NoCapture:  # baseline: the stock cost
+                launch.lang_patched.update(frontend.lang_modules(fn))
         if launch is not None and launch.batch is not None and launch.batch_patcher is not None:
             # The stock patching just put its own tensor methods back: the batched attempt's go on top again.
             for owner, name, value in launch.batch_lang:
                 launch.batch_patcher.set(owner, name, value)
             if "print" in getattr(getattr(fn, "__code__", None), "co_names", ()):
-                raise Fallback(
-                    "print"
-                )  # a helper printing from Python would print once, not once per program
+                # a helper printing from Python would print once, not once per program
+                raise Fallback("print")
         if launch is not None:
             fn_globals = getattr(fn, "__globals__", None)
             code = getattr(fn, "__code__", None)
@@ -398,10 +410,7 @@ def _batched_grid_call(original: Callable[..., Any]) -> Callable[..., Any]:
         if launch is None or launch.gluon is not None:
             return original(self, *args, **kwargs)
         builder = compat.interpreter_module.interpreter_builder
-
-        def install(state: BatchState, writes: WriteLog) -> contextlib.AbstractContextManager[None]:
-            return batched_patches(launch, state, writes)
-
+        install = functools.partial(batched_patches, launch)
         entry = batched_executor.BatchedEntry(self.fn, launch, builder, install)
         patcher = _Patcher()
         try:
@@ -410,6 +419,7 @@ def _batched_grid_call(original: Callable[..., Any]) -> Callable[..., Any]:
         finally:
             patcher.restore()
             launch.engine = entry.outcome
+            launch.lang_patched.clear()  # this call's language patches are undone now: none to skip
 
     return __call__
 
@@ -418,17 +428,19 @@ def _batched_grid_call(original: Callable[..., Any]) -> Callable[..., Any]:
 def batched_patches(ctx: LaunchContext, state: BatchState, writes: WriteLog) -> Iterator[None]:
     """The interpreter as the batched attempt ``state`` runs it (:mod:`tilelens.core.batched`), for the block.
 
-    The builder's methods become their batched versions (over the methods installed now: TileLens's access
-    hooks and semantic fixes stay underneath), reductions and scans learn the program axis, ``tl.tensor``'s
+    The builder's methods become their batched versions (the builder takes the state's subclass, calling the
+    methods installed: access hooks, semantic fixes), reductions and scans learn the program axis, ``tl.tensor``'s
     ``__bool__``/``__index__`` check that the programs agree, ``static_print`` gives up, the builder's
     ``grid_idx`` says "every program" to the access hooks, and ``writes`` notes every write for a rollback.
     """
     patcher = _Patcher()
     try:
-        changes, lang = batched_plan.replacements(state, ctx.collector)
+        cls, changes, lang = batched_plan.replacements(state, ctx.collector)
+        builder = compat.interpreter_module.interpreter_builder
+        patcher.set_class(builder, cls)
         for owner, name, value in changes + lang:
             patcher.set(owner, name, value)
-        patcher.set(compat.interpreter_module.interpreter_builder, "grid_idx", BATCH_PROGRAM)
+        patcher.set(builder, "grid_idx", BATCH_PROGRAM)
         patcher.set(ctx, "writes", writes)
         if ctx.reads is not None:
             patcher.set(ctx, "reads", batched_executor.BatchedReads(ctx.reads, state.programs, ctx.collector))

@@ -8,6 +8,7 @@ the user's exception is re-raised unchanged after the record is built.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,7 +26,7 @@ from tilelens.core.interpreter import LAUNCH_LOCK, GluonLaunch, launch_patches, 
 from tilelens.core.semantics import describe_failure
 from tilelens.core.touched import TouchedSnapshots, defer, forget_untouched
 from tilelens.core.writelog import WriteLog
-from tilelens.records import KernelIdentity, LaunchRecord, utcnow
+from tilelens.records import ArgumentRecord, KernelIdentity, LaunchRecord, utcnow
 
 
 @dataclass
@@ -60,13 +61,15 @@ def run_interpreted(
     snapshots: bool = True,
     gluon: bool = False,
     writes: WriteLog | None = None,
+    early: Callable[[list[ArgumentRecord]], None] | None = None,
 ) -> tuple[Any, LaunchRecord, BaseException | None]:
     """Interpret one launch; return (kernel result, record, the exception it raised or None).
 
     ``snapshots=False`` leaves the tensor copies out of the record, for callers that keep the tensors
     themselves (replay compares the rebuilt arguments directly). ``gluon`` runs a Gluon kernel in the
     simulator (``tilelens.core.gluon``) with the launch's ``num_warps``. ``writes`` receives the old bytes of every
-    lane the launch writes (:mod:`tilelens.core.writelog`).
+    lane the launch writes (:mod:`tilelens.core.writelog`). ``early`` gets the argument records, with their
+    before-snapshots, before the kernel runs (the recorder starts storing them then: ``Recording.store_early``).
     """
     with LAUNCH_LOCK:
         bound, options = bind(params, args, kwargs)
@@ -77,6 +80,8 @@ def run_interpreted(
         deferred: dict[int, Any] = {}
         arg_records = describe_arguments(params, bound, snapshots, deferred, defer)
         touched = TouchedSnapshots(arg_records, deferred)
+        if early is not None:
+            early(arg_records)
         if touched.needed and writes is None:  # large tensors: snapshots of what the launch touches
             writes = WriteLog()
         collector = AccessCollector()

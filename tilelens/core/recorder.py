@@ -381,6 +381,22 @@ class Recording:
         if rec.backend == "compiled" and any(a.kind == "tensor" and a.before is None for a in rec.args):
             self.unsnapshotted += 1
 
+    def store_early(self, tensors: list[Any]) -> None:
+        """Start storing the before-snapshots of a launch about to be interpreted (``BlobStore.store_early``):
+        their new blobs become durable while the kernel runs, not after it. Best effort, never an error here:
+        ``write_launch`` stores each snapshot in any case, and reports what fails then."""
+        if self._writer is not None or self._history is None:
+            return
+        store = getattr(getattr(self._history, "blobs", None), "store_early", None)
+        if store is None:
+            return
+        with self._lock:
+            for t in tensors:
+                try:
+                    store(t)
+                except Exception:  # noqa: BLE001,S112 - the ordinary store at write_launch raises it properly
+                    continue
+
     def write_launch(self, rec: LaunchRecord) -> int:
         """Persist one launch before its launch returns to the program.
 

@@ -28,7 +28,7 @@ from tilelens.core.arguments import Param, kernel_params
 from tilelens.core.identity import kernel_identity
 from tilelens.core.interpreter import make_interpreted, original_run, rewire_chain
 from tilelens.core.launch import LaunchMeta, config_dict, run_interpreted
-from tilelens.records import AutotuneEvent, KernelIdentity, LaunchRecord
+from tilelens.records import ArgumentRecord, AutotuneEvent, KernelIdentity, LaunchRecord
 
 DUMMY_TIMING = [1.0, 1.0, 1.0]
 
@@ -92,6 +92,7 @@ class _InterpretedLeaf(compat.KernelInterface):  # type: ignore[misc]  # Triton 
             source if isinstance(source, compat.InterpretedFunction) else make_interpreted(pyfn)
         )
         self.gluon = compat.is_gluon(source)  # simulated: Gluon has no interpreter path of its own
+        self._accessed: frozenset[int] = frozenset()  # argument positions the last launch accessed
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__") or name in (
@@ -103,6 +104,7 @@ class _InterpretedLeaf(compat.KernelInterface):  # type: ignore[misc]  # Triton 
             "identity",
             "snapshots",
             "gluon",
+            "_accessed",
         ):
             raise AttributeError(name)
         return getattr(self.interpreted, name)
@@ -124,7 +126,9 @@ class _InterpretedLeaf(compat.KernelInterface):  # type: ignore[misc]  # Triton 
             meta,
             self.snapshots,
             gluon=self.gluon,
+            early=self._early_store(sink),
         )
+        self._accessed = frozenset(record.per_arg or ())
         handle = sink.write_launch(record)
         stack = _stack()
         if stack and not stack[-1].trial:
@@ -134,6 +138,20 @@ class _InterpretedLeaf(compat.KernelInterface):  # type: ignore[misc]  # Triton 
         if record.summary.oob_lanes and getattr(sink, "on_oob", bounds.DEFAULT_ON_OOB) == "raise":
             raise bounds.OutOfBoundsError(bounds.describe_first_oob(record, handle))
         return result
+
+    def _early_store(self, sink: Any) -> Callable[[list[ArgumentRecord]], None] | None:
+        """The sink's early store (``Recording.store_early``) for the before-snapshots of the arguments the
+        kernel's previous launch accessed: a tensor it never touches keeps no values (``forget_untouched``),
+        and storing its snapshot early would only leave an unreferenced blob each launch."""
+        store = getattr(sink, "store_early", None)
+        accessed = self._accessed
+        if store is None or not accessed:
+            return None
+
+        def early(args: list[ArgumentRecord]) -> None:
+            store([a.before for a in args if a.before is not None and a.position in accessed])
+
+        return early
 
     def _meta(self, kwargs: dict[str, Any]) -> LaunchMeta:
         meta = LaunchMeta()

@@ -20,8 +20,25 @@ BLOCK_ROWS = 4096
 _MASK_FIELDS = ("mask", "oob_mask")
 
 
+# Tables normalized lately, with their results: a batch of replays compares the same recorded trace (read once
+# and kept decoded by the blob store) and often the same replayed one (reused by the encoder) again and again.
+# Arrow tables are immutable, and each entry holds its table, so an id is never reused while it is kept.
+_NORMALIZED: list[tuple[pa.Table, pa.Table]] = []
+NORMALIZED_KEPT = 8
+
+
 def normalize(table: pa.Table) -> pa.Table:
     """Same logical content, same physical form: dictionary-encoded ``op`` as plain strings, one chunk."""
+    for known, done in _NORMALIZED:
+        if known is table:
+            return done
+    done = _normalize(table)
+    if table.num_rows <= BLOCK_ROWS:  # small ones only: the kept tables stay small
+        _NORMALIZED[:] = [*_NORMALIZED[-(NORMALIZED_KEPT - 1) :], (table, done)]
+    return done
+
+
+def _normalize(table: pa.Table) -> pa.Table:
     if "op" in table.column_names and pa.types.is_dictionary(table.schema.field("op").type):
         i = table.column_names.index("op")
         table = table.set_column(i, "op", table.column("op").cast(pa.string()))

@@ -45,6 +45,8 @@ def unknown_reads(trace: pa.Table | None, tensors: list[RebuiltTensor]) -> list[
     reads = np.array([op == "load" or op.startswith("atomic") for op in ops], dtype=bool)
     arg = column_numbers(trace, "arg")
     wanted = {rt.spec.position: rt for rt in sparse}
+    if not (reads & np.isin(arg, list(wanted))).any():
+        return []  # no load or atomic names a sparse argument (its placeholder unread, say): nothing to decode
     found: dict[int, list[np.ndarray]] = {}
     for chunk in LaneDecoder(trace).chunks():
         keep = chunk.active & ~chunk.oob & reads[chunk.row]

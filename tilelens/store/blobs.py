@@ -30,7 +30,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tilelens.errors import BlobCorruptError, BlobError, BlobFolderError, BlobMissingError
-from tilelens.store.durable import Batch
+from tilelens.store.durable import Batch, EarlyBlob
 
 if TYPE_CHECKING:
     import torch
@@ -226,6 +226,10 @@ class BlobStore:
         self._batch: Batch | None = None  # while ``batch()`` runs: new files made durable together at its end
         self._batch_shas: set[str] = set()
         self._tables = _ReadTables()
+        # Blobs ``store_early`` started (tensor, its reference, the job): settled before any store_* or batch.
+        self._early: list[tuple[Any, BlobRef, EarlyBlob]] = []
+        # Names checked and joined lately (each launch names its blobs again).
+        self._paths: dict[str, Path] = {}
 
     def __repr__(self) -> str:
         return f"BlobStore({str(self.root)!r})"
@@ -246,19 +250,59 @@ class BlobStore:
             raise BlobFolderError(f"cannot use blob folder {self.root}: {what} not writable")
 
     def path(self, sha256: str) -> Path:
+        known = self._paths.get(sha256)
+        if known is not None:
+            return known
         if not _SHA_RE.match(sha256):
             # Also what keeps a crafted name from escaping the root.
             raise ValueError(f"not a sha256 hex digest: {sha256!r}")
-        return self.root / sha256[:2] / sha256
+        if len(self._paths) >= 4096:
+            self._paths.clear()
+        path = self._paths[sha256] = self.root / sha256[:2] / sha256
+        return path
 
     def exists(self, sha256: str) -> bool:
         return self.path(sha256).is_file()
 
     # -- writing -------------------------------------------------------------------------------------------
 
+    def store_early(self, tensor: torch.Tensor, kind: str = "tensor") -> None:
+        """Start storing ``tensor``, a snapshot a launch about to run will name (its before-values, copied before
+        the kernel runs), when it is new to this store: encoded, hashed and written to a temp file now, made
+        durable under its name on a thread (:class:`~tilelens.store.durable.EarlyBlob`) while the kernel runs.
+
+        Nothing is promised until the next ``store_*`` or ``batch`` call, which first waits for every blob
+        started here (``_settle``): a stored reference still names only a file known durable and intact. A
+        launch that ends up not naming the blob leaves an unreferenced file, which ``tilelens gc`` removes.
+        """
+        from tilelens.store.tensors import tensor_to_table
+
+        if self._batch is not None or self._recent.find(tensor, kind) is not None:
+            return
+        table = tensor_to_table(tensor)
+        view = memoryview(table_to_ipc(table)).cast("B")
+        sha = hashlib.sha256(view).hexdigest()
+        path = self.path(sha)
+        if (
+            sha in self._intact or path.exists()
+        ):  # known, or on disk: the ordinary path checks and refreshes it
+            return
+        ref = BlobRef(sha, kind, view.nbytes, table.num_rows)
+        self._early.append((tensor, ref, EarlyBlob(path, view)))
+
+    def _settle(self) -> None:
+        """Wait for the blobs ``store_early`` started; those now durable under their names count as written."""
+        early, self._early = self._early, []
+        for tensor, ref, job in early:
+            if job.wait():
+                self._intact.add(ref.sha256)
+                self._recent.add(tensor, ref)
+
     def store_bytes(
         self, data: bytes | bytearray | memoryview | pa.Buffer, kind: str, rows: int | None = None
     ) -> BlobRef:
+        if self._early:
+            self._settle()
         view = memoryview(data).cast("B")
         sha = hashlib.sha256(view).hexdigest()
         path = self.path(sha)
@@ -286,6 +330,8 @@ class BlobStore:
         """Blobs stored inside are durable, under their names, when the block ends (not when ``store_*``
         returns): their fsyncs overlap (:mod:`tilelens.store.durable`). Write no row naming them before the
         block ends. A block inside another joins it."""
+        if self._early:
+            self._settle()
         if self._batch is not None:
             yield
             return
@@ -333,6 +379,8 @@ class BlobStore:
         hashing and encoding it again."""
         from tilelens.store.tensors import tensor_to_table
 
+        if self._early:
+            self._settle()
         known = self._recent.find(tensor, kind)
         if known is not None and _refresh(self.path(known.sha256)):
             return known

@@ -140,3 +140,50 @@ class Batch:
             tmp.unlink(missing_ok=True)
         self._pending.clear()
         self._folders.clear()
+
+
+class EarlyBlob:
+    """One new blob made durable under its name on a thread of its own, started before the launch that will
+    name it has run (``BlobStore.store_early``): its fsyncs wait while the kernel is interpreted, not after.
+
+    The steps of a batch, for one file: the temp file is written here, then on the thread fsync'd, renamed onto
+    its name (read-only) and its folder fsync'd (and a new folder's parent). ``wait`` joins the thread and says
+    whether every step succeeded; on a failure the temp file is removed (a file renamed into place before a
+    failed folder fsync stays: the ordinary path then compares it with the bytes, as any file found on disk).
+    """
+
+    def __init__(self, path: Path, data: memoryview) -> None:
+        folder = path.parent
+        self._new_folder: Path | None = None
+        if not folder.is_dir():
+            folder.mkdir(parents=True, exist_ok=True)
+            self._new_folder = folder.parent
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{path.name[:16]}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        self.path = path
+        self._tmp = Path(tmp)
+        self._ok = False
+        self._thread = threading.Thread(target=self._run, name="tilelens-fsync")
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            fsync_path(self._tmp)
+            os.chmod(self._tmp, 0o444)
+            os.replace(self._tmp, self.path)
+            fsync_path(self.path.parent)
+            if self._new_folder is not None:
+                fsync_path(self._new_folder)
+            self._ok = True
+        except BaseException:  # noqa: BLE001 - the blob is left to the ordinary path, which reports failures
+            with contextlib.suppress(OSError):
+                self._tmp.unlink(missing_ok=True)
+
+    def wait(self) -> bool:
+        self._thread.join()
+        return self._ok

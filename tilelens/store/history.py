@@ -631,8 +631,12 @@ class History:
         ).scalar_one()
 
 
+_SUMMARY_FIELDS = tuple(f.name for f in dataclasses.fields(AccessSummary))
+
+
 def _summary(summary: AccessSummary | None) -> dict[str, int] | None:
-    return None if summary is None else {k: int(v) for k, v in dataclasses.asdict(summary).items()}
+    # The fields by name (what dataclasses.asdict gives, without its deep copy: this runs per argument).
+    return None if summary is None else {k: int(getattr(summary, k)) for k in _SUMMARY_FIELDS}
 
 
 def _ints(values: Any) -> list[int] | None:

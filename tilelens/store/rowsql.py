@@ -46,10 +46,10 @@ class RowInsert:
         verb = "INSERT OR IGNORE" if or_ignore else "INSERT"
         self.sql = f'{verb} INTO "{table.name}" ({names}) VALUES ({marks})'
 
+        self._pairs = tuple(zip(self.columns, self.processors, strict=True))
+
     def params(self, row: dict[str, Any]) -> tuple[Any, ...]:
-        return tuple(
-            row[c] if p is None else p(row[c]) for c, p in zip(self.columns, self.processors, strict=True)
-        )
+        return tuple([row[c] if p is None else p(row[c]) for c, p in self._pairs])
 
     def many(self, rows: Iterable[dict[str, Any]]) -> list[tuple[Any, ...]]:
         return [self.params(r) for r in rows]

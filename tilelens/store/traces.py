@@ -87,6 +87,52 @@ def encode_trace(columns: Mapping[str, Sequence[Any]]) -> pa.Table:
     return pa.Table.from_arrays(arrays, schema=TRACE_SCHEMA)
 
 
+# The last few encodings with their columns: launches of one kernel on same-shaped inputs usually hand over
+# the same columns, event for event, and comparing them costs a fraction of encoding them again.
+_ENCODED: list[tuple[dict[str, list[Any]], pa.Table]] = []
+ENCODED_KEPT = 4
+ENCODED_MAX_EVENTS = 4096  # larger traces are encoded every time (comparing costs what they weigh)
+
+
+def encode_trace_reusing(columns: Mapping[str, Sequence[Any]]) -> pa.Table:
+    """``encode_trace(columns)``, or the table of a recent call whose columns were equal, value for value.
+
+    Invariant: the table returned is the one ``encode_trace`` gives for these columns (equal values of each
+    column encode to equal arrays; Arrow tables are immutable, so sharing one is safe).
+    """
+    events = len(columns["event"])
+    if events <= ENCODED_MAX_EVENTS:
+        for known, table in reversed(_ENCODED):
+            if _same_columns(known, columns):
+                return table
+    table = encode_trace(columns)
+    if events <= ENCODED_MAX_EVENTS:
+        kept = {name: list(columns[name]) for name in TRACE_SCHEMA.names}
+        _ENCODED[:] = [*_ENCODED[-(ENCODED_KEPT - 1) :], (kept, table)]
+    return table
+
+
+def _same_columns(known: Mapping[str, Sequence[Any]], columns: Mapping[str, Sequence[Any]]) -> bool:
+    for name in TRACE_SCHEMA.names:
+        a, b = known[name], columns[name]
+        if len(a) != len(b):
+            return False
+        if name == "offsets":  # None or a 1-D int64 array per event
+            for x, y in zip(a, b):
+                if x is None or y is None:
+                    if x is not y:
+                        return False
+                elif x.shape != y.shape or not np.array_equal(x, y):
+                    return False
+        else:
+            try:
+                if a != b:
+                    return False
+            except ValueError:  # an array among the values: not the plain case, encode it
+                return False
+    return True
+
+
 def lane_offsets(row: dict[str, Any]) -> np.ndarray:
     """Every lane's element offset of one trace row (a dict as from ``Table.to_pylist()``), in block shape."""
     shape = tuple(row["shape"])

@@ -151,6 +151,56 @@ def _expected_ndim(args: tuple[Any, ...]) -> int:
     return best
 
 
+_NAMES: dict[tuple[Any, ...], tuple[str, ...]] = {}
+
+
+def builder_method_names(builder_cls: type) -> tuple[str, ...]:
+    """The builder's own methods a batched attempt replaces (every callable but the dunders).
+
+    Kept per (class, attribute names): the same class with the same attributes gives the same names, and
+    filtering them costs more than a small launch's batched attempt."""
+    key = (builder_cls, *vars(builder_cls))
+    names = _NAMES.get(key)
+    if names is None:
+        if len(_NAMES) >= 16:
+            _NAMES.clear()
+        names = _NAMES[key] = tuple(
+            name
+            for name in vars(builder_cls)
+            if not name.startswith("__") and callable(getattr(builder_cls, name))
+        )
+    return names
+
+
+def _late(builder_cls: type, name: str) -> Callable[..., Any]:
+    """``builder_cls.<name>`` as installed when it is called (not when the batched class was built)."""
+
+    def original(self: Any, *args: Any, **kw: Any) -> Any:
+        return getattr(builder_cls, name)(self, *args, **kw)
+
+    return original
+
+
+def batched_class(builder_cls: type, state: BatchState) -> type:
+    """A subclass of ``builder_cls`` whose methods are ``batched_methods`` for ``state``: built once per state.
+
+    The interpreter's one builder object takes this class for a batched attempt (one change to install and
+    to put back, instead of one per method). Each method calls the parent's method as installed *at call
+    time* (``_late``): the launch's access hooks and semantic fixes are new objects every launch, so the class
+    stays valid for every later attempt with this state (``state_for`` hands out the same state for the same
+    grid). The name is the parent's, so error messages naming the builder's class read as the stock ones.
+    """
+    names = builder_method_names(builder_cls)
+    key = (builder_cls, names)
+    built = state.built.get(key)
+    if built is None:
+        installed = {name: _late(builder_cls, name) for name in names}
+        namespace: dict[str, Any] = dict(batched_methods(installed, state))
+        namespace.update(__qualname__=builder_cls.__qualname__, __module__=builder_cls.__module__)
+        built = state.built[key] = type(builder_cls.__name__, (builder_cls,), namespace)
+    return built
+
+
 def batched_methods(
     installed: dict[str, Callable[..., Any]], state: BatchState
 ) -> dict[str, Callable[..., Any]]:

@@ -24,7 +24,7 @@ import numpy as np
 
 from tilelens.core.access import BATCH_PROGRAM
 from tilelens.core.batched import depend
-from tilelens.core.batched.state import BatchState, Fallback, engine_mode
+from tilelens.core.batched.state import BatchState, Fallback, engine_mode, state_for
 from tilelens.core.writelog import WriteLog
 
 # Installs the batched attempt's patches for the block (tilelens.core.interpreter.batched_patches).
@@ -93,7 +93,7 @@ class BatchedEntry:
         if why is not None:
             self.outcome = {"mode": "program", "fallback": why}
             return "program"
-        state = BatchState((grid[0], grid[1], grid[2]))
+        state = state_for((grid[0], grid[1], grid[2]))
         writes = self.ctx.writes if self.ctx.writes is not None else WriteLog()
         collector = self.ctx.collector
         collector.begin_batch(state.programs)

@@ -1,4 +1,5 @@
-"""What a batched attempt replaces in Triton's interpreter, as (owner, name, value) triples.
+"""What a batched attempt replaces in Triton's interpreter: the builder object's class, and (owner, name,
+value) triples.
 
 :func:`tilelens.core.interpreter.batched_patches` installs them (and puts everything back); this module only
 builds them, over what is installed at the time (TileLens's access hooks and semantic fixes stay underneath).
@@ -19,22 +20,21 @@ def _refuse_static_print(*args: Any, **kwargs: Any) -> None:
     raise Fallback("static_print")  # the stock interpreter prints once per program
 
 
-def replacements(state: BatchState, collector: Any) -> tuple[list[Change], list[Change]]:
-    """(the builder's methods, reductions and scans; the ``tl`` ones each helper's language patching resets)."""
-    builder_cls = compat.InterpreterBuilder
-    installed = {
-        name: getattr(builder_cls, name)
-        for name in vars(builder_cls)
-        if not name.startswith("__") and callable(getattr(builder_cls, name))
-    }
+def replacements(state: BatchState, collector: Any) -> tuple[type, list[Change], list[Change]]:
+    """(the builder object's class for the attempt; reductions and scans; the ``tl`` ones each helper's
+    language patching resets).
+
+    The class (``builder.batched_class``) is built once per state and calls the builder's methods as installed
+    when they run; the rest is built per attempt (a handful of objects, over the collector of the launch).
+    """
+    cls = builder.batched_class(compat.InterpreterBuilder, state)
     changes: list[Change] = [
-        (builder_cls, name, method) for name, method in builder.batched_methods(installed, state).items()
+        (compat.ReduceOps, "apply", ops.reduce_apply(compat.ReduceOps.apply, state)),
+        (compat.ScanOps, "apply", ops.scan_apply(compat.ScanOps.apply, state)),
     ]
-    changes.append((compat.ReduceOps, "apply", ops.reduce_apply(compat.ReduceOps.apply, state)))
-    changes.append((compat.ScanOps, "apply", ops.scan_apply(compat.ScanOps.apply, state)))
     tensor = compat.tl.core.tensor
     decide = executor.periodic_check(state, collector)
     methods = ops.tensor_methods(tensor.__bool__, tensor.__index__, vars(tensor).get("T"), state, decide)
     lang: list[Change] = [(tensor, name, fn) for name, fn in methods.items()]
     lang += [(ns, "static_print", _refuse_static_print) for ns in (compat.tl, compat.tl.core)]
-    return changes, lang
+    return cls, changes, lang

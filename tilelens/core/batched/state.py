@@ -15,6 +15,7 @@ Invariants:
 from __future__ import annotations
 
 import os
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -109,6 +110,8 @@ class BatchState:
     pids: tuple[np.ndarray, np.ndarray, np.ndarray] = field(init=False)
     active: bool = True
     held: int = 0  # lanes of memory accesses the collector holds for this attempt
+    # What was built for this state once and serves every attempt with it (``builder.batched_class``).
+    built: dict[Any, Any] = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         nx, ny, nz = self.grid
@@ -139,3 +142,27 @@ class BatchState:
         if type(h) is BatchedHandle:
             return plain(BatchedHandle(h.data[b], h.dtype))
         return h
+
+
+# The states of the last few grids, with what was built for them (``BatchState.built``). Launches never
+# overlap (``interpreter.LAUNCH_LOCK``), so one state serves one attempt at a time.
+_STATES: OrderedDict[tuple[int, int, int], BatchState] = OrderedDict()
+_STATES_KEPT = 8
+
+
+def state_for(grid: tuple[int, int, int]) -> BatchState:
+    """A fresh attempt's state for ``grid``: the kept one, reset (active, nothing held), or a new one.
+
+    The programs and program ids depend on the grid alone; keeping the state keeps what was built for it (the
+    batched builder class), so repeated launches of a grid build nothing.
+    """
+    state = _STATES.get(grid)
+    if state is None:
+        state = _STATES[grid] = BatchState(grid)
+        while len(_STATES) > _STATES_KEPT:
+            _STATES.popitem(last=False)
+    else:
+        _STATES.move_to_end(grid)
+    state.active = True
+    state.held = 0
+    return state
