@@ -20,6 +20,13 @@ it; ``interpreter.launch_patches`` installs these replacements for the length of
 * ``tl.tensor.__init__`` rebuilds the shape (a ``constexpr`` per dimension, a ``tl.tuple`` and its type) for
   every value: built once per (shared) type object instead (``cached_tensor_init``).
 * ``index_through_squeeze``: Triton 3.6's tensor patching with 3.7's ``__index__`` (numpy >= 2.4).
+* ``patch_attr``: the interpreter's ``_patch_attr`` wraps every ``tl`` builtin in a lambda that copies the
+  keyword arguments through a dict comprehension (to drop a ``_semantic``) and then calls the builtin's
+  ``@builtin`` wrapper, which only checks that ``_semantic`` is given and not None. The replacement passes
+  the same arguments (``_semantic`` replaced, last) and, where the member is exactly such a wrapper and the
+  semantic is not None, calls the function it wraps directly. Where the semantic comes from (the module
+  global read at each call, or one bound per builtin) is ``compat.INTERPRETER_SEMANTIC_IS_GLOBAL``;
+  ``patch_attr_matches`` checks the replacement against Triton's once, before it is installed.
 
 Invariant: every replacement returns what Triton's function returns, or raises what it raises, for every
 input; it is only cheaper.
@@ -177,6 +184,82 @@ def cached_tensor_init(original: Callable[..., Any], tuple_cls: Any) -> Callable
     return __init__
 
 
+_BUILTIN_CODE = compat.tl.core.builtin(lambda: None).__code__  # the code of every ``@builtin`` wrapper
+
+
+def _wrapped(member: Any) -> Any:
+    """The function a ``@builtin`` wrapper calls, or None where ``member`` is not exactly such a wrapper."""
+    if getattr(member, "__code__", None) is not _BUILTIN_CODE:
+        return None
+    cells = dict(zip(member.__code__.co_freevars, member.__closure__ or ()))
+    cell = cells.get("fn")
+    return None if cell is None else cell.cell_contents
+
+
+def patch_attr(module: Any, semantic_is_global: bool) -> Callable[..., None]:
+    """The interpreter's ``_patch_attr`` (module ``module``) with a cheaper wrapper around each builtin."""
+
+    def _patch_attr(obj: Any, name: str, member: Any, builder: Any, scope: Any) -> None:
+        default = member
+        direct = _wrapped(member)
+        if semantic_is_global:
+
+            def new_member(*args: Any, member: Any = default, **kwargs: Any) -> Any:
+                kwargs.pop("_semantic", None)
+                semantic = kwargs["_semantic"] = module.interpreter_semantic
+                if direct is not None and member is default and semantic is not None:
+                    return direct(*args, **kwargs)
+                return member(*args, **kwargs)
+
+        else:
+            bound = module.TritonSemantic(builder)
+
+            def new_member(*args: Any, member: Any = default, **kwargs: Any) -> Any:
+                kwargs.pop("_semantic", None)
+                kwargs["_semantic"] = bound
+                if direct is not None and member is default:
+                    return direct(*args, **kwargs)
+                return member(*args, **kwargs)
+
+        scope.set_attr(obj, name, new_member)
+
+    return _patch_attr
+
+
+def patch_attr_matches(original: Callable[..., Any], fast: Callable[..., Any], module: Any) -> bool:
+    """Whether the builtins ``fast`` patches pass what ``original``'s pass (arguments, keywords in order, a
+    semantic of the same kind over the same builder): checked once before installing it."""
+
+    def answer(*args: Any, _semantic: Any = None, **kwargs: Any) -> Any:
+        return args, list(kwargs), kwargs, _semantic
+
+    probe: Any = compat.tl.core.builtin(answer)
+
+    class Scope:
+        def __init__(self) -> None:
+            self.values: list[Any] = []
+
+        def set_attr(self, obj: Any, name: str, value: Any) -> None:
+            self.values.append(value)
+
+    builder = getattr(module, "interpreter_builder", None)
+    answers = []
+    try:
+        for patch in (original, fast):
+            scope = Scope()
+            patch(object(), "probe", probe, builder, scope)
+            (member,) = scope.values
+            answers.append([member(1, "a", key=2), member(3, _semantic="x", key=4, other=5)])
+    except Exception:  # noqa: BLE001 - a Triton whose patching differs keeps its own
+        return False
+    for a, b in zip(*answers):
+        if a[:3] != b[:3] or type(a[3]) is not type(b[3]):
+            return False
+        if getattr(a[3], "builder", None) is not getattr(b[3], "builder", None):
+            return False
+    return True
+
+
 def tensor_init_matches(
     original: Callable[..., Any], fast: Callable[..., Any], tensor_cls: Any, ty: Any
 ) -> bool:
@@ -210,4 +293,8 @@ TENSOR = compat.tl.core.tensor
 FAST_TENSOR_INIT = cached_tensor_init(TENSOR.__init__, _TL_TUPLE)
 TENSOR_INIT_OK = tensor_init_matches(
     TENSOR.__init__, FAST_TENSOR_INIT, TENSOR, compat.tl.block_type(compat.tl.float32, [2, 4])
+)
+FAST_PATCH_ATTR = patch_attr(compat.interpreter_module, compat.INTERPRETER_SEMANTIC_IS_GLOBAL)
+PATCH_ATTR_OK = patch_attr_matches(
+    compat.interpreter_module._patch_attr, FAST_PATCH_ATTR, compat.interpreter_module
 )

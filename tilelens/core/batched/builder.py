@@ -139,15 +139,32 @@ def _np(h: Any) -> Any:
     return compat.np_dtype(h.dtype)
 
 
+def _handle_ndim(h: Any) -> int:
+    """``h``'s ndim with the program axis (a uniform handle gets one), or -1 for what is no handle."""
+    t = type(h)
+    if t is BatchedHandle:
+        return _ndim(h.data)
+    if t is TensorHandle or isinstance(h, TensorHandle):
+        return _ndim(h.data) + 1
+    return -1
+
+
+def _ndim(data: Any) -> int:
+    return data.ndim if type(data) is np.ndarray else int(np.ndim(data))
+
+
 def _expected_ndim(args: tuple[Any, ...]) -> int:
     """The ndim a batched element-wise result must have: the widest operand's, with the program axis."""
     best = 0
     for a in args:
-        items = a if type(a) in (list, tuple) else (a,)
-        for h in items:
-            if isinstance(h, TensorHandle):
-                nd = np.ndim(h.data) + (0 if type(h) is BatchedHandle else 1)
-                best = max(best, nd)
+        t = type(a)
+        if t is list or t is tuple:
+            for h in a:
+                best = max(best, _handle_ndim(h))
+        else:
+            nd = _handle_ndim(a)
+            if nd > best:
+                best = nd
     return best
 
 
@@ -163,7 +180,9 @@ def batched_methods(
             if not has_batched(args):
                 return original(self, *args, **kw)
             ret = original(self, *[plain(a) for a in args], **kw)
-            data = np.asarray(ret.data)
+            data = ret.data
+            if type(data) is not np.ndarray:
+                data = np.asarray(data)
             if data.ndim != _expected_ndim(args) or data.shape[0] != size:
                 raise Fallback(f"unexpected shape from {name}")
             return mark(ret)
