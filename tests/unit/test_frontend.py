@@ -166,3 +166,59 @@ def test_a_constructor_that_does_more_keeps_tritons() -> None:
         richer, frontend.cached_tensor_init(stock, tl.core.tuple), tl.core.tensor, ty
     )
     assert frontend.TENSOR_INIT_OK  # this Triton's constructor is the one the replacement reproduces
+
+
+class _Scope:
+    """Stands in for the interpreter's patch scope: keeps what ``_patch_attr`` sets."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, object] = {}
+
+    def set_attr(self, obj: object, name: str, value: object) -> None:
+        self.values[name] = value
+
+
+def _patched(patch: object, member: object) -> object:
+    scope = _Scope()
+    builder = compat.interpreter_module.interpreter_builder
+    patch(object(), "probe", member, builder, scope)  # type: ignore[operator]
+    return scope.values["probe"]
+
+
+def _probe(*args: object, _semantic: object = None, **kwargs: object) -> object:
+    return args, list(kwargs.items()), type(_semantic).__name__, getattr(_semantic, "builder", None)
+
+
+def test_builtins_patched_cheaper_get_what_tritons_patching_passes(monkeypatch: pytest.MonkeyPatch) -> None:
+    module = compat.interpreter_module
+    stock = module._patch_attr
+    assert frontend.PATCH_ATTR_OK  # this Triton's patching is the one the replacement reproduces
+    probe = tl.core.builtin(_probe)
+    slow, fast = _patched(stock, probe), _patched(frontend.FAST_PATCH_ATTR, probe)
+    calls = [((1, "a"), {"key": 2}), ((), {"_semantic": "mine", "key": 4, "other": 5}), ((tl.float32,), {})]
+    for args, kwargs in calls:
+        assert fast(*args, **kwargs) == slow(*args, **kwargs)  # type: ignore[operator]
+        assert fast(*args, **kwargs)[2] == "TritonSemantic"  # type: ignore[operator, index]
+    # the lambda's own ``member`` keyword (a Triton quirk) calls what it names, in both
+    assert fast(1, member=tl.core.builtin(_probe)) == slow(1, member=tl.core.builtin(_probe))  # type: ignore[operator]
+    # a member that is not exactly a ``@builtin`` wrapper is called as it is
+    plain = _patched(frontend.FAST_PATCH_ATTR, _probe)
+    assert plain(7) == _patched(stock, _probe)(7)  # type: ignore[operator]
+    if compat.INTERPRETER_SEMANTIC_IS_GLOBAL:
+        # no semantic: the wrapper's check refuses the call in both (the direct path is not taken)
+        monkeypatch.setattr(module, "interpreter_semantic", None)
+        for member in (fast, slow):
+            with pytest.raises(ValueError, match="triton.jit"):
+                member(1)  # type: ignore[operator]
+
+
+def test_patching_that_passes_other_arguments_keeps_tritons() -> None:
+    module = compat.interpreter_module
+
+    def dropping(obj: object, name: str, member: object, builder: object, scope: _Scope) -> None:
+        scope.set_attr(
+            obj, name, lambda *args, **kwargs: member(*args, _semantic=compat.TritonSemantic(builder))
+        )  # type: ignore[operator]
+
+    assert frontend.patch_attr_matches(module._patch_attr, frontend.FAST_PATCH_ATTR, module)
+    assert not frontend.patch_attr_matches(module._patch_attr, dropping, module)

@@ -12,10 +12,11 @@ function does — the same builder calls, in the same order, with the same argum
   ``check_ptr_type_impl`` / ``computation_type_impl`` per (left type, right type, flags); an error there is not
   remembered (it recurs: the call goes to Triton's function, which raises it).
 * A ``tl.tensor`` and a Python ``int``/``float`` (exact types, so ``bool`` and numpy scalars go to Triton):
-  the scalar's type comes from Triton's ``to_tensor_type`` (value-dependent: it is asked every time), the
+  the scalar's type comes from Triton's ``to_tensor`` choice (``compat.number_type``, asked every time), the
   computation type is remembered per (tensor type, scalar type, side, ``div_or_mod``); the negative-unsigned
   and range checks run on every call and hand a failing call to Triton's function. The tensor Triton builds
-  from the scalar first and then discards (``to_tensor``) is not built; building it has no effect.
+  from the scalar first and then discards (``to_tensor``) is not built where ``to_tensor_type`` tells its
+  type (3.7 on); building it has no effect.
   Pointer tensors and ``arithmetic_check=False`` (where that first tensor is kept) go to Triton.
 * ``broadcast_impl_value`` (its answer depends on the operands' types only) returns the operands unchanged
   where Triton's function, asked once for that pair of type objects, did; a block and a scalar get Triton's splat, with the splat type and its IR type
@@ -77,7 +78,7 @@ def type_checking(original: Callable[..., Any]) -> Callable[..., Any]:
         """The checked pair for tensor ``t`` and number ``x`` (``left``: ``x`` is the left operand), or None
         where Triton's function must answer (pointer tensors, failing checks)."""
         tty = t.type
-        xty = self.to_tensor_type(x)
+        xty = compat.number_type(self, x)
         key = (id(tty), id(xty), left, div_or_mod)
         entry = scalars.get(key)
         if entry is None or entry[0] is not tty or entry[1] is not xty:
