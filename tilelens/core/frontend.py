@@ -185,68 +185,125 @@ def cached_tensor_init(original: Callable[..., Any], tuple_cls: Any) -> Callable
 
 
 _BUILTIN_CODE = compat.tl.core.builtin(lambda: None).__code__  # the code of every ``@builtin`` wrapper
+_UNWRAPPED: dict[int, tuple[Any, Any]] = {}  # id(member) -> (member, the function it wraps or None)
+_GLOBAL = object()  # a wrapper's semantic is the interpreter module's global, read at each call
 
 
 def _wrapped(member: Any) -> Any:
     """The function a ``@builtin`` wrapper calls, or None where ``member`` is not exactly such a wrapper."""
-    if getattr(member, "__code__", None) is not _BUILTIN_CODE:
-        return None
-    cells = dict(zip(member.__code__.co_freevars, member.__closure__ or ()))
-    cell = cells.get("fn")
-    return None if cell is None else cell.cell_contents
+    known = _UNWRAPPED.get(id(member))
+    if known is not None and known[0] is member:
+        return known[1]
+    fn = None
+    if getattr(member, "__code__", None) is _BUILTIN_CODE:
+        cell = dict(zip(member.__code__.co_freevars, member.__closure__ or ())).get("fn")
+        fn = None if cell is None else cell.cell_contents
+    _remember(_UNWRAPPED, id(member), lambda: (member, fn))
+    return fn
+
+
+def _member_wrapper(module: Any, member: Any, bound: Any) -> Callable[..., Any]:
+    """What Triton's patching makes of ``member``, cheaper: the semantic is ``bound``, or ``_GLOBAL``."""
+    default = member
+    direct = _wrapped(member)
+    if bound is _GLOBAL:
+
+        def new_member(*args: Any, member: Any = default, **kwargs: Any) -> Any:
+            kwargs.pop("_semantic", None)
+            semantic = kwargs["_semantic"] = module.interpreter_semantic
+            if direct is not None and member is default and semantic is not None:
+                return direct(*args, **kwargs)
+            return member(*args, **kwargs)
+
+        return new_member
+
+    def new_bound_member(*args: Any, member: Any = default, **kwargs: Any) -> Any:
+        kwargs.pop("_semantic", None)
+        kwargs["_semantic"] = bound
+        if direct is not None and member is default and bound is not None:
+            return direct(*args, **kwargs)
+        return member(*args, **kwargs)
+
+    return new_bound_member
 
 
 def patch_attr(module: Any, semantic_is_global: bool) -> Callable[..., None]:
     """The interpreter's ``_patch_attr`` (module ``module``) with a cheaper wrapper around each builtin."""
 
     def _patch_attr(obj: Any, name: str, member: Any, builder: Any, scope: Any) -> None:
-        default = member
-        direct = _wrapped(member)
-        if semantic_is_global:
-
-            def new_member(*args: Any, member: Any = default, **kwargs: Any) -> Any:
-                kwargs.pop("_semantic", None)
-                semantic = kwargs["_semantic"] = module.interpreter_semantic
-                if direct is not None and member is default and semantic is not None:
-                    return direct(*args, **kwargs)
-                return member(*args, **kwargs)
-
-        else:
-            bound = module.TritonSemantic(builder)
-
-            def new_member(*args: Any, member: Any = default, **kwargs: Any) -> Any:
-                kwargs.pop("_semantic", None)
-                kwargs["_semantic"] = bound
-                if direct is not None and member is default:
-                    return direct(*args, **kwargs)
-                return member(*args, **kwargs)
-
-        scope.set_attr(obj, name, new_member)
+        bound = _GLOBAL if semantic_is_global else module.TritonSemantic(builder)
+        scope.set_attr(obj, name, _member_wrapper(module, member, bound))
 
     return _patch_attr
+
+
+def left_behind(
+    namespaces: tuple[Any, ...], stock_code: Any, module: Any, semantic_is_global: bool
+) -> list[tuple[Any, str, Any]]:
+    """(namespace, name, cheaper wrapper) for each wrapper of Triton's own patching left in ``namespaces``.
+
+    A run of the stock interpreter leaves some of its builtin wrappers in ``tl.core`` (it does not undo all of
+    its patching); they are no builtins, so later patching keeps them, and code that names them runs them.
+    Each is replaced, for the launch, by the wrapper ``patch_attr`` makes of the same member and semantic.
+    """
+    out = []
+    for ns in namespaces:
+        for name, value in list(vars(ns).items()):
+            if getattr(value, "__code__", None) is not stock_code:
+                continue
+            member = (value.__kwdefaults__ or {}).get("member")
+            if member is None:
+                continue
+            bound: Any = _GLOBAL
+            if not semantic_is_global:
+                cells = dict(zip(value.__code__.co_freevars, value.__closure__ or ()))
+                if "semantic" not in cells:
+                    continue
+                bound = cells["semantic"].cell_contents
+            out.append((ns, name, _member_wrapper(module, member, bound)))
+    return out
+
+
+class _Scope:
+    """Stands in for the interpreter's patch scope: keeps what is set."""
+
+    def __init__(self) -> None:
+        self.values: list[Any] = []
+
+    def set_attr(self, obj: Any, name: str, value: Any) -> None:
+        self.values.append(value)
+
+
+def _answer(*args: Any, _semantic: Any = None, **kwargs: Any) -> Any:
+    return args, list(kwargs), kwargs, _semantic
+
+
+def stock_member_code(original: Callable[..., Any], module: Any) -> Any:
+    """The code object of the wrappers ``original`` (Triton's ``_patch_attr``) makes, or None."""
+    scope = _Scope()
+    try:
+        original(
+            object(),
+            "probe",
+            compat.tl.core.builtin(_answer),
+            getattr(module, "interpreter_builder", None),
+            scope,
+        )
+    except Exception:  # noqa: BLE001 - a Triton whose patching differs: nothing is recognised
+        return None
+    return getattr(scope.values[-1], "__code__", None) if scope.values else None
 
 
 def patch_attr_matches(original: Callable[..., Any], fast: Callable[..., Any], module: Any) -> bool:
     """Whether the builtins ``fast`` patches pass what ``original``'s pass (arguments, keywords in order, a
     semantic of the same kind over the same builder): checked once before installing it."""
 
-    def answer(*args: Any, _semantic: Any = None, **kwargs: Any) -> Any:
-        return args, list(kwargs), kwargs, _semantic
-
-    probe: Any = compat.tl.core.builtin(answer)
-
-    class Scope:
-        def __init__(self) -> None:
-            self.values: list[Any] = []
-
-        def set_attr(self, obj: Any, name: str, value: Any) -> None:
-            self.values.append(value)
-
+    probe: Any = compat.tl.core.builtin(_answer)
     builder = getattr(module, "interpreter_builder", None)
     answers = []
     try:
         for patch in (original, fast):
-            scope = Scope()
+            scope = _Scope()
             patch(object(), "probe", probe, builder, scope)
             (member,) = scope.values
             answers.append([member(1, "a", key=2), member(3, _semantic="x", key=4, other=5)])
@@ -298,3 +355,14 @@ FAST_PATCH_ATTR = patch_attr(compat.interpreter_module, compat.INTERPRETER_SEMAN
 PATCH_ATTR_OK = patch_attr_matches(
     compat.interpreter_module._patch_attr, FAST_PATCH_ATTR, compat.interpreter_module
 )
+STOCK_MEMBER_CODE = stock_member_code(compat.interpreter_module._patch_attr, compat.interpreter_module)
+
+
+def fast_left_behind() -> list[tuple[Any, str, Any]]:
+    """``left_behind`` over the ``tl`` namespaces of this Triton (nothing where the replacement is not used)."""
+    if not PATCH_ATTR_OK or STOCK_MEMBER_CODE is None:
+        return []
+    module = compat.interpreter_module
+    return left_behind(
+        compat.LANG_NAMESPACES, STOCK_MEMBER_CODE, module, compat.INTERPRETER_SEMANTIC_IS_GLOBAL
+    )

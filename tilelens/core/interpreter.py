@@ -230,6 +230,8 @@ def _semantic_patches(patcher: _Patcher) -> None:
         patcher.set(frontend.TENSOR, "__init__", frontend.FAST_TENSOR_INIT)
     if frontend.PATCH_ATTR_OK:
         patcher.set(module, "_patch_attr", frontend.FAST_PATCH_ATTR)
+        for owner, name, value in frontend.fast_left_behind():
+            patcher.set(owner, name, value)
     patcher.set(module, "_implicit_cvt", semantics.typed_scalar_cvt(module._implicit_cvt))
     patcher.set(module, "_patch_lang", _patch_lang_with_libdevice(module._patch_lang))
     patcher.set(builder_cls, "get_bf16", semantics.get_bf16)

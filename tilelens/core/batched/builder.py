@@ -238,10 +238,12 @@ def _shape_impls(
         return int(np.ndim(h.data)) - (1 if type(h) is BatchedHandle else 0)
 
     def splat(self: Any, ret_ty: Any, arg: Any) -> Any:
-        shape = tuple(ret_ty.shape)
-        _check_size((size, *shape))
-        first = np.asarray(arg.data).reshape(size, -1)[:, :1].reshape((size,) + (1,) * len(shape))
-        return BatchedHandle(np.broadcast_to(first, (size, *shape)).astype(_np(arg)), arg.dtype.scalar)
+        shape = (size, *ret_ty.shape)
+        _check_size(shape)
+        first = np.asarray(arg.data).reshape(size, -1)[:, :1].reshape((size,) + (1,) * (len(shape) - 1))
+        out = np.empty(shape, dtype=_np(arg))
+        out[...] = first  # each program's first element, cast as ``astype`` casts (unsafe, same values)
+        return BatchedHandle(out, arg.dtype.scalar)
 
     def unsplat(self: Any, arg: Any) -> Any:
         first = np.asarray(arg.data).reshape(size, -1)[:, :1]
