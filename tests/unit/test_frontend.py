@@ -186,7 +186,13 @@ def _patched(patch: object, member: object) -> object:
 
 
 def _probe(*args: object, _semantic: object = None, **kwargs: object) -> object:
-    return args, list(kwargs.items()), type(_semantic).__name__, getattr(_semantic, "builder", None)
+    return (
+        args,
+        list(kwargs.items()),
+        type(_semantic).__name__,
+        getattr(_semantic, "builder", None),
+        _semantic,
+    )
 
 
 def test_builtins_patched_cheaper_get_what_tritons_patching_passes(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -197,13 +203,16 @@ def test_builtins_patched_cheaper_get_what_tritons_patching_passes(monkeypatch: 
     slow, fast = _patched(stock, probe), _patched(frontend.FAST_PATCH_ATTR, probe)
     calls = [((1, "a"), {"key": 2}), ((), {"_semantic": "mine", "key": 4, "other": 5}), ((tl.float32,), {})]
     for args, kwargs in calls:
-        assert fast(*args, **kwargs) == slow(*args, **kwargs)  # type: ignore[operator]
-        assert fast(*args, **kwargs)[2] == "TritonSemantic"  # type: ignore[operator, index]
+        got, expected = fast(*args, **kwargs), slow(*args, **kwargs)  # type: ignore[operator]
+        assert got[:4] == expected[:4] and got[2] == "TritonSemantic"
+        # one semantic throughout (3.7 on), or one bound per patched builtin as Triton's patching binds (3.6)
+        assert (got[4] is expected[4]) == compat.INTERPRETER_SEMANTIC_IS_GLOBAL
     # the lambda's own ``member`` keyword (a Triton quirk) calls what it names, in both
-    assert fast(1, member=tl.core.builtin(_probe)) == slow(1, member=tl.core.builtin(_probe))  # type: ignore[operator]
+    other = tl.core.builtin(lambda *args, _semantic=None: ("other", args))
+    assert fast(1, member=other) == slow(1, member=other) == ("other", (1,))  # type: ignore[operator]
     # a member that is not exactly a ``@builtin`` wrapper is called as it is
     plain = _patched(frontend.FAST_PATCH_ATTR, _probe)
-    assert plain(7) == _patched(stock, _probe)(7)  # type: ignore[operator]
+    assert plain(7)[:4] == _patched(stock, _probe)(7)[:4]  # type: ignore[operator]
     if compat.INTERPRETER_SEMANTIC_IS_GLOBAL:
         # no semantic: the wrapper's check refuses the call in both (the direct path is not taken)
         monkeypatch.setattr(module, "interpreter_semantic", None)
@@ -222,3 +231,24 @@ def test_patching_that_passes_other_arguments_keeps_tritons() -> None:
 
     assert frontend.patch_attr_matches(module._patch_attr, frontend.FAST_PATCH_ATTR, module)
     assert not frontend.patch_attr_matches(module._patch_attr, dropping, module)
+
+
+def test_wrappers_the_stock_interpreter_left_behind_are_found_and_equal() -> None:
+    module = compat.interpreter_module
+    stock = module._patch_attr
+    assert frontend.STOCK_MEMBER_CODE is not None
+    probe = tl.core.builtin(_probe)
+    ns = type("Namespace", (), {})
+    left = _patched(stock, probe)
+    ns.left = left  # type: ignore[attr-defined]  # what a stock run leaves behind
+    ns.own = probe  # type: ignore[attr-defined]  # a builtin: the interpreter patches it itself
+    ns.other = lambda *a: a  # type: ignore[attr-defined]
+    found = frontend.left_behind(
+        (ns,), frontend.STOCK_MEMBER_CODE, module, compat.INTERPRETER_SEMANTIC_IS_GLOBAL
+    )
+    assert [(owner, name) for owner, name, _ in found] == [(ns, "left")]
+    fast = found[0][2]
+    assert fast is not left
+    for args, kwargs in [((1, "a"), {"key": 2}), ((), {"_semantic": "mine", "other": 5})]:
+        assert fast(*args, **kwargs) == left(*args, **kwargs)  # type: ignore[operator]
+    assert fast()[4] is left()[4]  # type: ignore[operator, index]  # the very semantic (3.6: the one it bound)
