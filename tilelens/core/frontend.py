@@ -20,6 +20,9 @@ it; ``interpreter.launch_patches`` installs these replacements for the length of
 * ``tl.tensor.__init__`` rebuilds the shape (a ``constexpr`` per dimension, a ``tl.tuple`` and its type) for
   every value: built once per (shared) type object instead (``cached_tensor_init``).
 * ``index_through_squeeze``: Triton 3.6's tensor patching with 3.7's ``__index__`` (numpy >= 2.4).
+* ``_unwrap_if_constexpr`` (every builtin runs it on its arguments) tests a value against four classes before
+  returning it: a ``constexpr`` (exactly that class) gives its ``value``, a tensor, number, string or None
+  itself, at once; everything else (lists, tuples, subclasses) goes to Triton's function.
 * ``patch_attr``: the interpreter's ``_patch_attr`` wraps every ``tl`` builtin in a lambda that copies the
   keyword arguments through a dict comprehension (to drop a ``_semantic``) and then calls the builtin's
   ``@builtin`` wrapper, which only checks that ``_semantic`` is given and not None. The replacement passes
@@ -182,6 +185,23 @@ def cached_tensor_init(original: Callable[..., Any], tuple_cls: Any) -> Callable
         self.dtype = type.scalar
 
     return __init__
+
+
+def fast_unwrap(
+    original: Callable[[Any], Any], constexpr_cls: type, tensor_cls: type
+) -> Callable[[Any], Any]:
+    """``_unwrap_if_constexpr`` answering the common classes without Triton's ``isinstance`` chain."""
+    plain = frozenset({tensor_cls, int, float, bool, str, type(None)})
+
+    def _unwrap_if_constexpr(o: Any) -> Any:
+        kind = type(o)
+        if kind is constexpr_cls:
+            return o.value
+        if kind in plain:
+            return o
+        return original(o)
+
+    return _unwrap_if_constexpr
 
 
 _BUILTIN_CODE = compat.tl.core.builtin(lambda: None).__code__  # the code of every ``@builtin`` wrapper
@@ -351,6 +371,7 @@ FAST_TENSOR_INIT = cached_tensor_init(TENSOR.__init__, _TL_TUPLE)
 TENSOR_INIT_OK = tensor_init_matches(
     TENSOR.__init__, FAST_TENSOR_INIT, TENSOR, compat.tl.block_type(compat.tl.float32, [2, 4])
 )
+FAST_UNWRAP = fast_unwrap(compat.tl.core._unwrap_if_constexpr, compat.tl.core.constexpr, TENSOR)
 FAST_PATCH_ATTR = patch_attr(compat.interpreter_module, compat.INTERPRETER_SEMANTIC_IS_GLOBAL)
 PATCH_ATTR_OK = patch_attr_matches(
     compat.interpreter_module._patch_attr, FAST_PATCH_ATTR, compat.interpreter_module

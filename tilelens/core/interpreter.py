@@ -228,6 +228,7 @@ def _semantic_patches(patcher: _Patcher) -> None:
     patcher.set(compat.tl.block_type, "with_element_ty", frontend.FAST_WITH_ELEMENT_TY)
     if frontend.TENSOR_INIT_OK:
         patcher.set(frontend.TENSOR, "__init__", frontend.FAST_TENSOR_INIT)
+    patcher.set(compat.tl.core, "_unwrap_if_constexpr", frontend.FAST_UNWRAP)
     if frontend.PATCH_ATTR_OK:
         patcher.set(module, "_patch_attr", frontend.FAST_PATCH_ATTR)
         for owner, name, value in frontend.fast_left_behind():
