@@ -252,3 +252,17 @@ def test_wrappers_the_stock_interpreter_left_behind_are_found_and_equal() -> Non
     for args, kwargs in [((1, "a"), {"key": 2}), ((), {"_semantic": "mine", "other": 5})]:
         assert fast(*args, **kwargs) == left(*args, **kwargs)  # type: ignore[operator]
     assert fast()[4] is left()[4]  # type: ignore[operator, index]  # the very semantic (3.6: the one it bound)
+
+
+def test_unwrap_answers_as_tritons_for_every_kind_of_value() -> None:
+    stock = tl.core._unwrap_if_constexpr
+    fast = frontend.fast_unwrap(stock, tl.core.constexpr, tl.core.tensor)
+    t = tl.core.tensor(TensorHandle(np.array([1], dtype=np.int32), tl.int32), tl.int32)
+    values: list[object] = [tl.constexpr(3), tl.constexpr(None), tl.constexpr(tl.float32), t, 1, 2.5, True]
+    values += ["s", None, np.int32(4), [tl.constexpr(1), 2], (tl.constexpr(1), t), tl.float32]
+    values += [tl.core.tuple([tl.constexpr(2), 3])]
+    for value in values:
+        got, expected = fast(value), stock(value)
+        assert type(got) is type(expected) and repr(got) == repr(expected), value
+        if not isinstance(value, (list, tuple, tl.core.tuple)):
+            assert got is expected  # the very object (a constexpr's value, or the value itself)
