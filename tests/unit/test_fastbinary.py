@@ -155,3 +155,13 @@ def test_an_error_is_not_remembered(semantic: Any) -> None:
         with pytest.raises(ValueError, match="out of range"):
             fast(semantic, small, 300)
         assert fast(semantic, small, 100)[1].handle.data.tolist() == [100]
+
+
+def test_flags_that_are_no_bools_go_to_triton(semantic: Any) -> None:
+    fast = fastbinary.type_checking(STOCK_CHECK)
+    ptr, offset = _tensor(tl.pointer_type(tl.float32)), _tensor(tl.int32)
+    for flags in [([], [], True, False), ([1], [], True, False), (False, False, True, {})]:
+        for lhs, rhs in [(ptr, offset), (offset, offset), (offset, 3)]:
+            assert _outcome(fast, semantic, lhs, rhs, *flags) == _outcome(
+                STOCK_CHECK, semantic, lhs, rhs, *flags
+            )

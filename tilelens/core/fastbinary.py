@@ -46,6 +46,12 @@ def _store(cache: dict[Any, Any], key: Any, entry: Any) -> Any:
     return entry
 
 
+def _bools(a: Any, b: Any, c: Any, d: Any) -> bool:
+    """Whether the flags are bools, so they can key a memo (Triton's callers pass bools; anything else goes
+    to Triton's function)."""
+    return type(a) is bool and type(b) is bool and type(c) is bool and type(d) is bool
+
+
 def type_checking(original: Callable[..., Any]) -> Callable[..., Any]:
     """``binary_op_type_checking_impl`` with its per-type decisions remembered."""
     # (id(left type), id(right type), flags...) -> (left type, right type, computation type or None)
@@ -117,15 +123,17 @@ def type_checking(original: Callable[..., Any]) -> Callable[..., Any]:
         if type(self) is _SEMANTIC:
             kl, kr = type(lhs), type(rhs)
             if kl is _TENSOR:
-                if kr is _TENSOR:
+                if kr is _TENSOR and _bools(allow_lhs_ptr, allow_rhs_ptr, arithmetic_check, div_or_mod):
                     flags = (allow_lhs_ptr, allow_rhs_ptr, arithmetic_check, div_or_mod)
                     key = (id(lhs.type), id(rhs.type), *flags)
                     return tensors(self, lhs, rhs, key, flags)
-                if (kr is int or kr is float) and arithmetic_check:
+                if (kr is int or kr is float) and arithmetic_check and type(div_or_mod) is bool:
                     done = with_scalar(self, lhs, rhs, False, div_or_mod)
                     if done is not None:
                         return done
-            elif kr is _TENSOR and (kl is int or kl is float) and arithmetic_check:
+            elif (
+                kr is _TENSOR and (kl is int or kl is float) and arithmetic_check and type(div_or_mod) is bool
+            ):
                 done = with_scalar(self, rhs, lhs, True, div_or_mod)
                 if done is not None:
                     return done
