@@ -160,10 +160,11 @@ def cached_tensor_init(original: Callable[..., Any], tuple_cls: Any) -> Callable
     it derives value by value: for every value an operation produces, ~15% of a loop kernel's interpretation.
     Types are shared now (``cached_block_ty``), so per type object (held, so its id is never reused while
     cached) the first tensor's pieces are kept: later tensors get a fresh ``tl.tuple`` (its own list of the same
-    ``constexpr`` values, the same tuple type) and the same ``numel`` constexpr — equal attributes, in the same
-    order. ``constexpr`` and the types are never modified after construction.
+    ``constexpr`` values, the same tuple type), the same ``numel`` constexpr and ``dtype`` (the type's scalar)
+    — equal attributes, in the same order. ``constexpr`` and the types are never modified after construction.
     """
-    known: dict[int, tuple[Any, list[Any], Any, Any]] = {}
+    known: dict[int, tuple[Any, list[Any], Any, Any, Any]] = {}
+    make = tuple_cls.__new__
 
     def __init__(self: Any, handle: Any, type: Any) -> None:  # noqa: A002 - Triton's parameter name
         entry = known.get(id(type))
@@ -173,16 +174,16 @@ def cached_tensor_init(original: Callable[..., Any], tuple_cls: Any) -> Callable
             if builtins.type(shape) is tuple_cls and set(vars(shape)) == {"values", "type"}:
                 if len(known) >= _MAX_CACHED:
                     known.clear()
-                known[id(type)] = (type, list(shape.values), shape.type, self.numel)
+                known[id(type)] = (type, list(shape.values), shape.type, self.numel, self.dtype)
             return
-        shape = tuple_cls.__new__(tuple_cls)
-        shape.values = list(entry[1])
+        shape = make(tuple_cls)
+        shape.values = entry[1][:]
         shape.type = entry[2]
         self.handle = handle
         self.shape = shape
         self.numel = entry[3]
         self.type = type
-        self.dtype = type.scalar
+        self.dtype = entry[4]
 
     return __init__
 

@@ -177,7 +177,13 @@ def batched_methods(
 
     def elementwise(name: str, original: Callable[..., Any]) -> Callable[..., Any]:
         def method(self: Any, *args: Any, **kw: Any) -> Any:
-            if not has_batched(args):
+            for a in args:  # ``has_batched``, inline: this runs for every element-wise operation
+                t = type(a)
+                if t is BatchedHandle or (
+                    (t is list or t is tuple) and any(type(x) is BatchedHandle for x in a)
+                ):
+                    break
+            else:
                 return original(self, *args, **kw)
             ret = original(self, *[plain(a) for a in args], **kw)
             data = ret.data
