@@ -177,7 +177,7 @@ def cached_tensor_init(original: Callable[..., Any], tuple_cls: Any) -> Callable
                 known[id(type)] = (type, list(shape.values), shape.type, self.numel, self.dtype)
             return
         shape = make(tuple_cls)
-        shape.values = entry[1][:]
+        shape.values = list(entry[1])
         shape.type = entry[2]
         self.handle = handle
         self.shape = shape
