@@ -166,3 +166,103 @@ def test_a_constructor_that_does_more_keeps_tritons() -> None:
         richer, frontend.cached_tensor_init(stock, tl.core.tuple), tl.core.tensor, ty
     )
     assert frontend.TENSOR_INIT_OK  # this Triton's constructor is the one the replacement reproduces
+
+
+class _Scope:
+    """Stands in for the interpreter's patch scope: keeps what ``_patch_attr`` sets."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, object] = {}
+
+    def set_attr(self, obj: object, name: str, value: object) -> None:
+        self.values[name] = value
+
+
+def _patched(patch: object, member: object) -> object:
+    scope = _Scope()
+    builder = compat.interpreter_module.interpreter_builder
+    patch(object(), "probe", member, builder, scope)  # type: ignore[operator]
+    return scope.values["probe"]
+
+
+def _probe(*args: object, _semantic: object = None, **kwargs: object) -> object:
+    return (
+        args,
+        list(kwargs.items()),
+        type(_semantic).__name__,
+        getattr(_semantic, "builder", None),
+        _semantic,
+    )
+
+
+def test_builtins_patched_cheaper_get_what_tritons_patching_passes(monkeypatch: pytest.MonkeyPatch) -> None:
+    module = compat.interpreter_module
+    stock = module._patch_attr
+    assert frontend.PATCH_ATTR_OK  # this Triton's patching is the one the replacement reproduces
+    probe = tl.core.builtin(_probe)
+    slow, fast = _patched(stock, probe), _patched(frontend.FAST_PATCH_ATTR, probe)
+    calls = [((1, "a"), {"key": 2}), ((), {"_semantic": "mine", "key": 4, "other": 5}), ((tl.float32,), {})]
+    for args, kwargs in calls:
+        got, expected = fast(*args, **kwargs), slow(*args, **kwargs)  # type: ignore[operator]
+        assert got[:4] == expected[:4] and got[2] == "TritonSemantic"
+        # one semantic throughout (3.7 on), or one bound per patched builtin as Triton's patching binds (3.6)
+        assert (got[4] is expected[4]) == compat.INTERPRETER_SEMANTIC_IS_GLOBAL
+    # the lambda's own ``member`` keyword (a Triton quirk) calls what it names, in both
+    other = tl.core.builtin(lambda *args, _semantic=None: ("other", args))
+    assert fast(1, member=other) == slow(1, member=other) == ("other", (1,))  # type: ignore[operator]
+    # a member that is not exactly a ``@builtin`` wrapper is called as it is
+    plain = _patched(frontend.FAST_PATCH_ATTR, _probe)
+    assert plain(7)[:4] == _patched(stock, _probe)(7)[:4]  # type: ignore[operator]
+    if compat.INTERPRETER_SEMANTIC_IS_GLOBAL:
+        # no semantic: the wrapper's check refuses the call in both (the direct path is not taken)
+        monkeypatch.setattr(module, "interpreter_semantic", None)
+        for member in (fast, slow):
+            with pytest.raises(ValueError, match="triton.jit"):
+                member(1)  # type: ignore[operator]
+
+
+def test_patching_that_passes_other_arguments_keeps_tritons() -> None:
+    module = compat.interpreter_module
+
+    def dropping(obj: object, name: str, member: object, builder: object, scope: _Scope) -> None:
+        scope.set_attr(
+            obj, name, lambda *args, **kwargs: member(*args, _semantic=compat.TritonSemantic(builder))
+        )  # type: ignore[operator]
+
+    assert frontend.patch_attr_matches(module._patch_attr, frontend.FAST_PATCH_ATTR, module)
+    assert not frontend.patch_attr_matches(module._patch_attr, dropping, module)
+
+
+def test_wrappers_the_stock_interpreter_left_behind_are_found_and_equal() -> None:
+    module = compat.interpreter_module
+    stock = module._patch_attr
+    assert frontend.STOCK_MEMBER_CODE is not None
+    probe = tl.core.builtin(_probe)
+    ns = type("Namespace", (), {})
+    left = _patched(stock, probe)
+    ns.left = left  # type: ignore[attr-defined]  # what a stock run leaves behind
+    ns.own = probe  # type: ignore[attr-defined]  # a builtin: the interpreter patches it itself
+    ns.other = lambda *a: a  # type: ignore[attr-defined]
+    found = frontend.left_behind(
+        (ns,), frontend.STOCK_MEMBER_CODE, module, compat.INTERPRETER_SEMANTIC_IS_GLOBAL
+    )
+    assert [(owner, name) for owner, name, _ in found] == [(ns, "left")]
+    fast = found[0][2]
+    assert fast is not left
+    for args, kwargs in [((1, "a"), {"key": 2}), ((), {"_semantic": "mine", "other": 5})]:
+        assert fast(*args, **kwargs) == left(*args, **kwargs)  # type: ignore[operator]
+    assert fast()[4] is left()[4]  # type: ignore[operator, index]  # the very semantic (3.6: the one it bound)
+
+
+def test_unwrap_answers_as_tritons_for_every_kind_of_value() -> None:
+    stock = tl.core._unwrap_if_constexpr
+    fast = frontend.fast_unwrap(stock, tl.core.constexpr, tl.core.tensor)
+    t = tl.core.tensor(TensorHandle(np.array([1], dtype=np.int32), tl.int32), tl.int32)
+    values: list[object] = [tl.constexpr(3), tl.constexpr(None), tl.constexpr(tl.float32), t, 1, 2.5, True]
+    values += ["s", None, np.int32(4), [tl.constexpr(1), 2], (tl.constexpr(1), t), tl.float32]
+    values += [tl.core.tuple([tl.constexpr(2), 3])]
+    for value in values:
+        got, expected = fast(value), stock(value)
+        assert type(got) is type(expected) and repr(got) == repr(expected), value
+        if not isinstance(value, (list, tuple, tl.core.tuple)):
+            assert got is expected  # the very object (a constexpr's value, or the value itself)

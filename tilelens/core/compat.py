@@ -163,6 +163,17 @@ def interpreter_semantic() -> Any:
     return _interpreter.interpreter_semantic
 
 
+def number_type(semantic: Any, x: int | float) -> Any:
+    """The Triton type the front end gives the Python number ``x`` (``to_tensor``'s choice), raising what it
+    raises: 3.7 on asks ``to_tensor_type``; 3.6 has none, so it builds the constant and takes its type."""
+    if _HAS_TO_TENSOR_TYPE:
+        return semantic.to_tensor_type(x)
+    return semantic.to_tensor(x).type
+
+
+_HAS_TO_TENSOR_TYPE = hasattr(_semantic.TritonSemantic, "to_tensor_type")
+
+
 # libdevice: compiled Triton maps the stubs module to a backend's library (the CUDA backend's
 # get_module_map); the interpreter resolves them to the CUDA one too, where this Triton build has it.
 LIBDEVICE_STUB_MODULE = "triton.language.extra.libdevice"

@@ -52,7 +52,7 @@ from typing import Any, cast
 
 import numpy as np
 
-from tilelens.core import bounds, compat, fastmem, frontend, memhooks, semantics
+from tilelens.core import bounds, compat, fastbinary, fastmem, frontend, memhooks, semantics
 from tilelens.core.access import BATCH_PROGRAM, AccessCollector
 from tilelens.core.batched import executor as batched_executor
 from tilelens.core.batched import plan as batched_plan
@@ -226,15 +226,11 @@ def _interpret_knob(value: bool) -> Iterator[None]:
 
 def _semantic_patches(patcher: _Patcher) -> None:
     """Install the compiled-Triton semantics of ``tilelens.core.semantics`` (see there for why), and the
-    cheaper front-end internals of ``tilelens.core.frontend``."""
+    cheaper front-end internals of ``tilelens.core.frontend`` and ``tilelens.core.fastbinary``."""
     builder_cls = compat.InterpreterBuilder
     module = compat.interpreter_module
-    patcher.set(module, "_get_np_dtype", frontend.FAST_NP_DTYPE)
-    patcher.set(compat.TritonSemantic, "binary_op_sanitize_overflow_impl", frontend.FAST_SANITIZE)
-    patcher.set(builder_cls, "get_block_ty", frontend.FAST_BLOCK_TY)
-    patcher.set(compat.tl.block_type, "with_element_ty", frontend.FAST_WITH_ELEMENT_TY)
-    if frontend.TENSOR_INIT_OK:
-        patcher.set(frontend.TENSOR, "__init__", frontend.FAST_TENSOR_INIT)
+    for owner, name, value in frontend.replacements(fastbinary.FAST_TYPE_CHECKING, fastbinary.FAST_BROADCAST):
+        patcher.set(owner, name, value)
     patcher.set(module, "_implicit_cvt", semantics.typed_scalar_cvt(module._implicit_cvt))
     patcher.set(module, "_patch_lang", _patch_lang_with_libdevice(module._patch_lang))
     patcher.set(builder_cls, "get_bf16", semantics.get_bf16)

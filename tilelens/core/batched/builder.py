@@ -139,15 +139,32 @@ def _np(h: Any) -> Any:
     return compat.np_dtype(h.dtype)
 
 
+def _handle_ndim(h: Any) -> int:
+    """``h``'s ndim with the program axis (a uniform handle gets one), or -1 for what is no handle."""
+    t = type(h)
+    if t is BatchedHandle:
+        return _ndim(h.data)
+    if t is TensorHandle or isinstance(h, TensorHandle):
+        return _ndim(h.data) + 1
+    return -1
+
+
+def _ndim(data: Any) -> int:
+    return data.ndim if type(data) is np.ndarray else int(np.ndim(data))
+
+
 def _expected_ndim(args: tuple[Any, ...]) -> int:
     """The ndim a batched element-wise result must have: the widest operand's, with the program axis."""
     best = 0
     for a in args:
-        items = a if type(a) in (list, tuple) else (a,)
-        for h in items:
-            if isinstance(h, TensorHandle):
-                nd = np.ndim(h.data) + (0 if type(h) is BatchedHandle else 1)
-                best = max(best, nd)
+        t = type(a)
+        if t is list or t is tuple:
+            for h in a:
+                best = max(best, _handle_ndim(h))
+        else:
+            nd = _handle_ndim(a)
+            if nd > best:
+                best = nd
     return best
 
 
@@ -210,10 +227,18 @@ def batched_methods(
 
     def elementwise(name: str, original: Callable[..., Any]) -> Callable[..., Any]:
         def method(self: Any, *args: Any, **kw: Any) -> Any:
-            if not has_batched(args):
+            for a in args:  # ``has_batched``, inline: this runs for every element-wise operation
+                t = type(a)
+                if t is BatchedHandle or (
+                    (t is list or t is tuple) and any(type(x) is BatchedHandle for x in a)
+                ):
+                    break
+            else:
                 return original(self, *args, **kw)
             ret = original(self, *[plain(a) for a in args], **kw)
-            data = np.asarray(ret.data)
+            data = ret.data
+            if type(data) is not np.ndarray:
+                data = np.asarray(data)
             if data.ndim != _expected_ndim(args) or data.shape[0] != size:
                 raise Fallback(f"unexpected shape from {name}")
             return mark(ret)
@@ -269,10 +294,12 @@ def _shape_impls(
         return int(np.ndim(h.data)) - (1 if type(h) is BatchedHandle else 0)
 
     def splat(self: Any, ret_ty: Any, arg: Any) -> Any:
-        shape = tuple(ret_ty.shape)
-        _check_size((size, *shape))
-        first = np.asarray(arg.data).reshape(size, -1)[:, :1].reshape((size,) + (1,) * len(shape))
-        return BatchedHandle(np.broadcast_to(first, (size, *shape)).astype(_np(arg)), arg.dtype.scalar)
+        shape = (size, *ret_ty.shape)
+        _check_size(shape)
+        first = np.asarray(arg.data).reshape(size, -1)[:, :1].reshape((size,) + (1,) * (len(shape) - 1))
+        out = np.empty(shape, dtype=_np(arg))
+        out[...] = first  # each program's first element, cast as ``astype`` casts (unsafe, same values)
+        return BatchedHandle(out, arg.dtype.scalar)
 
     def unsplat(self: Any, arg: Any) -> Any:
         first = np.asarray(arg.data).reshape(size, -1)[:, :1]
