@@ -133,6 +133,22 @@ def block_ptr_kernel(x_ptr, out_ptr, M, N, BM: tl.constexpr, BN: tl.constexpr):
 
 
 @triton.jit
+def block_ptr_moves_kernel(x_ptr, y_ptr, out_ptr, last_ptr, M, N, BM: tl.constexpr, BN: tl.constexpr):
+    """Block pointers whose base, shape and advances differ between programs, one the same in every program
+    (loaded), and one stored by every program at the same place (the last program's values stay)."""
+    pid = tl.program_id(0)
+    src = tl.make_block_ptr(x_ptr + pid * BM * N, (M - pid * BM, N), (N, 1), (0, 0), (BM, BN), (1, 0))
+    shared = tl.make_block_ptr(y_ptr, (BM, BN), (BN, 1), (0, 0), (BM, BN), (1, 0))
+    acc = tl.load(shared)
+    for _ in range(0, N, BN):
+        acc += tl.load(src, boundary_check=(0, 1), padding_option="zero")
+        src = tl.advance(src, (0, BN))
+    dst = tl.advance(tl.make_block_ptr(out_ptr, (M, BN), (BN, 1), (0, 0), (BM, BN), (1, 0)), (pid * BM, 0))
+    tl.store(dst, acc, boundary_check=(0, 1))
+    tl.store(tl.make_block_ptr(last_ptr, (BM, BN), (BN, 1), (0, 0), (BM, BN), (1, 0)), acc + pid)
+
+
+@triton.jit
 def descriptor_kernel(x_ptr, out_ptr, M, N, BM: tl.constexpr, BN: tl.constexpr):
     pid = tl.program_id(0)
     src = tl.make_tensor_descriptor(x_ptr, shape=[M, N], strides=[N, 1], block_shape=[BM, BN])
@@ -284,6 +300,12 @@ def case_block_ptr(launch: Run) -> None:
     launch(lambda: block_ptr_kernel[(3,)](x, out, 70, 32, BM=32, BN=32))
 
 
+def case_block_ptr_moves(launch: Run) -> None:
+    x, y = torch.randn(70, 48), torch.randn(32, 16)
+    out, last = torch.zeros(70, 16), torch.zeros(32, 16)
+    launch(lambda: block_ptr_moves_kernel[(3,)](x, y, out, last, 70, 48, BM=32, BN=16))
+
+
 def case_descriptor(launch: Run) -> None:
     x, out = torch.randn(64, 16), torch.zeros(64, 16)
     launch(lambda: descriptor_kernel[(4,)](x, out, 64, 16, BM=16, BN=16))
@@ -349,6 +371,7 @@ SUITE: dict[str, Callable[[Run], None]] = {
     "bf16": case_bf16,
     "loop": case_loop,
     "block_ptr": case_block_ptr,
+    "block_ptr_moves": case_block_ptr_moves,
     "descriptor": case_descriptor,
     "oob": case_oob,
     "bulk_memory": case_bulk_memory,

@@ -22,7 +22,6 @@ import torch
 
 import tilelens
 from tests import batched_cases
-from tilelens.core import compat
 from tilelens.records import LaunchRecord
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -31,13 +30,6 @@ WORKLOADS = 12  # all_cases(quick=True) has 12 on Triton 3.6-3.8, 11 on 3.9 (no 
 # computes something else (bf16 arithmetic and atomics, see tilelens.core.semantics): the two engines are
 # compared, not the stock interpreter. Matched against the case name and the kernels' qualnames.
 STOCK_DIFFERS = ("swiglu", "silu", "suite:bf16")
-# Triton 3.6 builds block pointers in the interpreter builder (create_make_block_ptr / create_advance, not
-# implemented for batched operands): a block pointer at a program-dependent offset runs per program there.
-BLOCK_POINTER_FALLBACK = (
-    "unsupported with batched operands: create_make_block_ptr"
-    if hasattr(compat.InterpreterBuilder, "create_make_block_ptr")
-    else None
-)
 # Cases whose kernel raises (in the stock interpreter too).
 FAILING = {"fallback:kernel_error"}
 
@@ -139,7 +131,7 @@ def _check(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fallback:
 def test_suite_kernel_batched_equals_per_program_and_stock(
     case: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    fallback = {"descriptor": "tensor descriptor", "block_ptr": BLOCK_POINTER_FALLBACK}.get(case)
+    fallback = {"descriptor": "tensor descriptor"}.get(case)  # block pointers batch on 3.6 too (blockptr)
     _check(f"suite:{case}", tmp_path, monkeypatch, fallback)
 
 
@@ -152,8 +144,7 @@ def test_seed_workload_batched_equals_per_program_and_stock(
     cases = all_cases(quick=True)
     if index >= len(cases):
         pytest.skip("this Triton has fewer seed workloads (no block pointers)")
-    block_pointers = cases[index].workload == "block_pointer_loop_advance"
-    _check(f"workload:{index}", tmp_path, monkeypatch, BLOCK_POINTER_FALLBACK if block_pointers else None)
+    _check(f"workload:{index}", tmp_path, monkeypatch, None)
 
 
 @pytest.mark.parametrize("case", sorted(batched_cases.FALLBACKS))

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from tilelens.core import compat
+from tilelens.core.batched import blockptr
 from tilelens.core.batched.state import (
     BatchedHandle,
     BatchState,
@@ -268,7 +269,7 @@ def batched_methods(
         return method
 
     shape_impls = _shape_impls(installed, state)
-    memory = _memory_impls(installed, state)
+    memory = {**_memory_impls(installed, state), **blockptr.impls(installed, state)}
     for name, original in installed.items():
         if name in _TYPES or (name.startswith("get_") and name.endswith("_ty")):
             continue
@@ -375,6 +376,8 @@ def _memory_impls(
     rmw = installed["create_atomic_rmw"]
 
     def block(h: Any, shape: tuple[int, ...]) -> Any:
+        if type(h) is np.ndarray:  # the stock block-pointer load / store pass their masks as bare arrays
+            h = TensorHandle(h, compat.tl.int1)
         data = np.asarray(h.data)
         if data.shape != shape or not (data.flags.c_contiguous and data.flags.writeable):
             # The C++ memory functions need contiguous, writeable arrays of the block's full shape.
