@@ -133,9 +133,12 @@ def block_ptr_kernel(x_ptr, out_ptr, M, N, BM: tl.constexpr, BN: tl.constexpr):
 
 
 @triton.jit
-def block_ptr_moves_kernel(x_ptr, y_ptr, out_ptr, last_ptr, M, N, BM: tl.constexpr, BN: tl.constexpr):
+def block_ptr_moves_kernel(
+    x_ptr, y_ptr, out_ptr, last_ptr, M, N: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr
+):
     """Block pointers whose base, shape and advances differ between programs, one the same in every program
-    (loaded), and one stored by every program at the same place (the last program's values stay)."""
+    (loaded), and one stored by every program at the same place (the last program's values stay). ``N`` is a
+    constexpr: the stock Triton 3.6 interpreter cannot loop over a runtime bound under numpy >= 2.4."""
     pid = tl.program_id(0)
     src = tl.make_block_ptr(x_ptr + pid * BM * N, (M - pid * BM, N), (N, 1), (0, 0), (BM, BN), (1, 0))
     shared = tl.make_block_ptr(y_ptr, (BM, BN), (BN, 1), (0, 0), (BM, BN), (1, 0))
@@ -303,7 +306,7 @@ def case_block_ptr(launch: Run) -> None:
 def case_block_ptr_moves(launch: Run) -> None:
     x, y = torch.randn(70, 48), torch.randn(32, 16)
     out, last = torch.zeros(70, 16), torch.zeros(32, 16)
-    launch(lambda: block_ptr_moves_kernel[(3,)](x, y, out, last, 70, 48, BM=32, BN=16))
+    launch(lambda: block_ptr_moves_kernel[(3,)](x, y, out, last, 70, N=48, BM=32, BN=16))
 
 
 def case_descriptor(launch: Run) -> None:
