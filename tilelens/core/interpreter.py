@@ -258,16 +258,18 @@ def _patch_lang_with_libdevice(original: Callable[..., Any]) -> Callable[..., An
 
     def _patch_lang(fn: Any) -> Any:
         launch = current_launch()
-        if launch is not None and launch.gluon is not None:
+        if launch is None:
+            scope = original(fn)
+        elif launch.gluon is not None:
             # Gluon code may not name triton.language at all (the stock function asserts it does); the tl
             # patches are needed all the same, since Gluon tensors are tl tensors.
             scope = original(types.SimpleNamespace(__globals__={"tl": compat.tl, "core": compat.tl.core}))
-        elif launch is not None and (langs := frontend.lang_modules(fn)) and langs <= launch.lang_patched:
+        elif (langs := frontend.lang_modules(fn)) and langs <= launch.lang_patched:
             scope = _NO_SCOPE  # patched in this launch: the stock call would set equal patches again
         else:
             scope = original(fn)
-            if launch is not None and type(launch.collector) is not _NoCapture:  # baseline: the stock cost
-                launch.lang_patched.update(frontend.lang_modules(fn))
+            if type(launch.collector) is not _NoCapture:  # the benchmark's baseline keeps the stock cost
+                launch.lang_patched.update(langs)
         if launch is not None and launch.batch is not None and launch.batch_patcher is not None:
             # The stock patching just put its own tensor methods back: the batched attempt's go on top again.
             for owner, name, value in launch.batch_lang:

@@ -283,9 +283,7 @@ class BlobStore:
         view = memoryview(table_to_ipc(table)).cast("B")
         sha = hashlib.sha256(view).hexdigest()
         path = self.path(sha)
-        if (
-            sha in self._intact or path.exists()
-        ):  # known, or on disk: the ordinary path checks and refreshes it
+        if sha in self._intact or path.exists():  # the ordinary path checks and refreshes a known file
             return
         ref = BlobRef(sha, kind, view.nbytes, table.num_rows)
         self._early.append((tensor, ref, EarlyBlob(path, view)))

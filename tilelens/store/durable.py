@@ -59,6 +59,24 @@ def _each(fn: Callable[[Path], None], paths: Iterable[Path]) -> None:
         raise errors[0]
 
 
+def _write_temp(path: Path, data: memoryview) -> tuple[Path, Path | None]:
+    """Write ``data`` to a new temp file beside ``path`` (not fsync'd, not named yet); also the folder whose
+    entry must be fsync'd when ``path``'s folder had to be made (its parent), else None."""
+    folder = path.parent
+    new_folder = None
+    if not folder.is_dir():
+        folder.mkdir(parents=True, exist_ok=True)
+        new_folder = folder.parent
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{path.name[:16]}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return Path(tmp), new_folder
+
+
 class _Syncing:
     """One temp file's fsync, started on its own thread as soon as the file is written (``add``), so that
     it runs while the launch's other blobs are encoded and its rows built; ``wait`` joins it."""
@@ -93,20 +111,12 @@ class Batch:
         return path in self._pending
 
     def add(self, path: Path, data: memoryview) -> None:
-        folder = path.parent
-        if not folder.is_dir():
-            folder.mkdir(parents=True, exist_ok=True)
-            self._folders.add(folder.parent)
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{path.name[:16]}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        self._pending[path] = Path(tmp)
-        self._folders.add(folder)
-        self._syncing[Path(tmp)] = _Syncing(Path(tmp))
+        tmp, new_folder = _write_temp(path, data)
+        if new_folder is not None:
+            self._folders.add(new_folder)
+        self._pending[path] = tmp
+        self._folders.add(path.parent)
+        self._syncing[tmp] = _Syncing(tmp)
 
     def _wait(self) -> None:
         """Join every fsync in flight; the first error is raised once all have ended."""
@@ -153,20 +163,8 @@ class EarlyBlob:
     """
 
     def __init__(self, path: Path, data: memoryview) -> None:
-        folder = path.parent
-        self._new_folder: Path | None = None
-        if not folder.is_dir():
-            folder.mkdir(parents=True, exist_ok=True)
-            self._new_folder = folder.parent
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{path.name[:16]}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        self._tmp, self._new_folder = _write_temp(path, data)
         self.path = path
-        self._tmp = Path(tmp)
         self._ok = False
         self._thread = threading.Thread(target=self._run, name="tilelens-fsync")
         self._thread.start()
