@@ -237,8 +237,32 @@ def test_tensors_passed_by_keyword_are_not_kept_and_share_one_template(tmp_path:
         assert [r() for r in refs] == [None] * 5  # no launch's tensor outlives it
         assert len(rec._compiled._templates.keep) == 1
         (key,) = rec._compiled._templates.numbers
-        assert key[2] == (("num_warps", 2),)  # the launch options, not the arguments
+        # The launch options, not the arguments: their names, then their values (``_Kernel.options_key``).
+        assert key[2] == (("num_warps",), 2)
     assert rec.write_failure is None and len(rec.launch_ids) == 5
     rows = _all_rows(tmp_path / "h.db", tmp_path / "b")
     assert [r[1][3]["value"] for r in rows] == [0.0, 1.0, 2.0, 3.0, 4.0]
     assert {r[0]["config"]["options"]["num_warps"] for r in rows} == {2}
+
+
+def test_launch_options_split_templates_and_each_launch_keeps_its_own(tmp_path: Path) -> None:
+    """The template key holds the launch options by names and values (``_Kernel.options_key``): other values
+    make another template, and every launch is stored with the options it was launched with."""
+    x = torch.arange(8, dtype=torch.float32)
+    rec = tilelens.Recording(
+        str(tmp_path / "h.db"),
+        tmp_path / "b",
+        backend="compiled",
+        snapshots="none",
+        runner=StableTritonLike(),
+    )
+    with rec:
+        for warps in (2, 4, 2, 4):
+            scale_kernel[(1,)](x, torch.zeros(8), 8, 1.0, BLOCK=8, num_warps=warps)
+        # Named in another order: the constexpr is an argument, not an option, so the same template.
+        scale_kernel[(1,)](x, torch.zeros(8), 8, 1.0, num_warps=4, BLOCK=8)
+        keys = list(rec._compiled._templates.numbers)
+        assert [key[2] for key in keys] == [(("num_warps",), 2), (("num_warps",), 4)]
+    rows = _all_rows(tmp_path / "h.db", tmp_path / "b")
+    assert [r[0]["config"]["options"] for r in rows] == [{"num_warps": w} for w in (2, 4, 2, 4, 4)]
+    assert [r[0]["config"]["constexprs"] for r in rows] == [{"BLOCK": 8}] * 5

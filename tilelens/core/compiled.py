@@ -25,6 +25,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any
 
 from tilelens.core import compat, testid
@@ -33,16 +34,23 @@ from tilelens.core.capture import SnapPlan, snap_planned
 from tilelens.core.compiled_rows import first_device, record_of
 from tilelens.core.compiled_templates import FlatPlan, Templates, body_of, capture, slots_of
 from tilelens.core.identity import kernel_identity
-from tilelens.core.interpreter import in_autotune_bench, original_run
+from tilelens.core.interpreter import original_run
 from tilelens.core.launch import config_dict
 from tilelens.core.semantics import describe_failure
 from tilelens.core.snapshots import PendingSnapshots, SnapshotPolicy, copy_spans, record_event
+from tilelens.core.thread_state import LOCAL as _THREAD
 from tilelens.records import ArgumentRecord, AutotuneEvent, KernelIdentity, LaunchRecord
 
 Runner = Callable[[Any, tuple[Any, ...], Any, dict[str, Any]], Any]
 _RESERVED = ("grid", "warmup")
 _RESERVED_SET = frozenset(_RESERVED)
 _NO_HEURISTICS: dict[str, Any] = {}  # shared by launches without heuristics: read, never changed
+
+
+class _RouterLocal(threading.local):
+    """A router's per-thread state; ``stack`` (this thread's frames) is made by the thread's first launch."""
+
+    stack: list[_Frame] | None = None
 
 
 @dataclass(slots=True)
@@ -92,6 +100,8 @@ class _Kernel:
     plan: Any = None  # ``capture.SnapPlan``
     flat_plan: Any = None  # ``compiled_templates.FlatPlan``
     not_options: frozenset[str] = frozenset()
+    # The names of a call's keyword arguments -> (its launch options' names, a getter of their values).
+    option_plans: dict[tuple[str, ...], tuple[tuple[str, ...], Any]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.names = tuple(p.name for p in self.params)
@@ -105,6 +115,19 @@ class _Kernel:
         """The launch options among ``kwargs`` (what ``bind`` returns second), when Triton did the binding."""
         skip = self.not_options
         return {key: value for key, value in kwargs.items() if key not in skip}
+
+    def options_key(self, kwargs: dict[str, Any]) -> tuple[Any, ...]:
+        """What identifies the launch options among ``kwargs`` (``grid``/``warmup`` already taken out) in a
+        template key: their names and values, without making the dict ``options`` makes on every launch."""
+        names = tuple(kwargs)
+        plan = self.option_plans.get(names)
+        if plan is None:
+            if len(self.option_plans) > 256:
+                self.option_plans.clear()
+            keep = tuple(name for name in names if name not in self.not_options)
+            getter = itemgetter(*keep) if keep else (lambda kwargs: ())
+            plan = self.option_plans[names] = (keep, getter)
+        return (plan[0], plan[1](kwargs))
 
     def bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
         """``arguments.bind(self.params, args, kwargs)`` (``grid``/``warmup`` already taken out)."""
@@ -132,7 +155,7 @@ class CompiledRouter:
     policy: SnapshotPolicy = field(default_factory=SnapshotPolicy)
     runner: Runner = compat.run_compiled
     _kernels: dict[int, _Kernel] = field(default_factory=dict)
-    _local: threading.local = field(default_factory=threading.local)
+    _local: _RouterLocal = field(default_factory=_RouterLocal)
     _gpu_names: dict[str, str | None] = field(default_factory=dict)
     _metadata_cache: dict[int, tuple[Any, dict[str, Any]]] = field(default_factory=dict)
     _config_cache: dict[int, tuple[Any, dict[str, Any]]] = field(default_factory=dict)
@@ -152,7 +175,9 @@ class CompiledRouter:
     # Set on the first launch: whether ``runner`` calls a callable grid with its bound arguments as Triton does
     # (``compat.run_compiled``, or a stand-in that says so with ``binds_like_triton = True``).
     _probe_grid: bool | None = None
-    _tuner_plans: dict[int, tuple[Any, tuple[int, ...]]] = field(default_factory=dict)
+    # id(tuner) -> (tuner, its key positions, whether no parameter is named "grid" or "warmup")
+    _tuner_plans: dict[int, tuple[Any, tuple[int, ...], bool]] = field(default_factory=dict)
+    _tuner_run: Any = None  # Triton's ``Autotuner.run``, looked up at the first autotuned launch
     _best_cache: dict[int, tuple[Any, tuple[Any, ...]]] = field(default_factory=dict)
     _grids: dict[tuple[int, ...], tuple[int, int, int]] = field(default_factory=dict)
 
@@ -190,7 +215,7 @@ class CompiledRouter:
     # -- frames ----------------------------------------------------------------------------------------
 
     def _stack(self) -> list[_Frame]:
-        stack = getattr(self._local, "stack", None)
+        stack = self._local.stack
         if stack is None:
             stack = self._local.stack = []
         return stack
@@ -202,11 +227,16 @@ class CompiledRouter:
         key = self._tuning_key(tuner, args, kwargs) if len(tuner.configs) > 1 else None
         fresh = key is not None and key not in tuner.cache
         timings_before = getattr(tuner, "configs_timings", None) if fresh else None
-        frame = _Frame(tuner, key, tuner=True)
-        stack = self._stack()
+        frame = _Frame(tuner, key, (), 0, None, True)
+        stack = self._local.stack
+        if stack is None:
+            stack = self._local.stack = []
+        run = self._tuner_run
+        if run is None:
+            run = self._tuner_run = self._original(compat.Autotuner)
         stack.append(frame)  # on this thread's stack while the tuner runs (runs for every autotuned launch)
         try:
-            return self._original(compat.Autotuner)(tuner, *args, **kwargs)
+            return run(tuner, *args, **kwargs)
         finally:
             stack.pop()
             if fresh and key in tuner.cache:
@@ -214,13 +244,17 @@ class CompiledRouter:
 
     def _tuning_key(self, tuner: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
         """``compat.autotune_key``; a call with positional arguments only takes the planned fast path."""
-        # ``kernel[grid](...)`` calls the tuner with ``grid``/``warmup`` only, which the key leaves out (it
-        # keeps the names in ``arg_names``) unless the kernel has parameters of those names.
-        if kwargs and (not kwargs.keys() <= _RESERVED_SET or not _RESERVED_SET.isdisjoint(tuner.arg_names)):
-            return compat.autotune_key(tuner, args, kwargs)
         known = self._tuner_plans.get(id(tuner))
         if known is None or known[0] is not tuner:
-            known = self._tuner_plans[id(tuner)] = (tuner, compat.autotune_key_plan(tuner))
+            known = self._tuner_plans[id(tuner)] = (
+                tuner,
+                compat.autotune_key_plan(tuner),
+                _RESERVED_SET.isdisjoint(tuner.arg_names),
+            )
+        # ``kernel[grid](...)`` calls the tuner with ``grid``/``warmup`` only, which the key leaves out (it
+        # keeps the names in ``arg_names``) unless the kernel has parameters of those names.
+        if kwargs and (not known[2] or not kwargs.keys() <= _RESERVED_SET):
+            return compat.autotune_key(tuner, args, kwargs)
         return compat.autotune_key_positional(known[1], tuner.arg_names, args)
 
     def _tuning_event(self, tuner: Any, frame: _Frame, timings_before: Any) -> None:
@@ -256,10 +290,11 @@ class CompiledRouter:
         # ``kwargs`` is the dict the interception's ``run(**kwargs)`` made for this call: ours to change.
         grid = kwargs.pop("grid", None)
         kwargs.pop("warmup", None)
-        stack = getattr(self._local, "stack", None)
+        local = self._local
+        stack = local.stack
         if stack is None:
-            stack = self._local.stack = []
-        elif stack and in_autotune_bench():  # one config's benchmark (inside a tuner's frame), unrecorded
+            stack = local.stack = []
+        elif stack and _THREAD.bench_depth > 0:  # one config's benchmark (inside a tuner's frame), unrecorded
             tuner = next((f for f in reversed(stack) if f.key is not None), None)
             if tuner is not None:
                 tuner.trials += 1
@@ -374,13 +409,13 @@ class CompiledRouter:
             # What the frames say is decided by the frames' objects, the chosen config object and the tuning
             # key (heuristics values are constexpr arguments: in ``sig``), so those stand in the key for
             # ``_context``'s texts and dicts; the template keeps the objects named by identity alive.
-            frames = None if not stack else tuple(_frame_key(f) for f in stack)
+            frames = None if not stack else tuple(map(_frame_key, stack))
+            # The launch options only: keyword arguments that are parameters are in ``sig``/``values`` (a key
+            # holding the program's tensors would keep them alive, and miss on every launch).
             key = (
                 k.number,
                 tuple(sig),
-                # The launch options only: keyword arguments that are parameters are in ``sig``/``values``
-                # (a key holding the program's tensors would keep them alive, and miss on every launch).
-                tuple(k.options(kwargs).items()) if kwargs else None,
+                k.options_key(kwargs) if kwargs else None,
                 frames,
                 id(metadata),
                 testid._current,

@@ -57,12 +57,13 @@ from tilelens.core.access import BATCH_PROGRAM, AccessCollector
 from tilelens.core.batched import executor as batched_executor
 from tilelens.core.batched import plan as batched_plan
 from tilelens.core.batched.state import BatchState, Fallback
+from tilelens.core.thread_state import LOCAL
 from tilelens.core.writelog import WriteLog
 from tilelens.errors import StateError
 
 # Interpreted launches share one global interpreter builder in Triton: they must never overlap.
 LAUNCH_LOCK = threading.RLock()
-_local = threading.local()
+_local = LOCAL
 _NO_SCOPE = types.SimpleNamespace(restore=lambda: None)  # a skipped language patching: nothing to put back
 
 
@@ -154,13 +155,13 @@ class LaunchContext:
 
 
 def current_launch() -> LaunchContext | None:
-    return getattr(_local, "launch", None)
+    return _local.launch
 
 
 @contextlib.contextmanager
 def recorded_reads(reads: bounds.RecordedReads | None) -> Iterator[None]:
     """Interpreted launches started on this thread inside the block get ``reads`` fed back (a CPU replay)."""
-    before = getattr(_local, "reads", None)
+    before = _local.reads
     _local.reads = reads
     try:
         yield
@@ -375,7 +376,7 @@ def launch_patches(
         patcher = _Patcher()
         lang_snapshot = [(ns, dict(vars(ns))) for ns in compat.LANG_NAMESPACES]
         builder_cls = compat.InterpreterBuilder
-        ctx = LaunchContext(collector, patcher, getattr(_local, "reads", None))
+        ctx = LaunchContext(collector, patcher, _local.reads)
         ctx.writes = writes
         try:
             with _interpret_knob(True):
@@ -497,12 +498,12 @@ KindRouter = Callable[[Any, tuple[Any, ...], dict[str, Any]], Any]
 
 def in_autotune_bench() -> bool:
     """Whether this thread is inside an autotuner's benchmark of one config (a trial launch)."""
-    return getattr(_local, "bench_depth", 0) > 0
+    return _local.bench_depth > 0
 
 
 def _marking_bench(original: Callable[..., Any]) -> Callable[..., Any]:
     def _bench(self: Any, *args: Any, **kwargs: Any) -> Any:
-        _local.bench_depth = getattr(_local, "bench_depth", 0) + 1
+        _local.bench_depth = _local.bench_depth + 1
         try:
             return original(self, *args, **kwargs)
         finally:
@@ -534,10 +535,7 @@ def interception_patches(
 
             def run_direct(self: Any, *args: Any, **kwargs: Any) -> Any:
                 # current_launch() inlined: this runs for every launch of a compiled recording
-                if (
-                    getattr(self, "_tilelens_trace", None) is not None
-                    or getattr(_local, "launch", None) is not None
-                ):
+                if getattr(self, "_tilelens_trace", None) is not None or _local.launch is not None:
                     return original(self, *args, **kwargs)
                 if kwargs.get("warmup"):
                     return original(self, *args, **kwargs)

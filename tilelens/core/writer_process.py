@@ -39,6 +39,10 @@ from typing import Any
 from tilelens.core.writer_child import RawWriter, event_item, frame, kernel_item, read_frame
 
 _dumps = marshal.dumps
+# Launches are marshalled in format 2: plain values only, no shared references, and half the time of the
+# default format (which builds a table of references per call: ~1.0 µs against ~0.5 µs a launch, measured on
+# a templated launch). ``marshal.loads`` reads every format.
+_FORMAT = 2
 _shared: subprocess.Popen[bytes] | None = None
 _shared_pid = 0  # the process that started it: a forked child must start its own (pipes are not shareable)
 _shared_lock = threading.Lock()
@@ -149,7 +153,7 @@ class ProcessWriter:
             # Marshalled here, not by the feeder: the queue then holds bytes, which the garbage collector
             # does not track. A backlog of raw tuples (the child writes slower than a launch-bound program
             # launches) made every collection of the program walk all of them.
-            data = _dumps(("l", n, number, raw))
+            data = _dumps(("l", n, number, raw), _FORMAT)
         except ValueError as exc:  # a value marshal cannot take: that launch is counted failed
             self.failed_launches += 1
             if self.failure is None:
@@ -175,7 +179,7 @@ class ProcessWriter:
         """Queue a templated launch (``compiled_templates.Flat``); returns its launch number."""
         n = next(self._numbers)
         items = self._items
-        items.append(_dumps(("m", n, template, started, duration, grid, values)))
+        items.append(_dumps(("m", n, template, started, duration, grid, values), _FORMAT))
         self._queued_n = next(self._queued)
         if len(items) > QUEUE_SIZE:
             self._wait_for_feeder()
