@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import linecache
 import os
 from typing import Any, cast
 
@@ -63,9 +64,30 @@ def _file(pyfn: Any) -> str:
 
 
 def _def_line(pyfn: Any) -> int:
-    """Line of the ``def`` itself (decorators excluded), as Triton 3.8 reports it; 3.6 does not."""
-    lines, start = inspect.getsourcelines(pyfn)
-    for i, line in enumerate(lines):
-        if line.strip().startswith("def "):
-            return start + i
-    return start
+    """Line of the ``def`` itself (decorators excluded), as Triton 3.8 reports it; 3.6 does not.
+
+    The first line from ``co_firstlineno`` (the first decorator's) that starts a ``def``, read through
+    ``linecache`` as ``inspect`` reads it, remembered per code object: ``inspect.getsourcelines`` tokenizes the
+    whole function to find its end, 1-5 ms for a Liger kernel, paid by the first launch of each kernel in every
+    recording. Source that ``linecache`` does not hold goes to ``inspect`` as before."""
+    code = pyfn.__code__
+    known = _DEF_LINES.get(code)
+    if known is not None:
+        return known
+    start = code.co_firstlineno
+    lines = linecache.getlines(code.co_filename, pyfn.__globals__)
+    line = next(
+        (start + i for i, text in enumerate(lines[start - 1 :]) if text.lstrip().startswith("def ")), None
+    )
+    if line is None:
+        found, start = inspect.getsourcelines(pyfn)
+        line = next((start + i for i, text in enumerate(found) if text.strip().startswith("def ")), start)
+    if len(_DEF_LINES) > 4096:
+        _DEF_LINES.clear()
+    _DEF_LINES[code] = line
+    return line
+
+
+_DEF_LINES: dict[
+    Any, int
+] = {}  # code object -> its def line (the dict keeps the code objects alive: bounded)
