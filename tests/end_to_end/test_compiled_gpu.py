@@ -60,7 +60,7 @@ def test_compiled_recording_on_cuda(tmp_path: Path) -> None:
 
 
 def test_the_fast_path_on_cuda_stores_what_the_snapshot_path_describes(tmp_path: Path) -> None:
-    """``snapshots="none"`` reads the arguments Triton bound (``compiled._GridProbe``) and sends plain values to
+    """``snapshots="none"`` reads the arguments Triton bound (``compiled_frames.GridProbe``) and sends plain values to
     the writer process; ``snapshots="all"`` describes them at launch time. Over a step of Liger RMSNorm,
     SwiGLU, cross entropy (a constexpr string) and an autotuned matmul: the same rows, no launch lost, and the
     outputs of both equal the untraced run's bit for bit."""

@@ -2,7 +2,7 @@
 the general path stores.
 
 With Triton's runner the router reads the arguments Triton bound, through the grid it hands Triton
-(``compiled._GridProbe``), instead of binding them again; tuning keys of positional calls take a planned path
+(``compiled_frames.GridProbe``), instead of binding them again; tuning keys of positional calls take a planned path
 (``compat.autotune_key_positional``); arguments are snapped by a per-kernel plan (``capture.snap_planned``).
 Each is checked against the code it stands in for, row by row and value by value.
 """
@@ -59,7 +59,7 @@ class TritonLike(StandIn):
     def __call__(self, jit: Any, args: tuple[Any, ...], grid: Any, kwargs: dict[str, Any]) -> Any:
         bound, _ = bind(kernel_params(jit.fn), args, kwargs)
         if callable(grid):
-            self.probed += type(grid).__name__ == "_GridProbe"
+            self.probed += type(grid).__name__ == "GridProbe"
             grid = grid(bound)
         return super().__call__(jit, args, grid, kwargs)
 

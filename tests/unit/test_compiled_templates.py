@@ -15,13 +15,17 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import triton
+import triton.language as tl
 from sqlalchemy import select
+from triton import knobs
 
 import tilelens
-from tilelens.core.compiled import CompiledRouter, _GridProbe
+from tilelens.core.compiled import CompiledRouter
+from tilelens.core.compiled_frames import GridProbe
 from tilelens.core.compiled_templates import LIMIT, Templates, body_of, capture, expand, slots_of
 from tilelens.store import History
-from tilelens.store.models import Launch, LaunchArg
+from tilelens.store.models import AutotuneEventRow, Launch, LaunchArg
 
 from .test_compiled_capture import many_kinds
 from .test_compiled_fast_path import TritonLike, tuned_add
@@ -50,7 +54,7 @@ def test_a_template_expanded_with_a_launchs_values_is_its_raw_launch() -> None:
     router = CompiledRouter(sink=None)
     k = router._kernel(many_kinds)
     for bound in (_bound(), _bound(n=-3, scale=float("nan"), flag=False, view=torch.ones(2, 3)[:, 1])):
-        probe = _GridProbe((3, 2))
+        probe = GridProbe((3, 2))
         probe(bound)
         raw = router._raw(k, None, (), None, probe, {"num_warps": 2}, [], None, None, 1.5, 0.25)
         got = capture(k.flat_plan, bound)
@@ -266,3 +270,49 @@ def test_launch_options_split_templates_and_each_launch_keeps_its_own(tmp_path: 
     rows = _all_rows(tmp_path / "h.db", tmp_path / "b")
     assert [r[0]["config"]["options"] for r in rows] == [{"num_warps": w} for w in (2, 4, 2, 4, 4)]
     assert [r[0]["config"]["constexprs"] for r in rows] == [{"BLOCK": 8}] * 5
+
+
+def test_tunings_in_a_templated_recording_keep_their_keys_and_events(tmp_path: Path) -> None:
+    """A positional tuned call's key is worked out only when a launch needs its text (``_key_later``): each
+    launch still gets its own key, each fresh tuning its event, linked to the launch it made."""
+
+    def bench(kernel_call: Any, quantiles: Any = None) -> list[float]:
+        kernel_call()
+        return [1.0, 1.0, 1.0]
+
+    with knobs.runtime.scope():
+        knobs.runtime.interpret = False
+
+        @triton.autotune(
+            configs=[triton.Config({"BLOCK": 16}), triton.Config({"BLOCK": 32})], key=["n"], do_bench=bench
+        )
+        @triton.jit
+        def tuned(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+            offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+            tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n), mask=offs < n)
+
+    x = torch.arange(64, dtype=torch.float32)
+    rec = tilelens.Recording(
+        str(tmp_path / "h.db"),
+        tmp_path / "b",
+        backend="compiled",
+        snapshots="none",
+        runner=StableTritonLike(),
+    )
+    ns = [64, 32, 64, 32, 48]
+    with rec:
+        for n in ns:
+            tuned[(2,)](x, torch.zeros(64), n)
+        assert len(rec._compiled._templates.keep) == 3  # one per tuning key
+    assert rec.write_failure is None and len(rec.launch_ids) == 5
+    with History.open(str(tmp_path / "h.db"), tmp_path / "b") as h, h.session() as s:
+        launches = s.execute(select(Launch).order_by(Launch.seq)).scalars().all()
+        assert [launch.tuning_key for launch in launches] == [
+            f"({n}, 'torch.float32', 'torch.float32')" for n in ns
+        ]
+        events = s.execute(select(AutotuneEventRow).order_by(AutotuneEventRow.id)).scalars().all()
+        assert [e.tuning_key for e in events] == [
+            f"({n}, 'torch.float32', 'torch.float32')" for n in (64, 32, 48)
+        ]
+        assert [e.launch_id for e in events] == [launches[i].id for i in (0, 1, 4)]
+        assert all(e.timings == [[1.0, 1.0, 1.0], [1.0, 1.0, 1.0]] for e in events)

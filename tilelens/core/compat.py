@@ -313,7 +313,7 @@ def run_compiled(jit_fn: Any, args: tuple[Any, ...], grid: Any, kwargs: dict[str
 # ``JITFunction.run`` (3.6 through 3.9) binds every parameter (defaults applied) into a dict, looks the kernel
 # up (compiling on a miss), then calls a callable grid once with that dict (``grid = grid(bound_args)``) just
 # before the launch. A compiled recording reads the arguments there instead of binding them a second time
-# (``compiled._GridProbe``); a Triton that stopped doing so would leave the router binding them itself.
+# (``compiled_frames.GridProbe``); a Triton that stopped doing so would leave the router binding them itself.
 GRID_RECEIVES_BOUND_ARGS = True
 
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import inspect
 import itertools
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -31,6 +30,15 @@ from typing import Any
 from tilelens.core import compat, testid
 from tilelens.core.arguments import Param, describe_arguments, kernel_params, resolve_grid
 from tilelens.core.capture import SnapPlan, snap_planned
+from tilelens.core.compiled_frames import (
+    Frame,
+    Framed,
+    GridProbe,
+    RouterLocal,
+    floats,
+    frame_key,
+    leaf,
+)
 from tilelens.core.compiled_rows import first_device, record_of
 from tilelens.core.compiled_templates import FlatPlan, Templates, body_of, capture, slots_of
 from tilelens.core.identity import kernel_identity
@@ -45,46 +53,6 @@ Runner = Callable[[Any, tuple[Any, ...], Any, dict[str, Any]], Any]
 _RESERVED = ("grid", "warmup")
 _RESERVED_SET = frozenset(_RESERVED)
 _NO_HEURISTICS: dict[str, Any] = {}  # shared by launches without heuristics: read, never changed
-
-
-class _RouterLocal(threading.local):
-    """A router's per-thread state; ``stack`` (this thread's frames) is made by the thread's first launch."""
-
-    stack: list[_Frame] | None = None
-
-
-@dataclass(slots=True)
-class _Frame:
-    layer: Any
-    key: tuple[Any, ...] | None = None
-    heuristics: tuple[str, ...] = ()
-    trials: int = 0
-    launch: Any = None  # the handle of the launch this tuning made
-    tuner: bool = False  # ``layer`` is an Autotuner
-    key_text: str | None = None  # ``str(key)``, made by the first launch that needs it
-
-
-class _GridProbe:
-    """The grid handed to Triton's ``JITFunction.run`` in place of the program's, when the runner is Triton's.
-
-    Triton calls a callable grid once per launch with the arguments it has just bound (every parameter, defaults
-    applied; 3.6 through 3.9: ``grid = grid(bound_args)``), after its kernel-cache lookup and before the launch.
-    The probe keeps that dict, so the router reads the arguments Triton bound instead of binding them a second
-    time, and returns exactly what the program's grid gives (a tuple grid: itself) so Triton launches what it
-    would. ``bound`` stays None when Triton failed before the grid (binding, compiling): the router binds then."""
-
-    __slots__ = ("grid", "bound", "value")
-
-    def __init__(self, grid: Any) -> None:
-        self.grid = grid
-        self.bound: dict[str, Any] | None = None
-        self.value: Any = None
-
-    def __call__(self, bound: dict[str, Any]) -> Any:
-        self.bound = bound
-        grid = self.grid
-        value = self.value = grid(bound) if callable(grid) else grid
-        return value
 
 
 @dataclass
@@ -155,7 +123,7 @@ class CompiledRouter:
     policy: SnapshotPolicy = field(default_factory=SnapshotPolicy)
     runner: Runner = compat.run_compiled
     _kernels: dict[int, _Kernel] = field(default_factory=dict)
-    _local: _RouterLocal = field(default_factory=_RouterLocal)
+    _local: RouterLocal = field(default_factory=RouterLocal)
     _gpu_names: dict[str, str | None] = field(default_factory=dict)
     _metadata_cache: dict[int, tuple[Any, dict[str, Any]]] = field(default_factory=dict)
     _config_cache: dict[int, tuple[Any, dict[str, Any]]] = field(default_factory=dict)
@@ -175,8 +143,9 @@ class CompiledRouter:
     # Set on the first launch: whether ``runner`` calls a callable grid with its bound arguments as Triton does
     # (``compat.run_compiled``, or a stand-in that says so with ``binds_like_triton = True``).
     _probe_grid: bool | None = None
-    # id(tuner) -> (tuner, its key positions, whether no parameter is named "grid" or "warmup")
-    _tuner_plans: dict[int, tuple[Any, tuple[int, ...], bool]] = field(default_factory=dict)
+    # id(tuner) -> (tuner, its key positions, whether no parameter is named "grid" or "warmup", the highest
+    # key position, a getter of the key positions' values)
+    _tuner_plans: dict[int, tuple[Any, tuple[int, ...], bool, int, Any]] = field(default_factory=dict)
     _tuner_run: Any = None  # Triton's ``Autotuner.run``, looked up at the first autotuned launch
     _best_cache: dict[int, tuple[Any, tuple[Any, ...]]] = field(default_factory=dict)
     _grids: dict[tuple[int, ...], tuple[int, int, int]] = field(default_factory=dict)
@@ -202,7 +171,7 @@ class CompiledRouter:
         return {"jit": self.launch, "autotuner": self.tune, "heuristics": self.heuristics}
 
     def heuristics(self, kernel: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        frame = _Frame(kernel, heuristics=tuple(kernel.values))
+        frame = Frame(kernel, heuristics=tuple(kernel.values))
         with self._framed(frame):
             return self._original(compat.Heuristics)(kernel, *args, **kwargs)
 
@@ -214,20 +183,23 @@ class CompiledRouter:
 
     # -- frames ----------------------------------------------------------------------------------------
 
-    def _stack(self) -> list[_Frame]:
+    def _stack(self) -> list[Frame]:
         stack = self._local.stack
         if stack is None:
             stack = self._local.stack = []
         return stack
 
-    def _framed(self, frame: _Frame) -> _Framed:
-        return _Framed(self._stack(), frame)
+    def _framed(self, frame: Frame) -> Framed:
+        return Framed(self._stack(), frame)
 
     def tune(self, tuner: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        key = self._tuning_key(tuner, args, kwargs) if len(tuner.configs) > 1 else None
-        fresh = key is not None and key not in tuner.cache
-        timings_before = getattr(tuner, "configs_timings", None) if fresh else None
-        frame = _Frame(tuner, key, (), 0, None, True)
+        frame = Frame(tuner, None, (), 0, None, True)
+        cache = tuner.cache
+        size = len(cache)
+        timings_before = None
+        if len(tuner.configs) > 1:
+            self._key_later(frame, tuner, args, kwargs)
+            timings_before = getattr(tuner, "configs_timings", None)
         stack = self._local.stack
         if stack is None:
             stack = self._local.stack = []
@@ -239,25 +211,47 @@ class CompiledRouter:
             return run(tuner, *args, **kwargs)
         finally:
             stack.pop()
-            if fresh and key in tuner.cache:
+            # A fresh tuning (or Triton's disk cache) added this call's key to the cache. (Another thread
+            # tuning the same autotuner at the same moment could make an already known key look fresh.)
+            if frame.tuned and len(cache) != size and self._full_key(frame) in cache:
                 self._tuning_event(tuner, frame, timings_before)
 
-    def _tuning_key(self, tuner: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
-        """``compat.autotune_key``; a call with positional arguments only takes the planned fast path."""
-        known = self._tuner_plans.get(id(tuner))
-        if known is None or known[0] is not tuner:
-            known = self._tuner_plans[id(tuner)] = (
+    def _key_later(self, frame: Frame, tuner: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """Give a tuned call's frame its key (``compat.autotune_key``), or, for a call with positional
+        arguments only, what stands for it until it is needed: a launch of a template already made never
+        needs it (the key's dtype texts follow from the tensors' dtypes in the template key's signature)."""
+        frame.tuned = True
+        plan = self._tuner_plans.get(id(tuner))
+        if plan is None or plan[0] is not tuner:
+            positions = compat.autotune_key_plan(tuner)
+            plan = self._tuner_plans[id(tuner)] = (
                 tuner,
-                compat.autotune_key_plan(tuner),
+                positions,
                 _RESERVED_SET.isdisjoint(tuner.arg_names),
+                max(positions, default=-1),
+                itemgetter(*positions)
+                if len(positions) > 1
+                else (lambda a, i=positions: tuple(a[j] for j in i)),
             )
         # ``kernel[grid](...)`` calls the tuner with ``grid``/``warmup`` only, which the key leaves out (it
         # keeps the names in ``arg_names``) unless the kernel has parameters of those names.
-        if kwargs and (not known[2] or not kwargs.keys() <= _RESERVED_SET):
-            return compat.autotune_key(tuner, args, kwargs)
-        return compat.autotune_key_positional(known[1], tuner.arg_names, args)
+        if kwargs and (not plan[2] or not kwargs.keys() <= _RESERVED_SET):
+            frame.key = compat.autotune_key(tuner, args, kwargs)
+        elif len(args) > plan[3]:
+            frame.args = args
+            frame.key_values = (len(args), plan[4](args))
+        else:
+            frame.key = compat.autotune_key_positional(plan[1], tuner.arg_names, args)
 
-    def _tuning_event(self, tuner: Any, frame: _Frame, timings_before: Any) -> None:
+    def _full_key(self, frame: Frame) -> tuple[Any, ...]:
+        """A tuned frame's key, worked out now if it was left for later (``_key_later``)."""
+        if frame.key is None:
+            plan = self._tuner_plans[id(frame.layer)]
+            assert frame.args is not None and plan[0] is frame.layer
+            frame.key = compat.autotune_key_positional(plan[1], frame.layer.arg_names, frame.args)
+        return frame.key
+
+    def _tuning_event(self, tuner: Any, frame: Frame, timings_before: Any) -> None:
         chosen = tuner.cache[frame.key]
         timings = getattr(tuner, "configs_timings", None)
         times: list[list[float] | None] | None
@@ -265,9 +259,9 @@ class CompiledRouter:
             configs, times = [chosen], None  # pruning left one config: nothing was benchmarked
         else:
             configs = list(timings)
-            times = [_floats(timings[c]) for c in configs]
+            times = [floats(timings[c]) for c in configs]
         event = AutotuneEvent(
-            kernel=self._kernel(_leaf(tuner)).identity,
+            kernel=self._kernel(leaf(tuner)).identity,
             tuning_key=str(frame.key),
             configs=[config_dict(c) for c in configs],
             chosen=config_dict(chosen),
@@ -295,7 +289,7 @@ class CompiledRouter:
         if stack is None:
             stack = local.stack = []
         elif stack and _THREAD.bench_depth > 0:  # one config's benchmark (inside a tuner's frame), unrecorded
-            tuner = next((f for f in reversed(stack) if f.key is not None), None)
+            tuner = next((f for f in reversed(stack) if f.tuned), None)
             if tuner is not None:
                 tuner.trials += 1
             return self.runner(jit, args, grid, kwargs)
@@ -344,11 +338,11 @@ class CompiledRouter:
         args: tuple[Any, ...],
         grid: Any,
         kwargs: dict[str, Any],
-        stack: list[_Frame],
+        stack: list[Frame],
     ) -> Any:
         """The fast path: the program's thread keeps a raw launch of plain values (``compiled_rows``); the
         writer (a thread or the writer process) builds the record. With Triton's runner the arguments are the
-        ones Triton bound (:class:`_GridProbe`), read after the launch is queued (a launch changes no tensor's
+        ones Triton bound (:class:`GridProbe`), read after the launch is queued (a launch changes no tensor's
         metadata); otherwise, or when Triton failed before binding, they are bound here as ``arguments.bind``
         binds them."""
         probe_grid = self._probe_grid
@@ -357,7 +351,7 @@ class CompiledRouter:
             probe_grid = self._probe_grid = compat.GRID_RECEIVES_BOUND_ARGS and (
                 runner is compat.run_compiled or bool(getattr(runner, "binds_like_triton", False))
             )
-        probe = _GridProbe(grid) if probe_grid else None
+        probe = GridProbe(grid) if probe_grid else None
         started = time.time()
         t0 = time.perf_counter()
         error: BaseException | None = None
@@ -386,9 +380,9 @@ class CompiledRouter:
         self,
         k: _Kernel,
         bound: dict[str, Any],
-        probe: _GridProbe,
+        probe: GridProbe,
         kwargs: dict[str, Any],
-        stack: list[_Frame],
+        stack: list[Frame],
         result: Any,
         started: float,
         duration: float,
@@ -409,7 +403,7 @@ class CompiledRouter:
             # What the frames say is decided by the frames' objects, the chosen config object and the tuning
             # key (heuristics values are constexpr arguments: in ``sig``), so those stand in the key for
             # ``_context``'s texts and dicts; the template keeps the objects named by identity alive.
-            frames = None if not stack else tuple(map(_frame_key, stack))
+            frames = None if not stack else tuple(map(frame_key, stack))
             # The launch options only: keyword arguments that are parameters are in ``sig``/``values`` (a key
             # holding the program's tensors would keep them alive, and miss on every launch).
             key = (
@@ -443,9 +437,9 @@ class CompiledRouter:
         jit: Any,
         args: tuple[Any, ...],
         grid: Any,
-        probe: _GridProbe | None,
+        probe: GridProbe | None,
         kwargs: dict[str, Any],
-        stack: list[_Frame],
+        stack: list[Frame],
         result: Any,
         error: BaseException | None,
         started: float,
@@ -510,11 +504,11 @@ class CompiledRouter:
         self._metadata_cache[id(result)] = (result, metadata)
         return metadata
 
-    def _context(self, stack: list[_Frame], bound: dict[str, Any]) -> tuple[Any, ...]:
+    def _context(self, stack: list[Frame], bound: dict[str, Any]) -> tuple[Any, ...]:
         """What the frames say about this launch, read now (a later tuning may change ``best_config``), as
         plain values: the chosen config as ``(its dict,)``, the heuristics' values, the tuning key as its text."""
         tuner: Any = None
-        key_frame: _Frame | None = None
+        key_frame: Frame | None = None
         heuristics = _NO_HEURISTICS
         for f in stack:
             if f.heuristics:
@@ -524,14 +518,14 @@ class CompiledRouter:
                     heuristics[name] = bound.get(name)
             if f.tuner:
                 tuner = f.layer
-            if f.key is not None:
+            if f.tuned:
                 key_frame = f
         best = None if tuner is None else self._best(getattr(tuner, "best_config", None))
         if key_frame is None:
             return best, heuristics, None
         text = key_frame.key_text
         if text is None:
-            text = key_frame.key_text = self._key_text(key_frame.key)
+            text = key_frame.key_text = self._key_text(self._full_key(key_frame))
         return best, heuristics, text
 
     def _best(self, config: Any) -> tuple[Any, ...]:
@@ -560,7 +554,7 @@ class CompiledRouter:
             text = self._key_cache[key] = str(key)
         return text
 
-    def _attach(self, stack: list[_Frame], handle: Any) -> None:
+    def _attach(self, stack: list[Frame], handle: Any) -> None:
         for f in reversed(stack):
             if f.tuner:
                 f.launch = handle
@@ -605,40 +599,3 @@ class CompiledRouter:
         except Exception:  # noqa: BLE001 - a name is nice to have, never worth failing a launch
             self._gpu_names[device] = None
         return self._gpu_names[device]
-
-
-class _Framed:
-    """``with``: ``frame`` is on the launching thread's stack for the duration (one object per call, no class
-    made per call: this runs for every autotuned launch)."""
-
-    __slots__ = ("stack", "frame")
-
-    def __init__(self, stack: list[_Frame], frame: _Frame) -> None:
-        self.stack, self.frame = stack, frame
-
-    def __enter__(self) -> _Frame:
-        self.stack.append(self.frame)
-        return self.frame
-
-    def __exit__(self, *exc: object) -> None:
-        self.stack.pop()
-
-
-def _frame_key(f: _Frame) -> tuple[Any, ...]:
-    """A frame's part of a template key (``CompiledRouter._templated``)."""
-    if f.tuner:
-        return (id(f.layer), id(getattr(f.layer, "best_config", None)), f.key)
-    return (id(f.layer), f.heuristics)
-
-
-def _leaf(layer: Any) -> Any:
-    node = layer
-    while isinstance(node, (compat.Autotuner, compat.Heuristics)):
-        node = node.fn
-    return node
-
-
-def _floats(timing: Any) -> list[float]:
-    if isinstance(timing, (list, tuple)):
-        return [float(t) for t in timing]
-    return [float(timing)]
