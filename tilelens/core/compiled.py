@@ -246,9 +246,9 @@ class CompiledRouter:
     def _full_key(self, frame: Frame) -> tuple[Any, ...]:
         """A tuned frame's key, worked out now if it was left for later (``_key_later``)."""
         if frame.key is None:
-            plan = self._tuner_plans[id(frame.layer)]
-            assert frame.args is not None and plan[0] is frame.layer
-            frame.key = compat.autotune_key_positional(plan[1], frame.layer.arg_names, frame.args)
+            tuner = frame.layer
+            positions = compat.autotune_key_plan(tuner)
+            frame.key = compat.autotune_key_positional(positions, tuner.arg_names, frame.args or ())
         return frame.key
 
     def _tuning_event(self, tuner: Any, frame: Frame, timings_before: Any) -> None:

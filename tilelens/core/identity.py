@@ -75,6 +75,7 @@ def _def_line(pyfn: Any) -> int:
     if known is not None:
         return known
     start = code.co_firstlineno
+    linecache.checkcache(code.co_filename)  # as inspect does: a file changed on disk is read again
     lines = linecache.getlines(code.co_filename, pyfn.__globals__)
     line = next(
         (start + i for i, text in enumerate(lines[start - 1 :]) if text.lstrip().startswith("def ")), None
@@ -88,6 +89,5 @@ def _def_line(pyfn: Any) -> int:
     return line
 
 
-_DEF_LINES: dict[
-    Any, int
-] = {}  # code object -> its def line (the dict keeps the code objects alive: bounded)
+# code object -> its def line (the dict keeps the code objects alive: bounded)
+_DEF_LINES: dict[Any, int] = {}

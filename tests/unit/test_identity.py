@@ -1,0 +1,69 @@
+"""Kernel identity's def line (``identity._def_line``): found through linecache, equal to what
+``inspect.getsourcelines`` gives, for every Liger kernel and for kernels under several decorators."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import pkgutil
+from typing import Any
+
+import pytest
+import triton
+import triton.language as tl
+from triton import knobs
+
+from tilelens.core import compat
+from tilelens.core.identity import _DEF_LINES, _def_line, kernel_identity
+
+
+def _by_inspect(pyfn: Any) -> int:
+    lines, start = inspect.getsourcelines(pyfn)
+    return next((start + i for i, line in enumerate(lines) if line.strip().startswith("def ")), start)
+
+
+with knobs.runtime.scope():
+    knobs.runtime.interpret = False
+
+    @triton.autotune(
+        configs=[triton.Config({"BLOCK": 16}), triton.Config({"BLOCK": 32})],
+        key=["n"],
+    )
+    @triton.heuristics(
+        {
+            "EVEN": lambda a: a["n"] % 2 == 0,  # a decorator over several lines, "def " in none of them
+        }
+    )
+    @triton.jit
+    def decorated(x_ptr, n, BLOCK: tl.constexpr, EVEN: tl.constexpr):
+        tl.store(x_ptr + tl.arange(0, BLOCK), 0.0, mask=tl.arange(0, BLOCK) < n)
+
+
+def _leaf(obj: Any) -> Any:
+    while isinstance(obj, (compat.Autotuner, compat.Heuristics)):
+        obj = obj.fn
+    return obj
+
+
+def test_def_line_of_a_kernel_under_three_decorators() -> None:
+    jit = _leaf(decorated)
+    line = _def_line(jit.fn)
+    assert line == _by_inspect(jit.fn) == jit.fn.__code__.co_firstlineno + 10
+    assert _DEF_LINES[jit.fn.__code__] == line
+    assert kernel_identity(jit).def_line == line
+
+
+def test_def_line_equals_inspect_for_every_liger_kernel() -> None:
+    ops = pytest.importorskip("liger_kernel.ops")
+    seen = 0
+    for info in pkgutil.iter_modules(ops.__path__):
+        try:
+            module = importlib.import_module(f"liger_kernel.ops.{info.name}")
+        except Exception:  # noqa: BLE001 - a Liger module this Triton cannot import is not ours to test
+            continue
+        for value in vars(module).values():
+            jit = _leaf(value)
+            if isinstance(jit, compat.JITFunction) and jit.fn.__module__ == module.__name__:
+                assert _def_line(jit.fn) == _by_inspect(jit.fn), (module.__name__, jit.fn.__name__)
+                seen += 1
+    assert seen >= 50
