@@ -10,10 +10,12 @@ as the thread writer (raw launches, the usual rows).
 
 from __future__ import annotations
 
+import copy
 import marshal
 from pathlib import Path
 from typing import Any
 
+import pytest
 import torch
 import triton
 import triton.language as tl
@@ -21,9 +23,11 @@ from sqlalchemy import select
 from triton import knobs
 
 import tilelens
+from tilelens.core import testid
 from tilelens.core.compiled import CompiledRouter
 from tilelens.core.compiled_frames import GridProbe
 from tilelens.core.compiled_templates import LIMIT, Templates, body_of, capture, expand, slots_of
+from tilelens.core.snapshots import SnapshotPolicy
 from tilelens.store import History
 from tilelens.store.models import AutotuneEventRow, Launch, LaunchArg
 
@@ -316,3 +320,69 @@ def test_tunings_in_a_templated_recording_keep_their_keys_and_events(tmp_path: P
         ]
         assert [e.launch_id for e in events] == [launches[i].id for i in (0, 1, 4)]
         assert all(e.timings == [[1.0, 1.0, 1.0], [1.0, 1.0, 1.0]] for e in events)
+
+
+class AlignedTritonLike(StableTritonLike):
+    """Also one compiled kernel per alignment of the output pointer, as Triton specializes pointers."""
+
+    def __call__(self, jit: Any, args: tuple[Any, ...], grid: Any, kwargs: dict[str, Any]) -> Any:
+        result = super().__call__(jit, args, grid, kwargs)
+        key = ("aligned", id(jit), kwargs.get("num_warps"), args[1].data_ptr() % 16 == 0)
+        return self.kernels.setdefault(key, copy.copy(result))
+
+
+class _Writer:
+    """Takes what the router queues for the writer process: template definitions and flat launches."""
+
+    def __init__(self) -> None:
+        self.templates: list[int] = []
+        self.launches: list[tuple[int, list[Any]]] = []
+
+    def submit_template(self, kernel: Any, template: int, body: Any) -> None:
+        self.templates.append(template)
+
+    def submit_flat(self, template: int, started: float, duration: float, grid: Any, values: Any) -> int:
+        self.launches.append((template, values))
+        return len(self.launches)
+
+
+def test_a_launch_like_the_kernels_last_takes_its_template_and_a_new_writer_starts_over(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``_Kernel.last_template`` answers a launch like the kernel's last one without the hashed lookup; any
+    difference (another shape, a scalar's type, the options) goes through the key, and templates numbered for
+    another writer are never reused."""
+    router = CompiledRouter(sink=None, policy=SnapshotPolicy(mode="none"), runner=AlignedTritonLike())
+    first = _Writer()
+    router.use_templates(first)
+    x, y = torch.arange(8, dtype=torch.float32), torch.zeros(8)
+    wide, base = torch.zeros(16), torch.zeros(16)
+
+    def launch(out: torch.Tensor, factor: Any, **options: Any) -> None:
+        router.launch(
+            scale_kernel, (x, out, 8, factor), {"grid": (1,), "warmup": False, "BLOCK": 8, **options}
+        )
+
+    launch(y, 1.0)  # template 1
+    launch(y, 2.0)  # the same kind: 1, by the last-template check
+    launch(wide, 2.0)  # another shape: 2
+    launch(y, 3.0)  # 1 again, through the key (the last one was 2)
+    launch(y, 4.0, num_stages=2)  # only the options differ from the last (same compiled kernel): 3
+    launch(y, 5.0, num_stages=2)  # 3, by the check
+    launch(y, 5)  # an int factor: 4
+    launch(y, 6.0)  # 1
+    launch(
+        base[1:9], 6.0
+    )  # y's kind, but a pointer Triton would not call aligned: another compiled kernel, 5
+    launch(base[1:9], 6.5)  # 5, by the check
+    monkeypatch.setattr(testid, "_current", "tests/test_x.py::test_one")  # under the pytest plugin
+    launch(base[1:9], 6.5)  # another test's launch: 6
+    assert [n for n, _ in first.launches] == [1, 1, 2, 1, 3, 3, 4, 1, 5, 5, 6]
+    assert first.templates == [1, 2, 3, 4, 5, 6]
+    assert [v[-1] for _, v in first.launches] == [1.0, 2.0, 2.0, 3.0, 4.0, 5.0, 5, 6.0, 6.0, 6.5, 6.5]
+    second = _Writer()
+    router.use_templates(second)
+    launch(y, 7.0)  # like the last launch, but the new writer knows no template yet: its own template 1
+    assert second.templates == [1] and second.launches == [(1, second.launches[0][1])]
+    assert second.launches[0][1][-1] == 7.0
+    assert len(first.launches) == 11

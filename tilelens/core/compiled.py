@@ -70,6 +70,10 @@ class _Kernel:
     not_options: frozenset[str] = frozenset()
     # The names of a call's keyword arguments -> (its launch options' names, a getter of their values).
     option_plans: dict[tuple[str, ...], tuple[tuple[str, ...], Any]] = field(default_factory=dict)
+    # This kernel's last templated launch: (the Templates it numbered, its signature list, options key,
+    # frames key, metadata id, node id, template number). A launch like the last one (the same layer of the
+    # next step, a loop) takes its number by comparing, without building and hashing the whole key.
+    last_template: tuple[Any, ...] | None = None
 
     def __post_init__(self) -> None:
         self.names = tuple(p.name for p in self.params)
@@ -406,15 +410,24 @@ class CompiledRouter:
             frames = None if not stack else tuple(map(frame_key, stack))
             # The launch options only: keyword arguments that are parameters are in ``sig``/``values`` (a key
             # holding the program's tensors would keep them alive, and miss on every launch).
-            key = (
-                k.number,
-                tuple(sig),
-                k.options_key(kwargs) if kwargs else None,
-                frames,
-                id(metadata),
-                testid._current,
-            )
-            number = templates.numbers.get(key)
+            options = k.options_key(kwargs) if kwargs else None
+            mid, node = id(metadata), testid._current
+            last = k.last_template
+            if (
+                last is not None
+                and last[0] is templates
+                and last[4] == mid
+                and last[5] == node
+                and last[1] == sig
+                and last[2] == options
+                and last[3] == frames
+            ):
+                number = last[6]
+            else:
+                key = (k.number, tuple(sig), options, frames, mid, node)
+                number = templates.numbers.get(key)
+                if number is not None:
+                    k.last_template = (templates, sig, options, frames, mid, node, number)
         except Exception:  # noqa: BLE001 - an unhashable (or uncomparable) keyword argument or tuning key
             return None
         resolved = self._grid_of(probe.value, bound)
@@ -429,6 +442,7 @@ class CompiledRouter:
             if number is None:
                 return None
             self.flat_template(k, number, templates.keep[number - 1][0])
+            k.last_template = (templates, sig, options, frames, mid, node, number)
         return self.flat(number, started, duration, resolved, values)
 
     def _raw(
