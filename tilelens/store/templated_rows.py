@@ -51,6 +51,7 @@ class RowTemplate:
         self.arg_params: list[list[Any]] = []
         self.slots = slots
         self.convert = convert  # a scalar -> the value its record holds (the capture's ``jsonable``)
+        self.scalars: dict[tuple[type, Any], Any] = {}  # (type, value) -> its ``value`` column parameter
         if args:
             rows = [{**a, "launch_id": 0} for a in args]
             self.arg_ins = writer._insert(cast(Table, LaunchArg.__table__), list(rows[0]))
@@ -59,7 +60,11 @@ class RowTemplate:
             procs = self.arg_ins.processors
             self.arg_at = {c: (cols.index(c), procs[cols.index(c)]) for c in cols}
 
-    def launch_row(self, seq: int, grid: Any, started: float, duration: float) -> tuple[Any, ...]:
+    def launch_row(
+        self, seq: int, grid: Any, started: float, duration: float, created: Any = None
+    ) -> tuple[Any, ...]:
+        """``created``: the creation time as its column's processor made it (``created_at``), the same for a
+        batch written in one transaction; None: now."""
         params = list(self.launch_params)
         values = (
             seq,
@@ -68,11 +73,18 @@ class RowTemplate:
             int(grid[2]),
             _dt.datetime.fromtimestamp(started, _dt.timezone.utc),
             float(duration),
-            utcnow(),
         )
         for (i, p), v in zip(self.varying, values):
             params[i] = v if p is None else p(v)
+        i, p = self.varying[-1]
+        params[i] = self.created_param() if created is None else created
         return tuple(params)
+
+    def created_param(self) -> Any:
+        """``created_at`` for a row written now, as its column's processor makes it."""
+        p = self.varying[-1][1]
+        now = utcnow()
+        return now if p is None else p(now)
 
     def arg_rows(self, launch_id: int, values: Any) -> list[tuple[Any, ...]]:
         rows = [list(r) for r in self.arg_params]
@@ -83,6 +95,7 @@ class RowTemplate:
         nb, nb_p = at["storage_bytes"]
         val, val_p = at["value"]
         groups: dict[int, int] = {}
+        scalars = self.scalars
         j = 0
         for i, tensor in self.slots:
             row = rows[i]
@@ -93,11 +106,25 @@ class RowTemplate:
                 row[grp] = _bound(grp_p, groups.setdefault(pointer, len(groups)))
                 row[nb] = _bound(nb_p, int(nbytes))
             else:
-                row[val] = _bound(val_p, to_json(self.convert(values[j])))
+                # A launch-bound program passes the same few scalar values again and again (sizes, strides,
+                # eps): each one's JSON column value is made once. Keyed with its type: 1, 1.0 and True are
+                # equal keys but different JSON.
+                v = values[j]
+                key = (type(v), v)
+                bound = scalars.get(key, _UNSEEN)
+                if bound is _UNSEEN:
+                    bound = _bound(val_p, to_json(self.convert(v)))
+                    if len(scalars) > 4096:
+                        scalars.clear()
+                    scalars[key] = bound
+                row[val] = bound
                 j += 1
         for row in rows:
             row[lid] = _bound(lid_p, launch_id)
         return [tuple(r) for r in rows]
+
+
+_UNSEEN = object()
 
 
 def _bound(processor: Any, value: Any) -> Any:
@@ -132,8 +159,9 @@ def write_templated(
     def statements(cur: Any) -> list[int]:
         ids: list[int] = []
         args: dict[str, list[tuple[Any, ...]]] = {}
+        created = entries[0][0].created_param() if entries else None  # one transaction: one creation time
         for template, seq, grid, started, duration, values in entries:
-            cur.execute(template.launch_ins.sql, template.launch_row(seq, grid, started, duration))
+            cur.execute(template.launch_ins.sql, template.launch_row(seq, grid, started, duration, created))
             launch_id = cur.lastrowid
             if launch_id is None:
                 from tilelens.store.rowsql import Fallback
