@@ -68,12 +68,9 @@ def _untraced_run(self: Any, *args: Any, grid: Any, warmup: bool, **kwargs: Any)
     return fake_runner(self, args, grid, kwargs)
 
 
-def run(launches: int = 4000) -> dict[str, float]:
-    """Launches alternate as in the GPU benchmark's step: four of an autotuned kernel, one plain."""
-    from triton.runtime.jit import JITFunction
-
-    import tilelens
-
+def stand_in_step() -> Any:
+    """One step of the GPU benchmark's pattern on the CPU: four launches of an autotuned kernel (its tuning
+    preset: the stand-in cannot benchmark), one plain launch. Run with :func:`fake_runner` as the runner."""
     x = torch.zeros(64, 128)
     w = torch.ones(128)
     y = torch.empty_like(x)
@@ -85,6 +82,17 @@ def run(launches: int = 4000) -> dict[str, float]:
         for _ in range(4):
             mm_like[lambda m: (4,)](a, b, c, 64, 64, 64)
         rms_like[(64,)](x, w, y, rstd, x.stride(0), 128, 1e-6, BLOCK=128, num_warps=4)
+
+    return step
+
+
+def run(launches: int = 4000) -> dict[str, float]:
+    """Launches alternate as in the GPU benchmark's step: four of an autotuned kernel, one plain."""
+    from triton.runtime.jit import JITFunction
+
+    import tilelens
+
+    step = stand_in_step()
 
     launches -= launches % 5
     # Untraced: Triton's own layers (the autotuner's cache lookup, the grid lambda) with the stand-in as the
@@ -128,17 +136,7 @@ def breakdown(launches: int = 3000) -> list[tuple[str, float]]:
     import tilelens
     from tilelens.core import compiled as C
 
-    x = torch.zeros(64, 128)
-    w = torch.ones(128)
-    y = torch.empty_like(x)
-    rstd = torch.empty(64)
-    a, b, c = (torch.zeros(64, 64, dtype=torch.bfloat16) for _ in range(3))
-    mm_like.cache[MM_KEY] = mm_like.configs[0]
-
-    def step() -> None:
-        for _ in range(4):
-            mm_like[lambda m: (4,)](a, b, c, 64, 64, 64)
-        rms_like[(64,)](x, w, y, rstd, x.stride(0), 128, 1e-6, BLOCK=128, num_warps=4)
+    step = stand_in_step()
 
     out: list[tuple[str, float]] = []
 

@@ -48,19 +48,7 @@ def stand_in() -> tuple[Any, Any]:
     """The CPU stand-in of ``benchmarks.capture_overhead``: a step of five launches and a fake runner."""
     from benchmarks import capture_overhead as co
 
-    x = torch.zeros(64, 128)
-    w = torch.ones(128)
-    y = torch.empty_like(x)
-    rstd = torch.empty(64)
-    a, b, c = (torch.zeros(64, 64, dtype=torch.bfloat16) for _ in range(3))
-    co.mm_like.cache[co.MM_KEY] = co.mm_like.configs[0]
-
-    def step() -> None:
-        for _ in range(4):
-            co.mm_like[lambda m: (4,)](a, b, c, 64, 64, 64)
-        co.rms_like[(64,)](x, w, y, rstd, x.stride(0), 128, 1e-6, BLOCK=128, num_warps=4)
-
-    return step, co.fake_runner
+    return co.stand_in_step(), co.fake_runner
 
 
 def run(steps: int = 20, samples: int = 5, cpu: bool = False) -> list[tuple[str, float, float]]:

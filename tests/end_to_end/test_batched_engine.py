@@ -121,7 +121,7 @@ def _check(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fallback:
     stock = _stock(name, tmp_path / "stock")
     if stock.returncode != 0 and _STOCK_INDEX_BUG in stock.stderr and compat.INDEX_NEEDS_SQUEEZE:
         # Batched == per-program held above; the stock interpreter itself cannot run this case here.
-        assert int(np.__version__.split(".")[0]) * 100 + int(np.__version__.split(".")[1]) >= 204
+        assert np.lib.NumpyVersion(np.__version__) >= "2.4.0"
         pytest.skip(
             f"stock Triton {compat.TRITON_VERSION} interpreter under numpy {np.__version__}: {_STOCK_INDEX_BUG}"
         )

@@ -142,6 +142,17 @@ class StableTritonLike(TritonLike):
         return self.kernels.setdefault((id(jit), kwargs.get("num_warps")), result)
 
 
+def _recording(tmp_path: Path) -> tilelens.Recording:
+    """A compiled ``snapshots="none"`` recording into ``tmp_path`` through the writer process, templated."""
+    return tilelens.Recording(
+        str(tmp_path / "h.db"),
+        tmp_path / "b",
+        backend="compiled",
+        snapshots="none",
+        runner=StableTritonLike(),
+    )
+
+
 def _all_rows(db: Path, blobs: Path) -> list[Any]:
     """Every launch row and its argument rows, every column but ids, times and the run."""
     skip_launch = {"id", "run_id", "kernel_id", "created_at", "started_at", "duration_s"}
@@ -227,13 +238,7 @@ def test_tensors_passed_by_keyword_are_not_kept_and_share_one_template(tmp_path:
 
     x = torch.arange(8, dtype=torch.float32)
     refs = []
-    rec = tilelens.Recording(
-        str(tmp_path / "h.db"),
-        tmp_path / "b",
-        backend="compiled",
-        snapshots="none",
-        runner=StableTritonLike(),
-    )
+    rec = _recording(tmp_path)
     with rec:
         for i in range(5):
             y = torch.zeros(8)
@@ -257,13 +262,7 @@ def test_launch_options_split_templates_and_each_launch_keeps_its_own(tmp_path: 
     """The template key holds the launch options by names and values (``_Kernel.options_key``): other values
     make another template, and every launch is stored with the options it was launched with."""
     x = torch.arange(8, dtype=torch.float32)
-    rec = tilelens.Recording(
-        str(tmp_path / "h.db"),
-        tmp_path / "b",
-        backend="compiled",
-        snapshots="none",
-        runner=StableTritonLike(),
-    )
+    rec = _recording(tmp_path)
     with rec:
         for warps in (2, 4, 2, 4):
             scale_kernel[(1,)](x, torch.zeros(8), 8, 1.0, BLOCK=8, num_warps=warps)
@@ -296,13 +295,7 @@ def test_tunings_in_a_templated_recording_keep_their_keys_and_events(tmp_path: P
             tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n), mask=offs < n)
 
     x = torch.arange(64, dtype=torch.float32)
-    rec = tilelens.Recording(
-        str(tmp_path / "h.db"),
-        tmp_path / "b",
-        backend="compiled",
-        snapshots="none",
-        runner=StableTritonLike(),
-    )
+    rec = _recording(tmp_path)
     ns = [64, 32, 64, 32, 48]
     with rec:
         for n in ns:

@@ -57,13 +57,12 @@ from tilelens.core.access import BATCH_PROGRAM, AccessCollector
 from tilelens.core.batched import executor as batched_executor
 from tilelens.core.batched import plan as batched_plan
 from tilelens.core.batched.state import BatchState, Fallback
-from tilelens.core.thread_state import LOCAL
+from tilelens.core.thread_state import LOCAL as _local
 from tilelens.core.writelog import WriteLog
 from tilelens.errors import StateError
 
 # Interpreted launches share one global interpreter builder in Triton: they must never overlap.
 LAUNCH_LOCK = threading.RLock()
-_local = LOCAL
 _NO_SCOPE = types.SimpleNamespace(restore=lambda: None)  # a skipped language patching: nothing to put back
 
 

@@ -26,7 +26,14 @@ from tilelens.records import LaunchRecord, utcnow
 from tilelens.store.jsonvalues import to_json
 from tilelens.store.models import Launch, LaunchArg
 
-_VARYING = ("seq", "grid_x", "grid_y", "grid_z", "started_at", "duration_s", "created_at")
+_VARYING = (
+    "seq",
+    "grid_x",
+    "grid_y",
+    "grid_z",
+    "started_at",
+    "duration_s",
+)  # per launch; created_at per batch
 
 
 class RowTemplate:
@@ -47,6 +54,8 @@ class RowTemplate:
         self.varying = tuple(
             (columns.index(c), self.launch_ins.processors[columns.index(c)]) for c in _VARYING
         )
+        at = columns.index("created_at")
+        self.created_at = (at, self.launch_ins.processors[at])
         self.arg_ins = None
         self.arg_params: list[list[Any]] = []
         self.slots = slots
@@ -74,15 +83,14 @@ class RowTemplate:
             _dt.datetime.fromtimestamp(started, _dt.timezone.utc),
             float(duration),
         )
-        for (i, p), v in zip(self.varying, values):
+        for (i, p), v in zip(self.varying, values, strict=True):
             params[i] = v if p is None else p(v)
-        i, p = self.varying[-1]
-        params[i] = self.created_param() if created is None else created
+        params[self.created_at[0]] = self.created_param() if created is None else created
         return tuple(params)
 
     def created_param(self) -> Any:
         """``created_at`` for a row written now, as its column's processor makes it."""
-        p = self.varying[-1][1]
+        p = self.created_at[1]
         now = utcnow()
         return now if p is None else p(now)
 
