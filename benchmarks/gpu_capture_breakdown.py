@@ -14,6 +14,7 @@ from __future__ import annotations
 import cProfile
 import io
 import pstats
+import subprocess
 import sys
 import tempfile
 import time
@@ -76,6 +77,7 @@ def run(steps: int = 20, samples: int = 5, cpu: bool = False) -> list[tuple[str,
         run_step()
     launches = len(rec.launch_ids)  # per step
     print(f"  {launches} launches per step, {steps} steps per sample, {samples} rounds", flush=True)
+    print(f"  compiled capture (tilelens.core.native): {'yes' if rec._compiled.native_capture else 'no'}")
     Router = C.CompiledRouter
     saved = {name: getattr(Router, name) for name in ("launch", "tune", "_launch_unsnapshotted")}
 
@@ -95,14 +97,24 @@ def run(steps: int = 20, samples: int = 5, cpu: bool = False) -> list[tuple[str,
         if router.flat is not None:
             router.flat = lambda *a: 0
 
+    def nothing_sent(router: Any) -> None:
+        """The launches are marshalled and queued as usual, but the feeder drops them: the writer process
+        stays idle (what its CPU use, on another core, costs the program's)."""
+        writer = router.sink._writer
+        send = writer._send
+        writer._send = lambda items: send([item for item in items if type(item) is not bytes])
+
     memo: dict[int, Any] = {}
 
-    def memoised_capture(plan: Any, bound: dict[str, Any]) -> Any:
+    def memoised_capture(plan: Any, bound: dict[str, Any], last: Any = None) -> Any:
         """The first launch's capture of each kernel, again: what the rest costs without reading arguments."""
         got = memo.get(id(plan))
         if got is None:
             got = memo[id(plan)] = capture(plan, bound)
         return got
+
+    def python_capture(router: Any) -> None:
+        router._capture = capture
 
     from tilelens.core.compiled_templates import capture
 
@@ -111,15 +123,25 @@ def run(steps: int = 20, samples: int = 5, cpu: bool = False) -> list[tuple[str,
     variants: dict[str, tuple[dict[str, Any], Any, bool]] = {
         "recorded (snapshots=none)": ({}, None, True),
         "recorded, gc off": ({}, None, True),
-        "recorded, arguments not read (capture memoised)": ({"capture": memoised_capture}, None, True),
+        "recorded, Python capture (not the compiled one)": ({}, python_capture, True),
+        "recorded, arguments not read (capture memoised)": (
+            {},
+            lambda r: setattr(r, "_capture", memoised_capture),
+            True,
+        ),
         "recorded, nothing queued": ({}, no_queue, True),
+        "recorded, queued but not sent (writer process idle)": ({}, nothing_sent, True),
         "recorded, raw launches (no templates)": ({}, lambda r: setattr(r, "flat", None), True),
         "  ... up to the launch only (no capture)": ({"_launch_unsnapshotted": no_capture}, None, True),
         "  ... interception and autotune frames only": ({"launch": bare}, None, True),
         "  ... interception only": ({"launch": bare, "tune": plain_tune}, None, True),
         "recording entered, interception removed": ({}, None, False),
     }
-    results: dict[str, list[tuple[float, float]]] = {"untraced": [], "untraced, gc off": []}
+    results: dict[str, list[tuple[float, float]]] = {
+        "untraced": [],
+        "untraced, gc off": [],
+        "untraced, another core busy": [],
+    }
     results.update({label: [] for label in variants})
     jit_run = C.compat.JITFunction.run
     for i in range(samples):
@@ -132,11 +154,18 @@ def run(steps: int = 20, samples: int = 5, cpu: bool = False) -> list[tuple[str,
             gc.disable()
             results["untraced, gc off"].append(_measure(run_step, steps, 1))
             gc.enable()
+            busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+            try:
+                time.sleep(0.05)
+                results["untraced, another core busy"].append(_measure(run_step, steps, 1))
+            finally:
+                busy.kill()
+                busy.wait()
         finally:
             C.compat.JITFunction.run = jit_run
         for label, (patches, change, intercept) in variants.items():
             for name, fn in patches.items():
-                setattr(C if name == "capture" else Router, name, fn)
+                setattr(Router, name, fn)
             try:
                 tag = f"v{i}-{len(results[label])}-{abs(hash(label))}"
                 with tilelens.Recording(
@@ -159,7 +188,6 @@ def run(steps: int = 20, samples: int = 5, cpu: bool = False) -> list[tuple[str,
                     results[label].append(_measure(run_step, steps, 1))
                     gc.enable()
             finally:
-                C.capture = capture
                 C.compat.JITFunction.run = jit_run
                 for name, fn in saved.items():
                     setattr(Router, name, fn)

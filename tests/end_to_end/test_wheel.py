@@ -145,6 +145,9 @@ def test_wheel_installed_outside_the_checkout_records_lists_replays_and_migrates
     assert package_file.is_relative_to(venv) and not package_file.is_relative_to(ROOT)
     assert migrations == package_file.parent / "_migrations"
     assert not migrations.is_symlink()
+    # The compiled capture's source ships, so an installed TileLens builds it (tilelens/core/native.py).
+    native_source = package_file.parent / "core" / "native_capture.cpp"
+    assert native_source.read_bytes() == (ROOT / "tilelens" / "core" / "native_capture.cpp").read_bytes()
     assert sorted(p.name for p in (migrations / "versions").glob("*.py")) == sorted(
         p.name for p in (ROOT / "migrations" / "versions").glob("*.py")
     )

@@ -54,14 +54,14 @@ def _bound(**changes: Any) -> dict[str, Any]:
     return bound
 
 
-def test_a_template_expanded_with_a_launchs_values_is_its_raw_launch() -> None:
+def test_a_template_expanded_with_a_launchs_values_is_its_raw_launch(capture_impl: Any) -> None:
     router = CompiledRouter(sink=None)
     k = router._kernel(many_kinds)
     for bound in (_bound(), _bound(n=-3, scale=float("nan"), flag=False, view=torch.ones(2, 3)[:, 1])):
         probe = GridProbe((3, 2))
         probe(bound)
         raw = router._raw(k, None, (), None, probe, {"num_warps": 2}, [], None, None, 1.5, 0.25)
-        got = capture(k.flat_plan, bound)
+        got = capture_impl(k.flat_plan, bound, None)
         assert got is not None
         _sig, values = got
         body = body_of(raw, slots_of(k.params, bound))
@@ -81,14 +81,16 @@ def test_a_template_expanded_with_a_launchs_values_is_its_raw_launch() -> None:
         ]
 
 
-def test_any_change_of_an_arguments_kind_is_another_signature_and_pointers_or_values_are_not() -> None:
+def test_any_change_of_an_arguments_kind_is_another_signature_and_pointers_or_values_are_not(
+    capture_impl: Any,
+) -> None:
     router = CompiledRouter(sink=None)
     plan = router._kernel(many_kinds).flat_plan
 
-    def sig(**changes: Any) -> tuple[Any, ...]:
-        got = capture(plan, _bound(**changes))
+    def sig(**changes: Any) -> Any:
+        got = capture_impl(plan, _bound(**changes), None)
         assert got is not None
-        return tuple(got[0])
+        return tuple(got[0]) if type(got[0]) is list else got[0]
 
     base = sig()
     changed = [
@@ -119,8 +121,8 @@ def test_any_change_of_an_arguments_kind_is_another_signature_and_pointers_or_va
     )
     assert same == base
     # What cannot be templated: a tensor subclass, an object as a constexpr.
-    assert capture(plan, _bound(x_ptr=torch.nn.Parameter(torch.zeros(40)))) is None
-    assert capture(plan, _bound(MODE=object())) is None
+    assert capture_impl(plan, _bound(x_ptr=torch.nn.Parameter(torch.zeros(40))), None) is None
+    assert capture_impl(plan, _bound(MODE=object()), None) is None
 
 
 def test_templates_are_bounded() -> None:
@@ -183,7 +185,9 @@ def _all_rows(db: Path, blobs: Path) -> list[Any]:
         return out
 
 
-def test_the_writer_process_stores_templated_launches_as_the_thread_stores_raw_ones(tmp_path: Path) -> None:
+def test_the_writer_process_stores_templated_launches_as_the_thread_stores_raw_ones(
+    tmp_path: Path, capture_impl: Any
+) -> None:
     x = torch.arange(40, dtype=torch.float32)
     rows = {}
     for writer in ("thread", "process"):
@@ -207,6 +211,7 @@ def test_the_writer_process_stores_templated_launches_as_the_thread_stores_raw_o
         kind = type(rec._writer).__name__
         assert kind == ("ProcessWriter" if writer == "process" else "BackgroundWriter")
         if writer == "process":
+            assert rec._compiled.native_capture == (capture_impl is not capture)
             # scale_kernel: (tensor, tensor, int, float) at BLOCK 16, its int-factor kind, six shapes at BLOCK 8;
             # tuned_add: two tuning keys
             assert len(rec._compiled._templates.keep) == 10
@@ -340,7 +345,7 @@ class _Writer:
 
 
 def test_a_launch_like_the_kernels_last_takes_its_template_and_a_new_writer_starts_over(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, capture_impl: Any
 ) -> None:
     """``_Kernel.last_template`` answers a launch like the kernel's last one without the hashed lookup; any
     difference (another shape, a scalar's type, the options) goes through the key, and templates numbered for
@@ -348,6 +353,7 @@ def test_a_launch_like_the_kernels_last_takes_its_template_and_a_new_writer_star
     router = CompiledRouter(sink=None, policy=SnapshotPolicy(mode="none"), runner=AlignedTritonLike())
     first = _Writer()
     router.use_templates(first)
+    assert router._capture is capture_impl
     x, y = torch.arange(8, dtype=torch.float32), torch.zeros(8)
     wide, base = torch.zeros(16), torch.zeros(16)
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import Any
 
-from tilelens.core import compat, testid
+from tilelens.core import compat, native, testid
 from tilelens.core.arguments import Param, describe_arguments, kernel_params, resolve_grid
 from tilelens.core.capture import SnapPlan, snap_planned
 from tilelens.core.compiled_frames import (
@@ -143,6 +143,9 @@ class CompiledRouter:
     flat: Any = None
     flat_template: Any = None
     _templates: Templates = field(default_factory=Templates)
+    # ``compiled_templates.capture``, or the compiled one (``tilelens.core.native``) when it is built and
+    # ``TILELENS_NATIVE`` allows it: chosen per writer by :meth:`use_templates`.
+    _capture: Any = capture
 
     # Set on the first launch: whether ``runner`` calls a callable grid with its bound arguments as Triton does
     # (``compat.run_compiled``, or a stand-in that says so with ``binds_like_triton = True``).
@@ -162,6 +165,12 @@ class CompiledRouter:
         self.flat_template = getattr(writer, "submit_template", None)
         if self.flat is None or self.flat_template is None:
             self.flat = self.flat_template = None
+        self._capture = capture if self.flat is None else native.capture_function() or capture
+
+    @property
+    def native_capture(self) -> bool:
+        """Whether templated launches are captured by the compiled module (``tilelens.core.native``)."""
+        return self._capture is not capture
 
     def route(self, kernel: Any, kind: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         if kind == "autotuner":
@@ -394,7 +403,8 @@ class CompiledRouter:
         """Queue a successful launch Triton bound as a flat tuple of what varies (``compiled_templates``),
         making its template first when it is the first of its kind; None when it cannot be templated (the
         caller queues a raw launch)."""
-        got = capture(k.flat_plan, bound)
+        last = k.last_template
+        got = self._capture(k.flat_plan, bound, None if last is None else last[1])
         if got is None:
             return None
         sig, values = got
@@ -412,19 +422,18 @@ class CompiledRouter:
             # holding the program's tensors would keep them alive, and miss on every launch).
             options = k.options_key(kwargs) if kwargs else None
             mid, node = id(metadata), testid._current
-            last = k.last_template
             if (
                 last is not None
                 and last[0] is templates
                 and last[4] == mid
                 and last[5] == node
-                and last[1] == sig
+                and (last[1] is sig or last[1] == sig)
                 and last[2] == options
                 and last[3] == frames
             ):
                 number = last[6]
             else:
-                key = (k.number, tuple(sig), options, frames, mid, node)
+                key = (k.number, tuple(sig) if type(sig) is list else sig, options, frames, mid, node)
                 number = templates.numbers.get(key)
                 if number is not None:
                     k.last_template = (templates, sig, options, frames, mid, node, number)

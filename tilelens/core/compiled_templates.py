@@ -40,13 +40,16 @@ Flat = tuple[Any, ...]
 
 
 class FlatPlan:
-    """What :func:`capture` needs of a kernel's parameters, computed once per kernel."""
+    """What :func:`capture` (and the compiled one, ``tilelens.core.native``) needs of a kernel's parameters,
+    computed once per kernel: the runtime and constexpr parameters' names, in order, and getters of them."""
 
-    __slots__ = ("runtime", "constexprs")
+    __slots__ = ("runtime", "constexprs", "runtime_names", "constexpr_names")
 
     def __init__(self, params: list[Param]) -> None:
-        self.runtime = _getter([p.name for p in params if not p.constexpr])
-        self.constexprs = _getter([p.name for p in params if p.constexpr])
+        self.runtime_names = tuple(p.name for p in params if not p.constexpr)
+        self.constexpr_names = tuple(p.name for p in params if p.constexpr)
+        self.runtime = _getter(list(self.runtime_names))
+        self.constexprs = _getter(list(self.constexpr_names))
 
 
 def _getter(names: list[str]) -> Any:
@@ -59,12 +62,13 @@ def _getter(names: list[str]) -> Any:
     return itemgetter(*names)
 
 
-def capture(plan: FlatPlan, bound: dict[str, Any]) -> tuple[list[Any], list[Any]] | None:
+def capture(plan: FlatPlan, bound: dict[str, Any], last: Any = None) -> tuple[list[Any], list[Any]] | None:
     """``(signature, values)`` of a launch's bound arguments, or None when one is not a plain kind.
 
     The signature is flat: a tensor adds its dtype, shape, strides and device (a ``torch.dtype`` first, which
     no other entry is), a scalar its type, None itself, a constexpr its type and value; so two signatures are
-    equal only when every argument is of the same kind, in order."""
+    equal only when every argument is of the same kind, in order. (``last``, the signature of the kernel's
+    last template, is for the compiled capture, which returns it when equal; here it is not needed.)"""
     sig: list[Any] = []
     values: list[Any] = []
     try:

@@ -1,0 +1,255 @@
+"""TileLens's optional compiled capture (``native_capture.cpp``): built once per torch and Python, cached, and
+loaded when present; the pure-Python :func:`~tilelens.core.compiled_templates.capture` is used otherwise.
+
+Why: on a launch-bound GPU program, reading a tensor's dtype, shape, strides, device, storage offset,
+pointer and size through torch's Python API costs eight calls (~1 µs per tensor); libtorch's own accessors
+cost nanoseconds (issue 15). Nothing else changes: the compiled function returns the same values and a
+signature equal exactly when the Python one is (``tests/unit/test_native_capture.py`` checks both on the
+same launches).
+
+How it is built: with the C++ compiler Triton's own launchers need (``$CXX``, else ``c++``/``g++``), against
+the installed torch's headers and libraries, into ``TILELENS_NATIVE_DIR`` (default
+``$XDG_CACHE_HOME/tilelens/native``, else ``~/.cache/tilelens/native``), named by a hash of the source, the
+torch build and the Python ABI, so another torch builds its own. Writes are atomic (a temporary file
+renamed) and one build runs at a time (a lock file). A failed build leaves ``<name>.failed`` with the
+compiler's output, so a machine without a compiler does not try again per recording; ``python -m
+tilelens.core.native build`` tries again.
+
+``TILELENS_NATIVE`` chooses, read at each recording's start:
+
+* unset or ``auto``: use it when built; else start building it in the background (a separate process, which
+  takes no time of the program's: ~25 s of one core, once), and capture in Python until the next recording;
+* ``1``: build it now when missing (the recording waits), then use it;
+* ``0``: never build or load it.
+
+Invariant: the loaded module is the one built from this package's source for this torch (the hash), and
+nothing a history holds can choose what is compiled or loaded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import functools
+import hashlib
+import importlib.util
+import os
+import subprocess
+import sys
+import sysconfig
+import threading
+from pathlib import Path
+from typing import Any
+
+ENV = "TILELENS_NATIVE"
+DIR_ENV = "TILELENS_NATIVE_DIR"
+SOURCE = Path(__file__).with_name("native_capture.cpp")
+MODULE = "_tilelens_capture"
+
+_lock = threading.Lock()
+_loaded: Any = None  # the module, False once loading failed in this process, None before trying
+_background: subprocess.Popen[bytes] | None = None
+
+
+def mode() -> str:
+    """``auto``, ``1`` or ``0`` (``TILELENS_NATIVE``; anything else is ``auto``)."""
+    value = os.environ.get(ENV, "auto").strip().lower()
+    if value in ("0", "off", "no", "false"):
+        return "0"
+    if value in ("1", "on", "yes", "true", "sync"):
+        return "1"
+    return "auto"
+
+
+def cache_dir() -> Path:
+    explicit = os.environ.get(DIR_ENV)
+    if explicit:
+        return Path(explicit)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "tilelens" / "native"
+
+
+def target() -> Path:
+    """Where this source, built for this torch and this Python, lives."""
+    return cache_dir() / _name()
+
+
+@functools.cache
+def _name() -> str:
+    import torch
+
+    digest = hashlib.sha256()
+    digest.update(SOURCE.read_bytes())
+    for part in (torch.__version__, torch.__file__, sys.version, sysconfig.get_platform()):
+        digest.update(b"\0" + str(part).encode())
+    suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
+    return f"capture-{digest.hexdigest()[:16]}{suffix}"
+
+
+def compiler() -> str | None:
+    for name in (os.environ.get("CXX"), "c++", "g++", "clang++"):
+        if name:
+            found = _which(name)
+            if found:
+                return found
+    return None
+
+
+def _which(name: str) -> str | None:
+    import shutil
+
+    return shutil.which(name)
+
+
+def command(output: Path) -> list[str]:
+    """The compiler command building ``output`` (what ``torch.utils.cpp_extension`` would pass, without
+    needing ninja)."""
+    import torch
+    from torch.utils import cpp_extension
+
+    cxx = compiler()
+    if cxx is None:
+        raise FileNotFoundError("no C++ compiler (set CXX, or install g++)")
+    includes = [*cpp_extension.include_paths(), sysconfig.get_paths()["include"]]
+    libraries = cpp_extension.library_paths()
+    abi = int(bool(torch.compiled_with_cxx11_abi()))
+    return [
+        cxx,
+        "-O2",
+        "-shared",
+        "-fPIC",
+        "-std=c++17",
+        "-w",
+        f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
+        *(f"-I{p}" for p in includes),
+        str(SOURCE),
+        "-o",
+        str(output),
+        *(f"-L{p}" for p in libraries),
+        *(f"-Wl,-rpath,{p}" for p in libraries),
+        "-lc10",
+        "-ltorch",
+        "-ltorch_cpu",
+        "-ltorch_python",
+    ]
+
+
+def build(force: bool = False, wait: bool = True) -> tuple[Path | None, str]:
+    """Build the module unless it is built (or failed before, unless ``force``): ``(path or None, what
+    happened)``. ``wait=False``: return at once when another process is building it."""
+    out = target()
+    failed = out.with_name(out.name + ".failed")
+    if out.exists():
+        return out, "built"
+    if failed.exists() and not force:
+        return None, failed.read_text(errors="replace")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out.parent / "build.lock", "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            return None, "another process is building it"
+        if out.exists():  # built while this one waited
+            return out, "built"
+        partial = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+        try:
+            done = subprocess.run(command(partial), capture_output=True, text=True, timeout=900)
+            text = (done.stdout + done.stderr).strip()
+            ok = done.returncode == 0
+        except (OSError, subprocess.SubprocessError) as exc:
+            text, ok = f"{type(exc).__name__}: {exc}", False
+        if not ok:
+            with contextlib.suppress(OSError):
+                partial.unlink()
+            failed.write_text(text[-20000:] + "\n")
+            return None, text
+        os.replace(partial, out)
+        with contextlib.suppress(OSError):
+            failed.unlink()
+        return out, "built now"
+
+
+def load() -> Any:
+    """The built module (set up for torch's tensor type), or None when it is not built or does not load."""
+    global _loaded
+    with _lock:
+        if _loaded is not None:
+            return _loaded or None
+        path = target()
+        if not path.exists():
+            return None
+        try:
+            import torch
+
+            spec = importlib.util.spec_from_file_location(MODULE, path)
+            assert spec is not None and spec.loader is not None
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            module.setup(torch.Tensor)
+        except Exception:  # noqa: BLE001 - a module that does not load is not used (status says why)
+            _loaded = False
+            return None
+        _loaded = module
+        return module
+
+
+def start_background_build() -> None:
+    """Build in a process of its own (``python -m tilelens.core.native build --background``), once per
+    program, unless it is built or failed before. The program never waits for it."""
+    global _background
+    with _lock:
+        if _background is not None or compiler() is None:
+            return
+        out = target()
+        if out.exists() or out.with_name(out.name + ".failed").exists():
+            return
+        env = {k: v for k, v in os.environ.items() if not k.startswith("TILELENS_FOLLOW")}
+        env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+        try:
+            _background = subprocess.Popen(
+                [sys.executable, "-m", "tilelens.core.native", "build", "--background"],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                env=env,
+                start_new_session=True,
+            )
+        except OSError:
+            _background = None
+
+
+def capture_function() -> Any:
+    """What a recording starting now captures templated launches with: the compiled ``capture`` or None (the
+    Python one), as ``TILELENS_NATIVE`` says."""
+    chosen = mode()
+    if chosen == "0":
+        return None
+    module = load()
+    if module is None and chosen == "1":
+        build()
+        module = load()
+    elif module is None:
+        start_background_build()
+    return None if module is None else module.capture
+
+
+def main(argv: list[str]) -> int:
+    """``python -m tilelens.core.native [build [--force] [--background] | status]``."""
+    action = argv[0] if argv else "status"
+    if action == "build":
+        path, text = build(force="--force" in argv, wait="--background" not in argv)
+        if "--background" not in argv:
+            print(f"{path}: {text}" if path is not None else f"not built: {text}")
+        return 0 if path is not None else 1
+    if action == "status":
+        path = target()
+        failed = path.with_name(path.name + ".failed")
+        state = "built" if path.exists() else "failed (see .failed)" if failed.exists() else "not built"
+        print(f"{ENV}={mode()}  {path}  {state}  loads: {load() is not None}")
+        return 0
+    print("usage: python -m tilelens.core.native [build [--force] | status]", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
