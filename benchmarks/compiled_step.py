@@ -101,6 +101,7 @@ class Step:
 
 
 _CPU: dict[str, list[float]] = {}  # the program thread's CPU seconds per timed loop, by variant
+_NATIVE: set[bool] = set()  # whether the templated recordings captured with the compiled capture
 
 
 def _timed(fn: Any, steps: int) -> float:
@@ -185,6 +186,8 @@ def run(
             for _ in range(n):
                 what.run()
             _CPU.setdefault(mode, []).append(time.thread_time() - c0)
+            if rec._compiled is not None and rec._compiled.flat is not None:
+                _NATIVE.add(rec._compiled.native_capture)
             torch.cuda.synchronize()
             t_step = time.perf_counter() - t0
         t_all = time.perf_counter() - t0  # including the writer's drain at the end of the block
@@ -219,6 +222,7 @@ def run(
     out["enter_none_s"] = [enter_s[f"none{i}"] for i in range(samples)]
     out["cpu_us_per_launch_untraced"] = min(_CPU["untraced"]) / launches * 1e6
     out["cpu_us_per_launch_none"] = min(_CPU["none"]) / launches * 1e6
+    out["native_capture"] = "mixed" if len(_NATIVE) > 1 else "yes" if True in _NATIVE else "no"
     out["wall_us_per_launch_untraced"] = min(base) / launches * 1e6
     out["gpu_busy_per_step_s"] = gpu_busy_per_step(step)
 
@@ -274,7 +278,8 @@ def report(r: dict[str, Any]) -> str:
         " (an estimate: clocks after the spin may differ) vs"
         f" {r['untraced_s'] / r['steps'] * 1e3:.2f} ms per untraced step; program thread CPU per launch:"
         f" untraced {r['cpu_us_per_launch_untraced']:.1f} us, recorded (snapshots=none)"
-        f" {r['cpu_us_per_launch_none']:.1f} us (untraced wall {r['wall_us_per_launch_untraced']:.1f} us/launch)",
+        f" {r['cpu_us_per_launch_none']:.1f} us (untraced wall {r['wall_us_per_launch_untraced']:.1f} us/launch);"
+        f" compiled capture (tilelens.core.native): {r['native_capture']}",
         f"  D2H bandwidth (pinned)   {r['d2h_bandwidth_gbs']:.1f} GB/s;  snapshot bytes ~{r['snapshot_bytes_estimate'] / 1e9:.2f} GB,"
         f" extra {r['extra_s']:.3f} s vs allowed {r['allowed_extra_s']:.3f} s at 70 %",
         f"  derived trace            {r['derived_trace_s_per_launch']:.2f} s per launch; outcomes {r['derived_outcomes']}",
