@@ -174,6 +174,7 @@ def test_a_failed_build_is_remembered_and_native_off_loads_nothing(
     fake.chmod(0o755)
     monkeypatch.setenv("CXX", str(fake))
     monkeypatch.setattr(native, "_loaded", None)
+    monkeypatch.setattr(native, "_background", None)
     path, text = native.build()
     assert path is None and "fake-cxx: no such header" in text
     failed = native.target().with_name(native.target().name + ".failed")

@@ -198,7 +198,10 @@ def start_background_build() -> None:
     program, unless it is built or failed before. The program never waits for it."""
     global _background
     with _lock:
-        if _background is not None or compiler() is None:
+        if _background is not None:
+            _background.poll()  # reaped once it has ended; never started twice in one program
+            return
+        if compiler() is None:
             return
         out = target()
         if out.exists() or out.with_name(out.name + ".failed").exists():
