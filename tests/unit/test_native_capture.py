@@ -199,11 +199,9 @@ def test_a_failed_build_is_remembered_and_native_off_loads_nothing(
     assert not native.target().exists()
 
 
-def test_a_recording_with_native_off_captures_in_python(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, native_module: Any
+def test_a_router_chooses_its_capture_per_writer_as_tilelens_native_says(
+    monkeypatch: pytest.MonkeyPatch, native_module: Any
 ) -> None:
-    from tilelens.core.compiled import CompiledRouter
-
     class Writer:
         def submit_flat(self, *a: Any) -> int:
             return 0

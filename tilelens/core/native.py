@@ -18,7 +18,7 @@ tilelens.core.native build`` tries again.
 ``TILELENS_NATIVE`` chooses, read at each recording's start:
 
 * unset or ``auto``: use it when built; else start building it in the background (a separate process, which
-  takes no time of the program's: ~25 s of one core, once), and capture in Python until the next recording;
+  takes no time of the program's: ~15–25 s of one core, once per torch), and capture in Python until the next recording;
 * ``1``: build it now when missing (the recording waits), then use it;
 * ``0``: never build or load it.
 
@@ -34,6 +34,7 @@ import functools
 import hashlib
 import importlib.util
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -89,16 +90,10 @@ def _name() -> str:
 def compiler() -> str | None:
     for name in (os.environ.get("CXX"), "c++", "g++", "clang++"):
         if name:
-            found = _which(name)
+            found = shutil.which(name)
             if found:
                 return found
     return None
-
-
-def _which(name: str) -> str | None:
-    import shutil
-
-    return shutil.which(name)
 
 
 def command(output: Path) -> list[str]:
