@@ -22,24 +22,7 @@ from tilelens.core.compiled import CompiledRouter
 from tilelens.core.compiled_templates import capture
 
 from .test_compiled_capture import many_kinds
-
-
-def _bound(**changes: Any) -> dict[str, Any]:
-    base = torch.arange(40, dtype=torch.float32)
-    bound: dict[str, Any] = {
-        "x_ptr": base,
-        "y_ptr": torch.zeros(3, 5, dtype=torch.bfloat16).t(),
-        "alias_ptr": base[8:],
-        "view": torch.zeros(6, dtype=torch.int32),
-        "n": 7,
-        "scale": 0.5,
-        "flag": True,
-        "missing": None,
-        "BLOCK": 16,
-        "MODE": "fast",
-    }
-    bound.update(changes)
-    return bound
+from .test_compiled_templates import _bound
 
 
 def _variants() -> list[dict[str, Any]]:

@@ -171,7 +171,6 @@ PyObject* sig_of(Scratch& s, PyObject* last) {
   if (sig == nullptr) return nullptr;
   sig->values = PyTuple_New(m);
   if (sig->values == nullptr) {
-    sig->values = nullptr;
     Py_DECREF(sig);
     return nullptr;
   }
