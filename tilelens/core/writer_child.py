@@ -105,6 +105,7 @@ class RawWriter:
         self.templates: dict[int, tuple[int, tuple[Any, ...]]] = {}  # number -> (kernel number, body)
         # number -> the rows of its first written launch (``store.templated_rows``); None: not on this store.
         self.rows: dict[int, Any] = {}
+        self.about: dict[int, tuple[str, bool]] = {}  # template -> (kernel name, has a tensor: unsnapshotted)
         self.ids: dict[int, int] = {}  # launch number -> row id, for the autotune events that name a launch
         self.written: list[tuple[int, str, str, bool]] = []  # (id, kernel name, status, unsnapshotted)
         self.events = 0
@@ -133,6 +134,7 @@ class RawWriter:
                 continue
             if tag == "t":  # a template: no write needed before it
                 self.templates[item[1]] = (item[2], item[3])
+                self.about.pop(item[1], None)
                 continue
             self._write(launches)
             launches = []
@@ -188,10 +190,14 @@ class RawWriter:
             return
         self.next_seq += len(entries)
         self.from_templates += len(entries)
+        about = self.about
         for (n, _none, item), launch_id in zip(entries, ids):
             self.ids[n] = launch_id
-            number, body = self.templates[item[2]]
-            self.written.append((launch_id, self.kernels[number][0].name, "ok", any(t for _i, t in body[1])))
+            known = about.get(item[2])
+            if known is None:
+                number, body = self.templates[item[2]]
+                known = about[item[2]] = (self.kernels[number][0].name, any(t for _i, t in body[1]))
+            self.written.append((launch_id, known[0], "ok", known[1]))
 
     def _write_records(self, entries: list[Any]) -> None:
         pairs: list[tuple[Any, tuple[int, LaunchRecord]]] = []

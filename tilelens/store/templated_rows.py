@@ -3,16 +3,29 @@
 The writer process of a ``snapshots="none"`` recording receives thousands of launches of a few kinds. Building
 each one's ``LaunchRecord``, its row dicts and then SQLAlchemy's parameters costs hundreds of microseconds of
 Python per launch, more than a launch-bound program spends launching it. Here the first launch of a template
-is written the usual way and its rows become the template's :class:`RowTemplate`: the launch row's and
-argument rows' bound parameters (each value already through its column's bind processor, as
-``tilelens.store.rowsql`` does). A later launch of that template copies them and sets what varies: its seq,
-grid, start time, duration and creation time, and per argument the storage offset, storage group, storage
-bytes (tensors) or value (scalars). A batch of them is one ``BEGIN IMMEDIATE`` transaction on the driver's
-cursor.
+is written the usual way and its rows become the template's :class:`RowTemplate`: two INSERT statements of
+its own, one for the launch row and one for all its argument rows, in which every value that does not vary
+between the template's launches is already written out in the SQL text (each value first through its
+column's bind processor, as ``tilelens.store.rowsql`` does). A later launch binds only what varies: its id,
+seq, grid, start time, duration and creation time, and per argument its launch id and the storage offset,
+storage group, storage bytes (tensors) or value (scalars): about 25 parameters instead of ~180.
+
+Why it matters (measured, ``benchmarks.writer_throughput``): the writer process wrote ~105 µs per launch on
+this project's 2-core machine, most of it binding constant parameters (each ``None`` costs the ``sqlite3``
+module an adaptation attempt); a launch-bound program launching every ~60 µs then filled the writer's queue
+and, past ``writer_process.QUEUE_SIZE`` launches, ran at the writer's speed.
+
+Launch ids are given, not left to SQLite: the batch's transaction (``BEGIN IMMEDIATE``, the database's write
+lock) reads the table's largest id and numbers the batch's launches after it in seq order, which is the id
+SQLite itself would give each of them inserted in that order. The launches of one template are then one
+``executemany``, in any order between templates.
 
 Invariant: every row equals the one ``History.write_launches`` writes for the same launch, column by column
-(``tests/unit/test_compiled_templates.py``). SQLite only (``History._rows``); anything else, and any refusal
-(:class:`~tilelens.store.rowsql.Fallback`), is left to the usual path.
+and storage class by storage class (``tests/unit/test_templated_rows.py``, and the recording-level check in
+``tests/unit/test_compiled_templates.py``). A constant is written into the SQL text only where that stores
+exactly what binding it stores (NULL, integers of 64 bits, text without NUL that encodes as UTF-8); any other
+constant (a float, bytes) stays a bound parameter. SQLite only (``History._rows``); anything else, and any
+refusal (:class:`~tilelens.store.rowsql.Fallback`), is left to the usual path.
 """
 
 from __future__ import annotations
@@ -26,19 +39,66 @@ from tilelens.records import LaunchRecord, utcnow
 from tilelens.store.jsonvalues import to_json
 from tilelens.store.models import Launch, LaunchArg
 
-_VARYING = (
-    "seq",
-    "grid_x",
-    "grid_y",
-    "grid_z",
-    "started_at",
-    "duration_s",
-)  # per launch; created_at per batch
+# A launch row's varying columns, in parameter order (?1 ... ?8); the batch gives ``created_at``.
+_VARYING = ("id", "seq", "grid_x", "grid_y", "grid_z", "started_at", "duration_s", "created_at")
+_INT64 = 2**63 - 1
+
+
+class _Bound:
+    """A cell of a statement bound per launch: parameter ``?n``."""
+
+    __slots__ = ("n",)
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+
+def literal(value: Any) -> str | None:
+    """``value`` (already through its column's bind processor) as SQL text that stores exactly what binding
+    it stores, or None when it must stay bound. Integers beyond 64 bits are not literals (SQLite would read
+    them as REAL; bound, they raise as before), nor text with a NUL (the statement would end there) or that
+    does not encode as UTF-8."""
+    if value is None:
+        return "NULL"
+    if type(value) is int and -_INT64 <= value <= _INT64:
+        return str(value)
+    if type(value) is str and "\x00" not in value:
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return None
+        return "'" + value.replace("'", "''") + "'"
+    return None
+
+
+class Statement:
+    """An INSERT of fixed rows into ``table``: constants written in the text where :func:`literal` allows,
+    :class:`_Bound` cells as ``?n``. Parameters: the ``varying`` bound ones (``?1``..``?varying``), then
+    ``consts``, the constants that stay bound."""
+
+    def __init__(self, table: str, columns: list[str], rows: list[list[Any]], varying: int) -> None:
+        consts: list[Any] = []
+        tuples = []
+        for row in rows:
+            cells = []
+            for cell in row:
+                if type(cell) is _Bound:
+                    cells.append(f"?{cell.n}")
+                    continue
+                text = literal(cell)
+                if text is None:
+                    consts.append(cell)
+                    text = f"?{varying + len(consts)}"
+                cells.append(text)
+            tuples.append("(" + ", ".join(cells) + ")")
+        names = ", ".join(f'"{c}"' for c in columns)
+        self.sql = f'INSERT INTO "{table}" ({names}) VALUES ' + ", ".join(tuples)
+        self.consts = tuple(consts)
 
 
 class RowTemplate:
-    """A template's rows: parameters of the launch row and of each argument row, and where the varying
-    values go. ``slots`` are the template's (parameter index, is a tensor), in flat-value order."""
+    """A template's rows as two statements (:class:`Statement`): its launch row, and all its argument rows in
+    one. ``slots`` are the template's (parameter index, is a tensor), in flat-value order."""
 
     def __init__(
         self,
@@ -48,71 +108,86 @@ class RowTemplate:
         slots: tuple[tuple[int, bool], ...],
         convert: Any,
     ) -> None:
-        self.launch_ins = writer._insert(cast(Table, Launch.__table__), list(launch))
-        self.launch_params = list(self.launch_ins.params(launch))
-        columns = self.launch_ins.columns
-        self.varying = tuple(
-            (columns.index(c), self.launch_ins.processors[columns.index(c)]) for c in _VARYING
+        launch = {**launch, "id": 0}
+        ins = writer._insert(cast(Table, Launch.__table__), list(launch))
+        processed = dict(zip(ins.columns, ins.params(launch), strict=True))
+        at = {c: _Bound(i + 1) for i, c in enumerate(_VARYING)}
+        columns = list(ins.columns)
+        self.launch = Statement(
+            "launches", columns, [[at.get(c, processed[c]) for c in columns]], len(_VARYING)
         )
-        at = columns.index("created_at")
-        self.created_at = (at, self.launch_ins.processors[at])
-        self.arg_ins = None
-        self.arg_params: list[list[Any]] = []
+        procs = dict(zip(ins.columns, ins.processors, strict=True))
+        self.processors = tuple(procs[c] for c in _VARYING[1:])  # seq .. created_at
+        # ``started_at`` is made here as an aware UTC datetime, which ``models.UTCDateTime`` passes on with
+        # the same fields (``astimezone(utc)``): its dialect type's processor alone makes the same text.
+        started = Launch.__table__.c.started_at.type
+        impl = getattr(started, "impl", None)
+        dialect = writer.engine.dialect
+        self.started = (impl.dialect_impl(dialect) if impl is not None else started).bind_processor(dialect)
+        self.args: Statement | None = None
         self.slots = slots
         self.convert = convert  # a scalar -> the value its record holds (the capture's ``jsonable``)
         self.scalars: dict[tuple[type, Any], Any] = {}  # (type, value) -> its ``value`` column parameter
         if args:
             rows = [{**a, "launch_id": 0} for a in args]
-            self.arg_ins = writer._insert(cast(Table, LaunchArg.__table__), list(rows[0]))
-            self.arg_params = [list(self.arg_ins.params(r)) for r in rows]
-            cols = self.arg_ins.columns
-            procs = self.arg_ins.processors
-            self.arg_at = {c: (cols.index(c), procs[cols.index(c)]) for c in cols}
+            arg_ins = writer._insert(cast(Table, LaunchArg.__table__), list(rows[0]))
+            cols = list(arg_ins.columns)
+            p = dict(zip(cols, arg_ins.processors, strict=True))
+            self.arg_processors = (p["storage_offset"], p["storage_group"], p["storage_bytes"], p["value"])
+            cells = [dict(zip(cols, arg_ins.params(r), strict=True)) for r in rows]
+            n = 1
+            for row in cells:
+                row["launch_id"] = _Bound(1)
+            for i, tensor in slots:
+                for c in ("storage_offset", "storage_group", "storage_bytes") if tensor else ("value",):
+                    n += 1
+                    cells[i][c] = _Bound(n)
+            self.args = Statement("launch_args", cols, [[row[c] for c in cols] for row in cells], n)
 
     def launch_row(
-        self, seq: int, grid: Any, started: float, duration: float, created: Any = None
+        self, launch_id: int, seq: int, grid: Any, started: float, duration: float, created: Any = None
     ) -> tuple[Any, ...]:
-        """``created``: the creation time as its column's processor made it (``created_at``), the same for a
-        batch written in one transaction; None: now."""
-        params = list(self.launch_params)
-        values = (
-            seq,
-            int(grid[0]),
-            int(grid[1]),
-            int(grid[2]),
-            _dt.datetime.fromtimestamp(started, _dt.timezone.utc),
-            float(duration),
+        """The launch statement's parameters. ``created``: the creation time as its column's processor made
+        it (``created_param``), the same for a batch written in one transaction; None: now."""
+        when = _dt.datetime.fromtimestamp(started, _dt.timezone.utc)
+        p_seq, p_x, p_y, p_z, _p_started, p_duration, _p_created = self.processors
+        p_started = self.started
+        return (
+            launch_id,
+            seq if p_seq is None else p_seq(seq),
+            int(grid[0]) if p_x is None else p_x(int(grid[0])),
+            int(grid[1]) if p_y is None else p_y(int(grid[1])),
+            int(grid[2]) if p_z is None else p_z(int(grid[2])),
+            when if p_started is None else p_started(when),
+            float(duration) if p_duration is None else p_duration(float(duration)),
+            self.created_param() if created is None else created,
+            *self.launch.consts,
         )
-        for (i, p), v in zip(self.varying, values, strict=True):
-            params[i] = v if p is None else p(v)
-        params[self.created_at[0]] = self.created_param() if created is None else created
-        return tuple(params)
 
     def created_param(self) -> Any:
         """``created_at`` for a row written now, as its column's processor makes it."""
-        p = self.created_at[1]
+        p = self.processors[-1]
         now = utcnow()
         return now if p is None else p(now)
 
-    def arg_rows(self, launch_id: int, values: Any) -> list[tuple[Any, ...]]:
-        rows = [list(r) for r in self.arg_params]
-        at = self.arg_at
-        lid, lid_p = at["launch_id"]
-        off, off_p = at["storage_offset"]
-        grp, grp_p = at["storage_group"]
-        nb, nb_p = at["storage_bytes"]
-        val, val_p = at["value"]
+    def arg_row(self, launch_id: int, values: Any) -> tuple[Any, ...]:
+        """The argument statement's parameters for launch ``launch_id`` with flat ``values``."""
+        assert self.args is not None
+        off_p, grp_p, nb_p, val_p = self.arg_processors
+        plain = off_p is None and grp_p is None and nb_p is None  # integer columns: no conversion
+        params: list[Any] = [launch_id]
         groups: dict[int, int] = {}
         scalars = self.scalars
         j = 0
-        for i, tensor in self.slots:
-            row = rows[i]
+        for _i, tensor in self.slots:
             if tensor:
                 offset, pointer, nbytes = values[j], values[j + 1], values[j + 2]
                 j += 3
-                row[off] = _bound(off_p, offset)
-                row[grp] = _bound(grp_p, groups.setdefault(pointer, len(groups)))
-                row[nb] = _bound(nb_p, int(nbytes))
+                group = groups.setdefault(pointer, len(groups))
+                if plain:
+                    params += (offset, group, int(nbytes))
+                else:
+                    params += (_bound(off_p, offset), _bound(grp_p, group), _bound(nb_p, int(nbytes)))
             else:
                 # A launch-bound program passes the same few scalar values again and again (sizes, strides,
                 # eps): each one's JSON column value is made once. Keyed with its type: 1, 1.0 and True are
@@ -125,11 +200,9 @@ class RowTemplate:
                     if len(scalars) > 4096:
                         scalars.clear()
                     scalars[key] = bound
-                row[val] = bound
+                params.append(bound)
                 j += 1
-        for row in rows:
-            row[lid] = _bound(lid_p, launch_id)
-        return [tuple(r) for r in rows]
+        return (*params, *self.args.consts)
 
 
 _UNSEEN = object()
@@ -160,26 +233,32 @@ def row_template(
 def write_templated(
     history: Any, entries: list[tuple[RowTemplate, int, Any, float, float, Any]]
 ) -> list[int]:
-    """Write ``(template, seq, grid, started, duration, values)`` launches in one transaction; their ids.
-    Raises ``rowsql.Fallback`` (nothing written) on a refused row, ``sqlite3.OperationalError`` as is."""
+    """Write ``(template, seq, grid, started, duration, values)`` launches in one transaction; their ids, in
+    order. Raises ``rowsql.Fallback`` (nothing written) on a refused row, ``sqlite3.OperationalError`` as is."""
     writer = history._rows
 
     def statements(cur: Any) -> list[int]:
-        ids: list[int] = []
-        args: dict[str, list[tuple[Any, ...]]] = {}
+        # Under the write lock: nobody else can insert a launch before this transaction ends.
+        largest = cur.execute('SELECT max("id") FROM "launches"').fetchone()[0]
+        first = 1 if largest is None else int(largest) + 1
         created = entries[0][0].created_param() if entries else None  # one transaction: one creation time
-        for template, seq, grid, started, duration, values in entries:
-            cur.execute(template.launch_ins.sql, template.launch_row(seq, grid, started, duration, created))
-            launch_id = cur.lastrowid
-            if launch_id is None:
-                from tilelens.store.rowsql import Fallback
-
-                raise Fallback("no row id")
-            ids.append(int(launch_id))
-            if template.arg_ins is not None:
-                args.setdefault(template.arg_ins.sql, []).extend(template.arg_rows(int(launch_id), values))
-        for sql, rows in args.items():
-            cur.executemany(sql, rows)
-        return ids
+        launches: dict[RowTemplate, list[tuple[Any, ...]]] = {}
+        args: dict[RowTemplate, list[tuple[Any, ...]]] = {}
+        for i, (template, seq, grid, started, duration, values) in enumerate(entries):
+            launch_id = first + i
+            rows = launches.get(template)
+            if rows is None:
+                rows = launches[template] = []
+            rows.append(template.launch_row(launch_id, seq, grid, started, duration, created))
+            if template.args is not None:
+                rows = args.get(template)
+                if rows is None:
+                    rows = args[template] = []
+                rows.append(template.arg_row(launch_id, values))
+        for template, rows in launches.items():
+            cur.executemany(template.launch.sql, rows)
+        for template, rows in args.items():
+            cur.executemany(template.args.sql, rows)  # type: ignore[union-attr]  # args is not None here
+        return list(range(first, first + len(entries)))
 
     return cast("list[int]", writer._transaction(statements))

@@ -1,0 +1,148 @@
+"""How fast the writer process writes a compiled recording's launches (issue 15), measured without a GPU.
+
+A launch-bound program launches every ~60 µs on the H200 host. The writer process must write faster than that
+or its queue fills, and past ``writer_process.QUEUE_SIZE`` launches the program runs at the writer's speed.
+This records ``launches`` stand-in launches (``benchmarks.capture_overhead``'s step) through the writer process,
+keeps the messages the program sent it, and writes them again in this process into a fresh history, in the
+child's batches (``RawWriter.handle``), two ways:
+
+* rows from templates (``tilelens.store.templated_rows``), what the child does after a template's first launch;
+* the usual rows (every launch built into a ``LaunchRecord`` and written by ``History.write_launches``).
+
+Reported per launch: wall and CPU time, and the SQLite statements' own share of the template path.
+
+    python -m benchmarks.writer_throughput [launches]
+"""
+
+from __future__ import annotations
+
+import marshal
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+BATCH = 256  # launches per message: ~10 ms (``writer_process.FEED_S``) of a launch-bound program
+
+
+def sent_items(launches: int, folder: Path) -> list[Any]:
+    """What a recording of ``launches`` stand-in launches sent its writer process: kernels, templates, launches."""
+    import tilelens
+    from benchmarks import capture_overhead as co
+    from tilelens.core import writer_process as wp
+
+    sent: list[Any] = []
+    send = wp.ProcessWriter._send
+
+    def keep(self: Any, items: list[Any]) -> None:
+        sent.extend(items)
+        send(self, items)
+
+    step = co.stand_in_step()
+    wp.ProcessWriter._send = keep  # type: ignore[method-assign]
+    try:
+        with tilelens.Recording(
+            str(folder / "sent.db"),
+            folder / "sent",
+            backend="compiled",
+            snapshots="none",
+            runner=co.fake_runner,
+        ):
+            for _ in range(max(1, launches // 5)):
+                step()
+    finally:
+        wp.ProcessWriter._send = send  # type: ignore[method-assign]
+    items = [marshal.loads(i) if type(i) is bytes else i for i in sent]
+    return [i for i in items if i[0] not in ("o", "f", "x")]
+
+
+def write(items: list[Any], folder: Path, name: str, templates: bool) -> dict[str, float]:
+    """Write ``items`` as the writer process does; seconds per launch after the first batch (templates' first
+    launches, the kernel rows)."""
+    from tilelens.config import Location
+    from tilelens.core.writer_child import RawWriter
+    from tilelens.records import RunInfo
+    from tilelens.store import History
+
+    with History.open(location=Location(f"sqlite:///{folder / name}.db", folder / name)) as history:
+        run = history.begin_run(
+            RunInfo(argv=["writer_throughput"], cwd=str(folder), host="bench", versions={})
+        )
+        writer = RawWriter(history, run, 0)
+        writer.handle(items[:BATCH])
+        if not templates:
+            writer.rows = {number: None for number in writer.templates}  # every template the usual way
+        rest = items[BATCH:]
+        before = writer.from_templates
+        t0, c0 = time.perf_counter(), time.process_time()
+        for i in range(0, len(rest), BATCH):
+            writer.handle(rest[i : i + BATCH])
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+        assert writer.failed == 0, writer.failure
+        n = sum(1 for item in rest if item[0] in ("m", "l"))
+        return {
+            "launches": n,
+            "wall_us": wall / n * 1e6,
+            "cpu_us": cpu / n * 1e6,
+            "from_templates": writer.from_templates - before,
+        }
+
+
+def sql_share(items: list[Any], folder: Path) -> float:
+    """Seconds per launch the template path's SQLite statements take on their own (rows built beforehand)."""
+    from tilelens.config import Location
+    from tilelens.core.writer_child import RawWriter
+    from tilelens.records import RunInfo
+    from tilelens.store import History
+
+    with History.open(location=Location(f"sqlite:///{folder / 'sql'}.db", folder / "sql")) as history:
+        run = history.begin_run(
+            RunInfo(argv=["writer_throughput"], cwd=str(folder), host="bench", versions={})
+        )
+        writer = RawWriter(history, run, 0)
+        writer.handle(items[:BATCH])
+        launches = [i for i in items[BATCH:] if i[0] == "m" and writer.rows.get(i[2]) is not None]
+        created = next(iter(writer.rows.values())).created_param()
+        per_template: dict[Any, tuple[list[Any], list[Any]]] = {}
+        for k, item in enumerate(launches):
+            t = writer.rows[item[2]]
+            rows, args = per_template.setdefault(t, ([], []))
+            rows.append(t.launch_row(10**6 + k, 10**6 + k, item[5], item[3], item[4], created))
+            if t.args is not None:
+                args.append(t.arg_row(10**6 + k, item[6]))
+        raw = history._rows.engine.raw_connection()
+        try:
+            cur = raw.driver_connection.cursor()
+            t0 = time.perf_counter()
+            cur.execute("BEGIN IMMEDIATE")
+            for t, (rows, args) in per_template.items():
+                cur.executemany(t.launch.sql, rows)
+                if args:
+                    cur.executemany(t.args.sql, args)
+            cur.execute("COMMIT")
+            return (time.perf_counter() - t0) / len(launches)
+        finally:
+            raw.close()
+
+
+def run(launches: int = 4000) -> dict[str, Any]:
+    folder = Path(tempfile.mkdtemp(prefix="tilelens-writer-bench-"))
+    items = sent_items(launches, folder)
+    out: dict[str, Any] = {
+        "templated": write(items, folder, "templated", templates=True),
+        "usual": write(items, folder, "usual", templates=False),
+        "sql_us": sql_share(items, folder) * 1e6,
+    }
+    return out
+
+
+if __name__ == "__main__":
+    got = run(int(sys.argv[1]) if len(sys.argv) > 1 else 4000)
+    for label in ("templated", "usual"):
+        r = got[label]
+        print(
+            f"  {label:9s} {r['wall_us']:6.1f} us/launch wall, {r['cpu_us']:6.1f} CPU "
+            f"({r['launches']} launches, {r['from_templates']} from template rows)"
+        )
+    print(f"  SQLite statements alone (template path): {got['sql_us']:.1f} us/launch")

@@ -1,0 +1,176 @@
+"""Templated launches' rows (``tilelens.store.templated_rows``): constants written into the SQL text store
+exactly what binding them stores, and a recording written from templates holds the rows, storage class by
+storage class, that the usual path writes, with ids SQLite itself would have given."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+import tilelens
+from tilelens.store import templated_rows
+from tilelens.store.templated_rows import Statement, literal
+
+from .test_compiled_fast_path import tuned_add
+from .test_compiled_recording import scale_kernel
+from .test_compiled_templates import StableTritonLike
+
+# Column types whose affinities SQLite knows (JSON and DATETIME are NUMERIC, as TileLens's columns declare).
+_COLUMNS = ("t TEXT", "n NUMERIC", "j JSON", "d DATETIME", "i INTEGER", "b BIGINT", "r REAL", "x")
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        None,
+        0,
+        -1,
+        7,
+        2**63 - 1,
+        -(2**63) + 1,
+        "",
+        "it's",
+        "''",
+        "naïve ✓ 🙂",
+        "12",
+        "1.50",
+        "1e3",
+        "[64, 64]",
+        '{"a": 1}',
+        "2026-12-01 13:52:18.000001",
+        "line\nbreak\ttab",
+        "NULL",
+        "?1",
+        "-- not a comment",
+    ],
+)
+def test_a_literal_stores_exactly_what_binding_stores_in_every_affinity(value: Any) -> None:
+    text = literal(value)
+    assert text is not None
+    conn = sqlite3.connect(":memory:")
+    conn.execute(f"CREATE TABLE v ({', '.join(_COLUMNS)})")
+    conn.execute(f"INSERT INTO v VALUES ({', '.join([text] * len(_COLUMNS))})")
+    conn.execute(f"INSERT INTO v VALUES ({', '.join('?' * len(_COLUMNS))})", (value,) * len(_COLUMNS))
+    typed = ", ".join(f"typeof({c.split()[0]}), {c.split()[0]}" for c in _COLUMNS)
+    as_literal, as_bound = conn.execute(f"SELECT {typed} FROM v ORDER BY rowid").fetchall()
+    assert as_literal == as_bound
+
+
+@pytest.mark.parametrize(
+    "value", [2**63, -(2**63), 2**70, True, False, 1.5, float("nan"), b"x", "a\x00b", "\ud800", 10**100]
+)
+def test_what_a_literal_cannot_say_exactly_stays_bound(value: Any) -> None:
+    assert literal(value) is None
+    stmt = Statement("v", ["a", "b"], [[templated_rows._Bound(1), value]], 1)
+    assert stmt.sql == 'INSERT INTO "v" ("a", "b") VALUES (?1, ?2)' and stmt.consts == (value,)
+
+
+def test_a_statement_numbers_its_bound_cells_and_reuses_them_across_rows() -> None:
+    b = templated_rows._Bound
+    stmt = Statement("v", ["a", "b", "c"], [[b(1), "x", 1.5], [b(1), b(2), None]], 2)
+    assert stmt.sql == 'INSERT INTO "v" ("a", "b", "c") VALUES (?1, \'x\', ?3), (?1, ?2, NULL)'
+    assert stmt.consts == (1.5,)
+    conn = sqlite3.connect(":memory:")
+    conn.execute("CREATE TABLE v (a, b, c)")
+    conn.execute(stmt.sql, (7, "y", *stmt.consts))
+    assert conn.execute("SELECT a, b, c FROM v ORDER BY rowid").fetchall() == [(7, "x", 1.5), (7, "y", None)]
+
+
+def _typed(db: Path) -> list[Any]:
+    """Every launch (by seq) with its argument rows: each column's storage class and value as SQLite holds it,
+    but for ids, the run, times, and the kernel row's id."""
+    with sqlite3.connect(db) as conn:
+
+        def columns(table: str, skip: set[str]) -> list[str]:
+            return [r[1] for r in conn.execute(f'PRAGMA table_info("{table}")') if r[1] not in skip]
+
+        def typed(names: list[str], row: tuple[Any, ...]) -> dict[str, tuple[str, Any]]:
+            return {c: (row[2 * i], row[2 * i + 1]) for i, c in enumerate(names)}
+
+        launch_cols = columns(
+            "launches", {"id", "run_id", "kernel_id", "created_at", "started_at", "duration_s"}
+        )
+        arg_cols = columns("launch_args", {"id", "launch_id"})
+        picked = ", ".join(f'typeof("{c}"), "{c}"' for c in launch_cols)
+        arg_picked = ", ".join(f'typeof("{c}"), "{c}"' for c in arg_cols)
+        out = []
+        for launch_id, *row in conn.execute(f'SELECT id, {picked} FROM "launches" ORDER BY seq'):
+            args = conn.execute(
+                f'SELECT {arg_picked} FROM "launch_args" WHERE launch_id = ? ORDER BY position', (launch_id,)
+            ).fetchall()
+            out.append((typed(launch_cols, tuple(row)), [typed(arg_cols, a) for a in args]))
+        return out
+
+
+def test_rows_written_from_templates_are_the_usual_rows_storage_class_for_storage_class(
+    tmp_path: Path,
+) -> None:
+    x = torch.arange(40, dtype=torch.float32)
+    typed = {}
+    for writer in ("thread", "process"):
+        tuned_add.cache.clear()
+        tuned_add.cache[(40, "torch.float32", "torch.float32")] = tuned_add.configs[0]
+        outs = [torch.zeros(40) for _ in range(2)]
+        db = tmp_path / f"{writer}.db"
+        rec = tilelens.Recording(
+            str(db),
+            tmp_path / writer,
+            backend="compiled",
+            snapshots="none",
+            runner=StableTritonLike(),
+            writer=writer,
+        )
+        with rec:
+            for half in range(2):  # the second half from the template rows the first half left
+                for i in range(5):
+                    scale_kernel[(3,)](x, outs[i % 2], 40 - i, float(i) / 3, BLOCK=16)
+                    tuned_add[(2,)](x, outs[1], 40, 0.5 * i)
+                    scale_kernel[(1,)](x[i:], outs[0][i:], 2**40 + i, -1.25e-7, BLOCK=8)
+                if half == 0:
+                    rec.flush()
+        assert rec.write_failure is None and len(rec.launch_ids) == 30
+        if writer == "process":
+            assert rec._writer.from_templates >= 15
+        typed[writer] = _typed(db)
+        with sqlite3.connect(db) as conn:
+            ids = [r[0] for r in conn.execute('SELECT id FROM "launches" ORDER BY seq')]
+            assert ids == list(range(1, 31))  # what SQLite gives launches inserted in seq order
+            assert ids == sorted(rec.launch_ids)
+            orphans = conn.execute(
+                'SELECT count(*) FROM "launch_args" WHERE launch_id NOT IN (SELECT id FROM "launches")'
+            ).fetchone()
+            assert orphans == (0,)
+    assert typed["process"] == typed["thread"]
+    # Scalars beyond 32 bits and floats (bound, not written into the SQL text) as the usual path stores them.
+    last = typed["process"][-1][1]
+    assert (last[2]["value"], last[2]["value_type"]) == (("integer", 2**40 + 4), ("text", "int"))
+    assert (last[3]["value"], last[3]["value_type"]) == (("real", -1.25e-7), ("text", "float"))
+    assert typed["process"][-3][1][3]["value"] == ("real", 4 / 3)
+    assert [a["storage_offset"] for a in last[:2]] == [("integer", 4), ("integer", 4)]
+
+
+def test_a_batch_numbers_its_launches_after_the_largest_id_whoever_wrote_it(tmp_path: Path) -> None:
+    x = torch.arange(40, dtype=torch.float32)
+    db = tmp_path / "h.db"
+    out = torch.zeros(40)
+    for n in (3, 4):  # two recordings into one history: the second run's launches after the first's
+        rec = tilelens.Recording(
+            str(db), tmp_path / "b", backend="compiled", snapshots="none", runner=StableTritonLike()
+        )
+        with rec:
+            for half in range(2):
+                for i in range(n):
+                    scale_kernel[(3,)](x, out, 40 - i, 2.0, BLOCK=16)
+                if half == 0:
+                    rec.flush()
+        assert rec.write_failure is None
+    with sqlite3.connect(db) as conn:
+        rows = conn.execute('SELECT id, run_id, seq FROM "launches" ORDER BY id').fetchall()
+    assert [r[0] for r in rows] == list(range(1, 15))
+    assert [(r[1] - rows[0][1], r[2]) for r in rows] == [(0, s) for s in range(6)] + [
+        (1, s) for s in range(8)
+    ]
