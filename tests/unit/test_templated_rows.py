@@ -66,18 +66,30 @@ def test_a_literal_stores_exactly_what_binding_stores_in_every_affinity(value: A
 def test_what_a_literal_cannot_say_exactly_stays_bound(value: Any) -> None:
     assert literal(value) is None
     stmt = Statement("v", ["a", "b"], [[templated_rows._Bound(1), value]], 1)
-    assert stmt.sql == 'INSERT INTO "v" ("a", "b") VALUES (?1, ?2)' and stmt.consts == (value,)
+    assert stmt.sql == 'INSERT INTO "v" ("a", "b") VALUES (?, ?)' and stmt.consts == (value,)
+    assert stmt.params((7,)) == (7, value)
 
 
-def test_a_statement_numbers_its_bound_cells_and_reuses_them_across_rows() -> None:
+def test_a_statements_placeholders_take_the_varying_values_wherever_they_are_and_the_bound_constants() -> (
+    None
+):
     b = templated_rows._Bound
-    stmt = Statement("v", ["a", "b", "c"], [[b(1), "x", 1.5], [b(1), b(2), None]], 2)
-    assert stmt.sql == 'INSERT INTO "v" ("a", "b", "c") VALUES (?1, \'x\', ?3), (?1, ?2, NULL)'
-    assert stmt.consts == (1.5,)
+    stmt = Statement("v", ["a", "b", "c"], [[b(1), "x", 1.5], [b(1), b(2), None], [b(3), 2.5, b(2)]], 3)
+    assert stmt.sql == 'INSERT INTO "v" ("a", "b", "c") VALUES (?, \'x\', ?), (?, ?, NULL), (?, ?, ?)'
+    assert stmt.consts == (1.5, 2.5) and not stmt.in_order
+    assert stmt.params((7, "y", 9)) == (7, 1.5, 7, "y", 9, 2.5, "y")
     conn = sqlite3.connect(":memory:")
     conn.execute("CREATE TABLE v (a, b, c)")
-    conn.execute(stmt.sql, (7, "y", *stmt.consts))
-    assert conn.execute("SELECT a, b, c FROM v ORDER BY rowid").fetchall() == [(7, "x", 1.5), (7, "y", None)]
+    conn.execute(stmt.sql, stmt.params((7, "y", 9)))
+    assert conn.execute("SELECT a, b, c FROM v ORDER BY rowid").fetchall() == [
+        (7, "x", 1.5),
+        (7, "y", None),
+        (9, 2.5, "y"),
+    ]
+    ordered = Statement("v", ["a", "b", "c"], [[b(1), b(2), 1.5]], 2)
+    assert ordered.in_order and ordered.params((1, 2)) == (1, 2, 1.5)
+    with pytest.raises(ValueError):
+        Statement("v", ["a"], [[b(2)]], 1)
 
 
 def _typed(db: Path) -> list[Any]:

@@ -31,6 +31,7 @@ refusal (:class:`~tilelens.store.rowsql.Fallback`), is left to the usual path.
 from __future__ import annotations
 
 import datetime as _dt
+from operator import itemgetter
 from typing import Any, cast
 
 from sqlalchemy import Table
@@ -73,27 +74,46 @@ def literal(value: Any) -> str | None:
 
 class Statement:
     """An INSERT of fixed rows into ``table``: constants written in the text where :func:`literal` allows,
-    :class:`_Bound` cells as ``?n``. Parameters: the ``varying`` bound ones (``?1``..``?varying``), then
-    ``consts``, the constants that stay bound."""
+    the rest as ``?`` placeholders. ``order`` says what each placeholder takes, in order: ``n`` >= 0 the
+    n-th varying value (a :class:`_Bound` cell, numbered from 1, may appear in several rows), -1 the next of
+    ``consts``, the constants that stay bound. (Plain ``?``: ``sqlite3`` deprecates numbered placeholders with
+    a sequence of parameters from Python 3.12, and refuses them from 3.14.)"""
 
     def __init__(self, table: str, columns: list[str], rows: list[list[Any]], varying: int) -> None:
         consts: list[Any] = []
+        order: list[int] = []
         tuples = []
         for row in rows:
             cells = []
             for cell in row:
                 if type(cell) is _Bound:
-                    cells.append(f"?{cell.n}")
+                    if not 1 <= cell.n <= varying:
+                        raise ValueError(f"bound cell {cell.n} outside 1..{varying}")
+                    order.append(cell.n - 1)
+                    cells.append("?")
                     continue
                 text = literal(cell)
                 if text is None:
                     consts.append(cell)
-                    text = f"?{varying + len(consts)}"
+                    order.append(-1)
+                    text = "?"
                 cells.append(text)
             tuples.append("(" + ", ".join(cells) + ")")
         names = ", ".join(f'"{c}"' for c in columns)
         self.sql = f'INSERT INTO "{table}" ({names}) VALUES ' + ", ".join(tuples)
         self.consts = tuple(consts)
+        # Each placeholder's index in ``varying + consts``; in order (each varying value once, in order, then
+        # the constants), the parameters are that concatenation itself.
+        picks, k = [], varying
+        for i in order:
+            picks.append(i if i >= 0 else k)
+            k += i < 0
+        self.in_order = picks == list(range(varying + len(consts)))
+        self._pick = itemgetter(*picks) if len(picks) > 1 else (lambda row: tuple(row[i] for i in picks))
+
+    def params(self, varying: tuple[Any, ...]) -> tuple[Any, ...]:
+        """The statement's parameters for the ``varying`` values of one execution (the n-th is ``_Bound(n)``'s)."""
+        return varying + self.consts if self.in_order else self._pick(varying + self.consts)
 
 
 class RowTemplate:
@@ -112,7 +132,7 @@ class RowTemplate:
         ins = writer._insert(cast(Table, Launch.__table__), list(launch))
         processed = dict(zip(ins.columns, ins.params(launch), strict=True))
         at = {c: _Bound(i + 1) for i, c in enumerate(_VARYING)}
-        columns = list(ins.columns)
+        columns = [*_VARYING, *(c for c in ins.columns if c not in at)]  # bound first: in order
         self.launch = Statement(
             "launches", columns, [[at.get(c, processed[c]) for c in columns]], len(_VARYING)
         )
@@ -152,7 +172,7 @@ class RowTemplate:
         when = _dt.datetime.fromtimestamp(started, _dt.timezone.utc)
         p_seq, p_x, p_y, p_z, _p_started, p_duration, _p_created = self.processors
         p_started = self.started
-        return (
+        row = (
             launch_id,
             seq if p_seq is None else p_seq(seq),
             int(grid[0]) if p_x is None else p_x(int(grid[0])),
@@ -161,8 +181,8 @@ class RowTemplate:
             when if p_started is None else p_started(when),
             float(duration) if p_duration is None else p_duration(float(duration)),
             self.created_param() if created is None else created,
-            *self.launch.consts,
         )
+        return self.launch.params(row)
 
     def created_param(self) -> Any:
         """``created_at`` for a row written now, as its column's processor makes it."""
@@ -202,7 +222,7 @@ class RowTemplate:
                     scalars[key] = bound
                 params.append(bound)
                 j += 1
-        return (*params, *self.args.consts)
+        return self.args.params(tuple(params))
 
 
 _UNSEEN = object()
