@@ -149,6 +149,7 @@ def run(
     snapshot_steps: int = 1,
     samples: int = 3,
     trace_launches: int = 6,
+    long_steps: int = 1000,
     tokens: int = 2048,
     hidden: int = 1024,
     inter: int = 2816,
@@ -226,6 +227,19 @@ def run(
     out["wall_us_per_launch_untraced"] = min(base) / launches * 1e6
     out["gpu_busy_per_step_s"] = gpu_busy_per_step(step)
 
+    # A long run: tens of thousands of launches, more than the writer's backlog at the end of a short burst
+    # hides. Its ratio with the drain is what a training loop feels: a writer slower than the program makes
+    # the drain grow with the run (and, past ``writer_process.QUEUE_SIZE`` queued launches, slows the program).
+    if long_steps:
+        long_base = _timed(step.run, long_steps)
+        t_long, t_long_all, long_launches, _ = recorded("none", long_steps, "long")
+        out["long_steps"] = long_steps
+        out["long_launches"] = long_launches
+        out["long_untraced_s"] = long_base
+        out["long_ratio_none"] = t_long / long_base
+        out["long_ratio_none_with_drain"] = t_long_all / long_base
+        out["long_drain_s"] = t_long_all - t_long
+
     per_step_base = min(base) / steps
     # An untimed warm-up recording measures how many snapshot bytes the step moves; the timed one pins that
     # much (plus 10 %) when it starts, outside the timed region (printed as such by report()).
@@ -268,6 +282,15 @@ def report(r: dict[str, Any]) -> str:
         f"  snapshots=none           {r['snapshots_none_s']:.3f} s  ratio {r['ratio_none']:.3f}"
         f" (median of {len(r['enter_none_s'])} paired samples {r['ratio_none_paired_median']:.3f})"
         f"  (with writer drain {r['snapshots_none_with_drain_s']:.3f} s, ratio {r['ratio_none_with_drain']:.3f})",
+        *(
+            [
+                f"  long run, {r['long_steps']} steps ({r['long_launches']} launches): untraced"
+                f" {r['long_untraced_s']:.2f} s; snapshots=none ratio {r['long_ratio_none']:.3f}, with writer drain"
+                f" {r['long_ratio_none_with_drain']:.3f} (drain {r['long_drain_s']:.2f} s)"
+            ]
+            if "long_steps" in r
+            else []
+        ),
         f"  snapshots=all, {r['snapshot_steps']} steps {r['snapshots_all_s']:.3f} s  ratio {r['ratio_all']:.2f}"
         f"  (with drain {r['snapshots_all_with_drain_s']:.3f} s)",
         "  timed from inside record(): entering it (history open, run row, writer start, pinned pool) is not"

@@ -133,6 +133,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--steps", type=int, default=40, help="--compiled: steps per measurement (default 40)")
     p.add_argument(
+        "--long-steps",
+        type=int,
+        default=1000,
+        help="--compiled: steps of the long run, untraced vs recorded with the writer's drain (default 1000; 0: none)",
+    )
+    p.add_argument(
         "--shape",
         default="2048,1024,2816,32000,8",
         help="--compiled: tokens,hidden,intermediate,vocab,layers (default 2048,1024,2816,32000,8)",
@@ -155,6 +161,7 @@ def main(argv: list[str] | None = None) -> int:
         tokens, hidden, inter, vocab, layers = (int(v) for v in args.shape.split(","))
         result = run_compiled(
             steps=args.steps,
+            long_steps=args.long_steps,
             samples=samples,
             tokens=tokens,
             hidden=hidden,
