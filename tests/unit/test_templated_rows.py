@@ -90,6 +90,10 @@ def test_a_statements_placeholders_take_the_varying_values_wherever_they_are_and
     assert ordered.in_order and ordered.params((1, 2)) == (1, 2, 1.5)
     with pytest.raises(ValueError):
         Statement("v", ["a"], [[b(2)]], 1)
+    # More placeholders than every SQLite takes: refused here, so the template keeps the usual path.
+    Statement("v", ["a"], [[1.5]] * templated_rows.MAX_PARAMETERS, 0)
+    with pytest.raises(ValueError):
+        Statement("v", ["a"], [[1.5]] * (templated_rows.MAX_PARAMETERS + 1), 0)
 
 
 def _typed(db: Path) -> list[Any]:

@@ -43,6 +43,9 @@ from tilelens.store.models import Launch, LaunchArg
 # A launch row's varying columns, in parameter order (?1 ... ?8); the batch gives ``created_at``.
 _VARYING = ("id", "seq", "grid_x", "grid_y", "grid_z", "started_at", "duration_s", "created_at")
 _INT64 = 2**63 - 1
+# Placeholders one statement may have on every SQLite (before 3.32 the limit was 999). A template past it (a
+# kernel of hundreds of parameters) keeps the usual path: ``RawWriter._learn_rows`` records None for it.
+MAX_PARAMETERS = 999
 
 
 class _Bound:
@@ -99,6 +102,10 @@ class Statement:
                     text = "?"
                 cells.append(text)
             tuples.append("(" + ", ".join(cells) + ")")
+        if len(order) > MAX_PARAMETERS:
+            raise ValueError(
+                f"{len(order)} parameters in one statement (SQLite may allow only {MAX_PARAMETERS})"
+            )
         names = ", ".join(f'"{c}"' for c in columns)
         self.sql = f'INSERT INTO "{table}" ({names}) VALUES ' + ", ".join(tuples)
         self.consts = tuple(consts)
