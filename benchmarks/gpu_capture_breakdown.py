@@ -116,6 +116,11 @@ def run(steps: int = 20, samples: int = 5, cpu: bool = False) -> list[tuple[str,
     def python_capture(router: Any) -> None:
         router._capture = capture
 
+    def no_launcher(router: Any) -> None:
+        """The compiled capture, but every launch through the Python router (no compiled launcher)."""
+        if router._launcher is not None:
+            router._launcher.configure()
+
     from tilelens.core.compiled_templates import capture
 
     # label -> (router class patches, change to the router, interception left installed); a label with
@@ -123,6 +128,7 @@ def run(steps: int = 20, samples: int = 5, cpu: bool = False) -> list[tuple[str,
     variants: dict[str, tuple[dict[str, Any], Any, bool]] = {
         "recorded (snapshots=none)": ({}, None, True),
         "recorded, gc off": ({}, None, True),
+        "recorded, without the compiled launcher": ({}, no_launcher, True),
         "recorded, Python capture (not the compiled one)": ({}, python_capture, True),
         "recorded, arguments not read (capture memoised)": (
             {},
@@ -175,6 +181,10 @@ def run(steps: int = 20, samples: int = 5, cpu: bool = False) -> list[tuple[str,
                     assert router is not None
                     if change is not None:
                         change(router)
+                        if change is not no_launcher:
+                            router._configure_launcher()  # the compiled launcher sees what changed
+                    if patches and router._launcher is not None:
+                        router._launcher.configure()  # the router's patched Python decides every launch
                     if not intercept:
                         rec._patches.__exit__(None, None, None)
                         rec._patches = _Nothing()

@@ -255,7 +255,7 @@ def test_tensors_passed_by_keyword_are_not_kept_and_share_one_template(tmp_path:
         assert [r() for r in refs] == [None] * 5  # no launch's tensor outlives it
         assert len(rec._compiled._templates.keep) == 1
         (key,) = rec._compiled._templates.numbers
-        # The launch options, not the arguments: their names, then their values (``_Kernel.options_key``).
+        # The launch options, not the arguments: their names, then their values (``RoutedKernel.options_key``).
         assert key[2] == (("num_warps",), 2)
     assert rec.write_failure is None and len(rec.launch_ids) == 5
     rows = _all_rows(tmp_path / "h.db", tmp_path / "b")
@@ -264,7 +264,7 @@ def test_tensors_passed_by_keyword_are_not_kept_and_share_one_template(tmp_path:
 
 
 def test_launch_options_split_templates_and_each_launch_keeps_its_own(tmp_path: Path) -> None:
-    """The template key holds the launch options by names and values (``_Kernel.options_key``): other values
+    """The template key holds the launch options by names and values (``RoutedKernel.options_key``): other values
     make another template, and every launch is stored with the options it was launched with."""
     x = torch.arange(8, dtype=torch.float32)
     rec = _recording(tmp_path)
@@ -347,7 +347,7 @@ class _Writer:
 def test_a_launch_like_the_kernels_last_takes_its_template_and_a_new_writer_starts_over(
     monkeypatch: pytest.MonkeyPatch, capture_impl: Any
 ) -> None:
-    """``_Kernel.last_template`` answers a launch like the kernel's last one without the hashed lookup; any
+    """``RoutedKernel.last_template`` answers a launch like the kernel's last one without the hashed lookup; any
     difference (another shape, a scalar's type, the options) goes through the key, and templates numbered for
     another writer are never reused."""
     router = CompiledRouter(sink=None, policy=SnapshotPolicy(mode="none"), runner=AlignedTritonLike())

@@ -19,7 +19,6 @@ The launch itself goes through ``runner`` (``compat.run_compiled``); tests witho
 
 from __future__ import annotations
 
-import inspect
 import itertools
 import time
 from collections.abc import Callable
@@ -28,8 +27,8 @@ from operator import itemgetter
 from typing import Any
 
 from tilelens.core import compat, native, testid
-from tilelens.core.arguments import Param, describe_arguments, kernel_params, resolve_grid
-from tilelens.core.capture import SnapPlan, snap_planned
+from tilelens.core.arguments import describe_arguments, kernel_params, resolve_grid
+from tilelens.core.capture import snap_planned
 from tilelens.core.compiled_frames import (
     Frame,
     Framed,
@@ -39,84 +38,19 @@ from tilelens.core.compiled_frames import (
     frame_key,
     leaf,
 )
+from tilelens.core.compiled_kernel import RESERVED_SET, RoutedKernel
 from tilelens.core.compiled_rows import first_device, record_of
-from tilelens.core.compiled_templates import FlatPlan, Templates, body_of, capture, slots_of
+from tilelens.core.compiled_templates import Templates, body_of, capture, slots_of
 from tilelens.core.identity import kernel_identity
 from tilelens.core.interpreter import original_run
 from tilelens.core.launch import config_dict
 from tilelens.core.semantics import describe_failure
 from tilelens.core.snapshots import PendingSnapshots, SnapshotPolicy, copy_spans, record_event
 from tilelens.core.thread_state import LOCAL as _THREAD
-from tilelens.records import ArgumentRecord, AutotuneEvent, KernelIdentity, LaunchRecord
+from tilelens.records import ArgumentRecord, AutotuneEvent, LaunchRecord
 
 Runner = Callable[[Any, tuple[Any, ...], Any, dict[str, Any]], Any]
-_RESERVED = ("grid", "warmup")
-_RESERVED_SET = frozenset(_RESERVED)
 _NO_HEURISTICS: dict[str, Any] = {}  # shared by launches without heuristics: read, never changed
-
-
-@dataclass
-class _Kernel:
-    jit: Any
-    params: list[Param]
-    identity: KernelIdentity
-    number: int = 0  # this recording's number for the kernel (the writer process learns it once)
-    # What binding needs, computed once (``arguments.bind`` does the same per call).
-    names: tuple[str, ...] = ()
-    name_set: frozenset[str] = frozenset()
-    defaults: tuple[Param, ...] = ()
-    plan: Any = None  # ``capture.SnapPlan``
-    flat_plan: Any = None  # ``compiled_templates.FlatPlan``
-    not_options: frozenset[str] = frozenset()
-    # The names of a call's keyword arguments -> (its launch options' names, a getter of their values).
-    option_plans: dict[tuple[str, ...], tuple[tuple[str, ...], Any]] = field(default_factory=dict)
-    # This kernel's last templated launch: (the Templates it numbered, its signature list, options key,
-    # frames key, metadata id, node id, template number). A launch like the last one (the same layer of the
-    # next step, a loop) takes its number by comparing, without building and hashing the whole key.
-    last_template: tuple[Any, ...] | None = None
-
-    def __post_init__(self) -> None:
-        self.names = tuple(p.name for p in self.params)
-        self.name_set = frozenset(self.names)
-        self.defaults = tuple(p for p in self.params if p.default is not inspect.Parameter.empty)
-        self.plan = SnapPlan(self.params)
-        self.flat_plan = FlatPlan(self.params)
-        self.not_options = self.name_set | _RESERVED_SET
-
-    def options(self, kwargs: dict[str, Any]) -> dict[str, Any]:
-        """The launch options among ``kwargs`` (what ``bind`` returns second), when Triton did the binding."""
-        skip = self.not_options
-        return {key: value for key, value in kwargs.items() if key not in skip}
-
-    def options_key(self, kwargs: dict[str, Any]) -> tuple[Any, ...]:
-        """What identifies the launch options among ``kwargs`` (``grid``/``warmup`` already taken out) in a
-        template key: their names and values, without making the dict ``options`` makes on every launch."""
-        names = tuple(kwargs)
-        plan = self.option_plans.get(names)
-        if plan is None:
-            if len(self.option_plans) > 256:
-                self.option_plans.clear()
-            keep = tuple(name for name in names if name not in self.not_options)
-            getter = itemgetter(*keep) if keep else (lambda kwargs: ())
-            plan = self.option_plans[names] = (keep, getter)
-        return (plan[0], plan[1](kwargs))
-
-    def bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-        """``arguments.bind(self.params, args, kwargs)`` (``grid``/``warmup`` already taken out)."""
-        bound = dict(zip(self.names, args))
-        options: dict[str, Any] = {}
-        if kwargs:
-            names = self.name_set
-            for key, value in kwargs.items():
-                if key in names:
-                    bound[key] = value
-                elif key not in ("grid", "warmup"):
-                    options[key] = value
-        if len(bound) < len(self.names):
-            for p in self.defaults:
-                if p.name not in bound:
-                    bound[p.name] = p.default
-        return bound, options
 
 
 @dataclass
@@ -126,7 +60,7 @@ class CompiledRouter:
     sink: Any
     policy: SnapshotPolicy = field(default_factory=SnapshotPolicy)
     runner: Runner = compat.run_compiled
-    _kernels: dict[int, _Kernel] = field(default_factory=dict)
+    _kernels: dict[int, RoutedKernel] = field(default_factory=dict)
     _local: RouterLocal = field(default_factory=RouterLocal)
     _gpu_names: dict[str, str | None] = field(default_factory=dict)
     _metadata_cache: dict[int, tuple[Any, dict[str, Any]]] = field(default_factory=dict)
@@ -156,6 +90,9 @@ class CompiledRouter:
     _tuner_run: Any = None  # Triton's ``Autotuner.run``, looked up at the first autotuned launch
     _best_cache: dict[int, tuple[Any, tuple[Any, ...]]] = field(default_factory=dict)
     _grids: dict[tuple[int, ...], tuple[int, int, int]] = field(default_factory=dict)
+    # The compiled launcher (``native_capture.cpp``): made by :meth:`direct_routes` when the compiled module
+    # is loaded, configured by :meth:`_configure_launcher`.
+    _launcher: Any = None
 
     def use_templates(self, writer: Any) -> None:
         """Send templated launches (``compiled_templates``) to ``writer`` from now on; None: raw launches only.
@@ -166,11 +103,56 @@ class CompiledRouter:
         if self.flat is None or self.flat_template is None:
             self.flat = self.flat_template = None
         self._capture = capture if self.flat is None else native.capture_function() or capture
+        self._configure_launcher()
 
     @property
     def native_capture(self) -> bool:
         """Whether templated launches are captured by the compiled module (``tilelens.core.native``)."""
         return self._capture is not capture
+
+    @property
+    def native_launch(self) -> bool:
+        """Whether launches like their kernel's last templated one are taken by the compiled launcher
+        (``native_capture.cpp``, ``Launcher``) instead of :meth:`launch`."""
+        return self._launcher is not None and bool(self._launcher.enabled)
+
+    def _configure_launcher(self) -> None:
+        """Enable the compiled launcher while its conditions hold: templated launches to a writer, the
+        compiled capture, ``snapshots="none"``, and a runner that calls the grid with Triton's bound
+        arguments; else every launch goes to :meth:`launch`."""
+        launcher = self._launcher
+        if launcher is None:
+            return
+        module = native.module_of(self._capture)
+        if module is None or self.flat is None or self.policy.mode != "none" or not self._binds_like_triton():
+            launcher.configure()
+            return
+        launcher.configure(
+            self._launch,
+            self._after,
+            self._kernels,
+            self._metadata_cache,
+            self._grids,
+            self._local,
+            self._templates,
+            self.flat,
+            self.runner,
+            self._grid_of,
+            testid,
+            _THREAD,
+            time.time,
+            time.perf_counter,
+        )
+
+    def _binds_like_triton(self) -> bool:
+        """Whether ``runner`` calls a callable grid with its bound arguments as Triton does (set once)."""
+        probe_grid = self._probe_grid
+        if probe_grid is None:
+            runner = self.runner
+            probe_grid = self._probe_grid = compat.GRID_RECEIVES_BOUND_ARGS and (
+                runner is compat.run_compiled or bool(getattr(runner, "binds_like_triton", False))
+            )
+        return probe_grid
 
     def route(self, kernel: Any, kind: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         if kind == "autotuner":
@@ -180,8 +162,15 @@ class CompiledRouter:
         return self.launch(kernel, args, kwargs)
 
     def direct_routes(self) -> dict[str, Any]:
-        """What ``interception_patches(direct=...)`` calls per kind, without the ``route`` dispatch."""
-        return {"jit": self.launch, "autotuner": self.tune, "heuristics": self.heuristics}
+        """What ``interception_patches(direct=...)`` calls per kind, without the ``route`` dispatch: for
+        ``JITFunction`` launches the compiled launcher when the compiled module is loaded (it hands every
+        launch it does not take to :meth:`launch`), else :meth:`launch`."""
+        module = native.module_of(self._capture) or native.loaded()
+        if module is not None and self._launcher is None:
+            self._launcher = module.Launcher(self.launch)
+            self._configure_launcher()
+        jit = self._launcher if self._launcher is not None else self.launch
+        return {"jit": jit, "autotuner": self.tune, "heuristics": self.heuristics}
 
     def heuristics(self, kernel: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         frame = Frame(kernel, heuristics=tuple(kernel.values))
@@ -240,7 +229,7 @@ class CompiledRouter:
             plan = self._tuner_plans[id(tuner)] = (
                 tuner,
                 positions,
-                _RESERVED_SET.isdisjoint(tuner.arg_names),
+                RESERVED_SET.isdisjoint(tuner.arg_names),
                 max(positions, default=-1),
                 itemgetter(*positions)
                 if len(positions) > 1
@@ -248,7 +237,7 @@ class CompiledRouter:
             )
         # ``kernel[grid](...)`` calls the tuner with ``grid``/``warmup`` only, which the key leaves out (it
         # keeps the names in ``arg_names``) unless the kernel has parameters of those names.
-        if kwargs and (not plan[2] or not kwargs.keys() <= _RESERVED_SET):
+        if kwargs and (not plan[2] or not kwargs.keys() <= RESERVED_SET):
             frame.key = compat.autotune_key(tuner, args, kwargs)
         elif len(args) > plan[3]:
             frame.args = args
@@ -285,10 +274,10 @@ class CompiledRouter:
 
     # -- launches --------------------------------------------------------------------------------------
 
-    def _kernel(self, jit: Any) -> _Kernel:
+    def _kernel(self, jit: Any) -> RoutedKernel:
         known = self._kernels.get(id(jit))
         if known is None or known.jit is not jit:
-            known = self._kernels[id(jit)] = _Kernel(
+            known = self._kernels[id(jit)] = RoutedKernel(
                 jit, kernel_params(jit.fn), kernel_identity(jit), next(self._numbers)
             )
         return known
@@ -297,6 +286,9 @@ class CompiledRouter:
         # ``kwargs`` is the dict the interception's ``run(**kwargs)`` made for this call: ours to change.
         grid = kwargs.pop("grid", None)
         kwargs.pop("warmup", None)
+        return self._launch(jit, args, grid, kwargs)
+
+    def _launch(self, jit: Any, args: tuple[Any, ...], grid: Any, kwargs: dict[str, Any]) -> Any:
         local = self._local
         stack = local.stack
         if stack is None:
@@ -346,7 +338,7 @@ class CompiledRouter:
 
     def _launch_unsnapshotted(
         self,
-        k: _Kernel,
+        k: RoutedKernel,
         jit: Any,
         args: tuple[Any, ...],
         grid: Any,
@@ -360,10 +352,7 @@ class CompiledRouter:
         binds them."""
         probe_grid = self._probe_grid
         if probe_grid is None:
-            runner = self.runner
-            probe_grid = self._probe_grid = compat.GRID_RECEIVES_BOUND_ARGS and (
-                runner is compat.run_compiled or bool(getattr(runner, "binds_like_triton", False))
-            )
+            probe_grid = self._binds_like_triton()
         probe = GridProbe(grid) if probe_grid else None
         started = time.time()
         t0 = time.perf_counter()
@@ -373,9 +362,29 @@ class CompiledRouter:
         except BaseException as exc:  # recorded, then re-raised unchanged
             result, error = None, exc
         duration = time.perf_counter() - t0
+        return self._after(k, jit, args, grid, probe, kwargs, stack, result, error, started, duration)
+
+    def _after(
+        self,
+        k: RoutedKernel,
+        jit: Any,
+        args: tuple[Any, ...],
+        grid: Any,
+        probe: Any,
+        kwargs: dict[str, Any],
+        stack: list[Frame],
+        result: Any,
+        error: BaseException | None,
+        started: float,
+        duration: float,
+    ) -> Any:
+        """The rest of a launch on the fast path, once it ran (``probe``: a ``GridProbe``, the compiled
+        launcher's ``GridProbe``, or None): queue it templated or raw, give its handle to the tuner's frame, and
+        return its result or raise its exception. The compiled launcher calls this for every launch it does
+        not finish itself."""
         bound = None if probe is None else probe.bound
         if bound is not None and error is None and self.flat is not None:
-            handle = self._templated(k, bound, probe, kwargs, stack, result, started, duration)  # type: ignore[arg-type]
+            handle = self._templated(k, bound, probe, kwargs, stack, result, started, duration)
             if handle is not None:
                 if stack:
                     self._attach(stack, handle)
@@ -391,9 +400,9 @@ class CompiledRouter:
 
     def _templated(
         self,
-        k: _Kernel,
+        k: RoutedKernel,
         bound: dict[str, Any],
-        probe: GridProbe,
+        probe: Any,  # a GridProbe, or the compiled launcher's
         kwargs: dict[str, Any],
         stack: list[Frame],
         result: Any,
@@ -456,11 +465,11 @@ class CompiledRouter:
 
     def _raw(
         self,
-        k: _Kernel,
+        k: RoutedKernel,
         jit: Any,
         args: tuple[Any, ...],
         grid: Any,
-        probe: GridProbe | None,
+        probe: Any,  # a GridProbe, the compiled launcher's, or None
         kwargs: dict[str, Any],
         stack: list[Frame],
         result: Any,
@@ -478,7 +487,7 @@ class CompiledRouter:
                 resolved = (0, 0, 0)
         else:
             options = k.options(kwargs) if kwargs else {}
-            resolved = self._grid_of(probe.value, bound)  # type: ignore[union-attr]
+            resolved = self._grid_of(probe.value, bound)
         snapped, device = snap_planned(k.plan, k.params, bound)
         gpu_name = self._gpu_names.get(device, False)
         if gpu_name is False:
@@ -585,7 +594,7 @@ class CompiledRouter:
 
     def _record(
         self,
-        k: _Kernel,
+        k: RoutedKernel,
         resolved: tuple[int, int, int],
         records: list[ArgumentRecord],
         error: BaseException | None,

@@ -1,5 +1,5 @@
 // TileLens's optional compiled capture: `compiled_templates.capture` in C++, reading tensors through
-// libtorch's own accessors instead of eight Python calls per tensor (issue 15).
+// libtorch's own accessors instead of eight Python calls per tensor, and the steady launch built on it (issue 15).
 //
 // Built and loaded by tilelens/core/native.py (never imported by name; never required). It exports
 //
@@ -14,15 +14,22 @@
 // tensor subclass, a wrapper, an object constexpr, a missing name), or a tensor libtorch will not describe
 // (no storage, not strided, symbolic sizes): the caller takes the untemplated path.
 //
+// It also exports `Launcher` and `GridProbe`, the steady launch of a compiled recording (described where they
+// are defined, below).
+//
 // Invariants: nothing here changes a tensor or keeps one (a Sig holds only integers and the constexpr
-// values, which are ints, floats, bools, strs or None); every Python error and C++ exception is caught and
-// turned into None; the GIL is held throughout.
+// values, which are ints, floats, bools, strs or None); every Python error and C++ exception in `capture` is
+// caught and turned into None (the launcher passes on exactly the exceptions the Python router would); the
+// GIL is held throughout.
 
 #include <Python.h>
 
 #include <torch/csrc/autograd/python_variable.h>
 
+#include <structmember.h>
+
 #include <cstdint>
+#include <initializer_list>
 #include <cstring>
 #include <vector>
 
@@ -263,6 +270,414 @@ PyObject* capture(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   }
 }
 
+
+// ---------------------------------------------------------------------------------------------------------
+// The steady launch: `CompiledRouter.launch` for a launch like its kernel's last templated one.
+//
+// A `Launcher` is what interception calls for every `JITFunction` launch of a compiled recording. Configured
+// (`configure(...)`, by `CompiledRouter.use_templates` when templated launches go to the writer process with
+// this capture), it does in C++ what `launch`, `_launch_unsnapshotted` and `_templated` do in Python for a
+// launch whose kind equals its kernel's last template (`RoutedKernel.last_template`): take `grid`/`warmup` out of
+// the keyword arguments, run the launch through the router's runner with a `Probe` as its grid (timed as
+// Python times it), capture the bound arguments, check the template (the same Sig, templates table, compiled
+// kernel, pytest node id, launch options and autotune/heuristics frames), resolve the grid and queue the
+// flat launch (`flat`), then give the handle to the innermost tuner frame. Anything else is Python's:
+//
+// * before the launch (no kernel known yet, no last template, no frame stack yet, a benchmark launch inside
+//   a tuning): `rest(jit, args, grid, kwargs)`, the router's `_launch`;
+// * after it (an exception, Triton did not bind, another template, anything unusual or any error while
+//   checking): `after(k, jit, args, grid, probe, kwargs, stack, result, error, started, duration)`, the
+//   router's `_after`, which decides from the same facts exactly as the Python path does (the capture is
+//   pure, so its taking the arguments again changes nothing).
+//
+// Not configured (`configure()`), every call goes to `slow(jit, args, kwargs)`, the router's `launch`.
+// Invariant: for every launch, the program sees what the Python path gives it (the runner's result, or its
+// exception with its traceback), and the writer receives what the Python path would send.
+
+struct Probe {
+  PyObject_HEAD
+  PyObject* grid;
+  PyObject* bound;
+  PyObject* value;
+};
+
+PyTypeObject ProbeType = {PyVarObject_HEAD_INIT(nullptr, 0)};
+
+void probe_dealloc(PyObject* self) {
+  Probe* p = reinterpret_cast<Probe*>(self);
+  Py_XDECREF(p->grid);
+  Py_XDECREF(p->bound);
+  Py_XDECREF(p->value);
+  Py_TYPE(self)->tp_free(self);
+}
+
+// `grid(bound)`: keeps `bound` and what the program's grid gives Triton (a callable grid called with it).
+PyObject* probe_call(PyObject* self, PyObject* args, PyObject* kwargs) {
+  Probe* p = reinterpret_cast<Probe*>(self);
+  if (!PyTuple_Check(args) || PyTuple_GET_SIZE(args) != 1 || (kwargs != nullptr && PyDict_GET_SIZE(kwargs))) {
+    PyErr_SetString(PyExc_TypeError, "a grid probe takes the bound arguments only");
+    return nullptr;
+  }
+  PyObject* bound = PyTuple_GET_ITEM(args, 0);
+  Py_INCREF(bound);
+  Py_XSETREF(p->bound, bound);
+  PyObject* value;
+  if (PyCallable_Check(p->grid)) {
+    value = PyObject_CallOneArg(p->grid, bound);
+    if (value == nullptr) return nullptr;
+  } else {
+    value = p->grid;
+    Py_INCREF(value);
+  }
+  Py_INCREF(value);
+  Py_XSETREF(p->value, value);
+  return value;
+}
+
+PyObject* probe_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
+  PyObject* grid;
+  if (!PyArg_ParseTuple(args, "O:GridProbe", &grid)) return nullptr;
+  Probe* p = PyObject_New(Probe, type);
+  if (p == nullptr) return nullptr;
+  p->grid = Py_NewRef(grid);
+  p->bound = nullptr;
+  p->value = nullptr;
+  return reinterpret_cast<PyObject*>(p);
+}
+
+PyMemberDef probe_members[] = {
+    {"grid", T_OBJECT, offsetof(Probe, grid), READONLY, "the program's grid"},
+    {"bound", T_OBJECT, offsetof(Probe, bound), READONLY, "the arguments Triton bound (None: not called)"},
+    {"value", T_OBJECT, offsetof(Probe, value), READONLY, "what the grid gave Triton"},
+    {nullptr, 0, 0, 0, nullptr}};
+
+// An owned reference, released at the end of its scope.
+struct Ref {
+  PyObject* p;
+  explicit Ref(PyObject* o = nullptr) : p(o) {}
+  ~Ref() { Py_XDECREF(p); }
+  Ref(const Ref&) = delete;
+  Ref& operator=(const Ref&) = delete;
+  void reset(PyObject* o) { Py_XSETREF(p, o); }
+  PyObject* get() const { return p; }
+  PyObject* release() {
+    PyObject* o = p;
+    p = nullptr;
+    return o;
+  }
+  explicit operator bool() const { return p != nullptr; }
+};
+
+enum Field : int {
+  SLOW, REST, AFTER, KERNELS, METADATA, GRIDS, LOCAL, TEMPLATES, FLAT, RUNNER, GRID_OF, TESTID, THREAD,
+  TIME, PERF, NFIELDS
+};
+const int CONFIGURED = REST;  // fields from REST on are set by configure()
+
+struct Launcher {
+  PyObject_HEAD
+  vectorcallfunc vectorcall;
+  PyObject* f[NFIELDS];
+  Py_ssize_t steady;     // launches finished here
+  Py_ssize_t fallbacks;  // launches given to Python (rest or after)
+  int enabled;
+};
+
+PyTypeObject LauncherType = {PyVarObject_HEAD_INIT(nullptr, 0)};
+
+struct Names {
+  PyObject *grid, *warmup, *stack, *bench_depth, *jit, *last_template, *flat_plan, *options_key, *current,
+      *tuner, *layer, *best_config, *key, *key_values, *heuristics, *launch;
+} g_names;
+
+int launcher_traverse(PyObject* self, visitproc visit, void* arg) {
+  Launcher* l = reinterpret_cast<Launcher*>(self);
+  for (PyObject* o : l->f) Py_VISIT(o);
+  return 0;
+}
+
+int launcher_clear(PyObject* self) {
+  Launcher* l = reinterpret_cast<Launcher*>(self);
+  for (PyObject*& o : l->f) Py_CLEAR(o);
+  l->enabled = 0;
+  return 0;
+}
+
+void launcher_dealloc(PyObject* self) {
+  PyObject_GC_UnTrack(self);
+  launcher_clear(self);
+  Py_TYPE(self)->tp_free(self);
+}
+
+PyObject* call_n(PyObject* fn, std::initializer_list<PyObject*> args) {
+  return PyObject_Vectorcall(fn, const_cast<PyObject* const*>(args.begin()), args.size(), nullptr);
+}
+
+// The router's `_attach`: the innermost tuner frame on `stack` gets the launch's handle.
+int attach(PyObject* stack, PyObject* handle) {
+  for (Py_ssize_t i = PyList_GET_SIZE(stack) - 1; i >= 0; --i) {
+    PyObject* frame = PyList_GET_ITEM(stack, i);
+    Ref tuner(PyObject_GetAttr(frame, g_names.tuner));
+    if (!tuner) return -1;
+    int is = PyObject_IsTrue(tuner.get());
+    if (is < 0) return -1;
+    if (is) return PyObject_SetAttr(frame, g_names.launch, handle);
+  }
+  return 0;
+}
+
+// `compiled_frames.frame_key` of every frame on `stack`, as a tuple (nullptr and an exception on failure).
+PyObject* frames_key(PyObject* stack) {
+  Py_ssize_t n = PyList_GET_SIZE(stack);
+  Ref out(PyTuple_New(n));
+  if (!out) return nullptr;
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    PyObject* frame = PyList_GET_ITEM(stack, i);
+    Ref tuner(PyObject_GetAttr(frame, g_names.tuner));
+    Ref layer(PyObject_GetAttr(frame, g_names.layer));
+    if (!tuner || !layer) return nullptr;
+    int is = PyObject_IsTrue(tuner.get());
+    if (is < 0) return nullptr;
+    Ref id(PyLong_FromVoidPtr(layer.get()));
+    if (!id) return nullptr;
+    PyObject* item;
+    if (is) {
+      Ref best(PyObject_GetAttr(layer.get(), g_names.best_config));
+      if (!best) {
+        if (!PyErr_ExceptionMatches(PyExc_AttributeError)) return nullptr;
+        PyErr_Clear();
+        best.reset(Py_NewRef(Py_None));
+      }
+      Ref best_id(PyLong_FromVoidPtr(best.get()));
+      Ref key(PyObject_GetAttr(frame, g_names.key));
+      Ref values(PyObject_GetAttr(frame, g_names.key_values));
+      if (!best_id || !key || !values) return nullptr;
+      item = PyTuple_Pack(4, id.get(), best_id.get(), key.get(), values.get());
+    } else {
+      Ref heuristics(PyObject_GetAttr(frame, g_names.heuristics));
+      if (!heuristics) return nullptr;
+      item = PyTuple_Pack(2, id.get(), heuristics.get());
+    }
+    if (item == nullptr) return nullptr;
+    PyTuple_SET_ITEM(out.get(), i, item);
+  }
+  return out.release();
+}
+
+// 1: `last` (a kernel's last template) holds for this launch, and `number`/`values`/`resolved` are set;
+// 0: it does not (or something failed: any exception is cleared), Python decides.
+int steady(Launcher* l, PyObject* k, PyObject* last, PyObject* bound, PyObject* result, PyObject* kwargs,
+           PyObject* stack, Probe* probe, Ref& values, Ref& resolved) {
+  PyObject** f = l->f;
+  if (PyTuple_GET_ITEM(last, 0) != f[TEMPLATES]) return 0;
+  Ref plan(PyObject_GetAttr(k, g_names.flat_plan));
+  if (!plan) return -1;
+  Ref got(capture_impl(plan.get(), bound, PyTuple_GET_ITEM(last, 1)));
+  if (!got || got.get() == Py_None || PyTuple_GET_ITEM(got.get(), 0) != PyTuple_GET_ITEM(last, 1)) return got ? 0 : -1;
+  // The compiled kernel's metadata, as the router cached it at this kernel object's first launch.
+  PyObject* metadata = Py_None;
+  if (result != Py_None) {
+    Ref id(PyLong_FromVoidPtr(result));
+    if (!id) return -1;
+    PyObject* known = PyDict_GetItemWithError(f[METADATA], id.get());
+    if (known == nullptr || !PyTuple_CheckExact(known) || PyTuple_GET_SIZE(known) != 2 ||
+        PyTuple_GET_ITEM(known, 0) != result)
+      return PyErr_Occurred() ? -1 : 0;
+    metadata = PyTuple_GET_ITEM(known, 1);
+  }
+  void* mid = PyLong_AsVoidPtr(PyTuple_GET_ITEM(last, 4));
+  if (mid == nullptr && PyErr_Occurred()) return -1;
+  if (mid != metadata) return 0;
+  Ref node(PyObject_GetAttr(f[TESTID], g_names.current));
+  if (!node) return -1;
+  int eq = PyObject_RichCompareBool(PyTuple_GET_ITEM(last, 5), node.get(), Py_EQ);
+  if (eq != 1) return eq;
+  if (PyDict_GET_SIZE(kwargs)) {
+    Ref options(PyObject_CallMethodOneArg(k, g_names.options_key, kwargs));
+    if (!options) return -1;
+    eq = PyObject_RichCompareBool(PyTuple_GET_ITEM(last, 2), options.get(), Py_EQ);
+  } else {
+    eq = PyObject_RichCompareBool(PyTuple_GET_ITEM(last, 2), Py_None, Py_EQ);
+  }
+  if (eq != 1) return eq;
+  if (PyList_GET_SIZE(stack)) {
+    Ref frames(frames_key(stack));
+    if (!frames) return -1;
+    eq = PyObject_RichCompareBool(PyTuple_GET_ITEM(last, 3), frames.get(), Py_EQ);
+  } else {
+    eq = PyObject_RichCompareBool(PyTuple_GET_ITEM(last, 3), Py_None, Py_EQ);
+  }
+  if (eq != 1) return eq;
+  PyObject* value = probe->value != nullptr ? probe->value : Py_None;
+  PyObject* known = PyTuple_CheckExact(value) ? PyDict_GetItemWithError(f[GRIDS], value) : nullptr;
+  if (known != nullptr) {
+    resolved.reset(Py_NewRef(known));
+  } else {
+    if (PyErr_Occurred()) return -1;
+    resolved.reset(call_n(f[GRID_OF], {value, bound}));
+    if (!resolved) return -1;
+  }
+  values.reset(Py_NewRef(PyTuple_GET_ITEM(got.get(), 1)));
+  return 1;
+}
+
+double seconds(PyObject* clock, Ref& holder) {
+  holder.reset(PyObject_CallNoArgs(clock));
+  return holder ? PyFloat_AsDouble(holder.get()) : -1.0;
+}
+
+PyObject* launch(Launcher* l, PyObject* jit, PyObject* args, PyObject* kwargs) {
+  PyObject** f = l->f;
+  if (!l->enabled || !PyDict_CheckExact(kwargs)) return call_n(f[SLOW], {jit, args, kwargs});
+  // `kwargs` is the dict the interception's `run(**kwargs)` made for this call: ours to change.
+  Ref grid(PyDict_GetItemWithError(kwargs, g_names.grid));
+  if (grid) {
+    Py_INCREF(grid.get());
+    if (PyDict_DelItem(kwargs, g_names.grid) < 0) return nullptr;
+  } else {
+    if (PyErr_Occurred()) return nullptr;
+    grid.reset(Py_NewRef(Py_None));
+  }
+  PyObject* warmup = PyDict_GetItemWithError(kwargs, g_names.warmup);
+  if (warmup != nullptr ? PyDict_DelItem(kwargs, g_names.warmup) < 0 : PyErr_Occurred() != nullptr) return nullptr;
+  Ref stack(PyObject_GetAttr(f[LOCAL], g_names.stack));
+  Ref k, last;
+  bool mine = stack && PyList_CheckExact(stack.get());
+  if (mine && PyList_GET_SIZE(stack.get())) {  // inside a tuning: a benchmark launch is Python's
+    Ref depth(PyObject_GetAttr(f[THREAD], g_names.bench_depth));
+    long d = depth ? PyLong_AsLong(depth.get()) : -1;
+    mine = d == 0;
+  }
+  if (mine) {
+    Ref id(PyLong_FromVoidPtr(jit));
+    PyObject* known = id ? PyDict_GetItemWithError(f[KERNELS], id.get()) : nullptr;
+    if (known != nullptr) {
+      k.reset(Py_NewRef(known));
+      Ref kjit(PyObject_GetAttr(known, g_names.jit));
+      last.reset(kjit && kjit.get() == jit ? PyObject_GetAttr(known, g_names.last_template) : nullptr);
+    }
+    mine = last && PyTuple_CheckExact(last.get()) && PyTuple_GET_SIZE(last.get()) == 7;
+  }
+  if (!mine) {
+    PyErr_Clear();
+    ++l->fallbacks;
+    return call_n(f[REST], {jit, args, grid.get(), kwargs});
+  }
+  Probe* probe = PyObject_New(Probe, &ProbeType);
+  if (probe == nullptr) return nullptr;
+  probe->grid = Py_NewRef(grid.get());
+  probe->bound = nullptr;
+  probe->value = nullptr;
+  Ref probe_ref(reinterpret_cast<PyObject*>(probe));
+  Ref started(PyObject_CallNoArgs(f[TIME]));
+  Ref clock;
+  double t0 = started ? seconds(f[PERF], clock) : -1.0;
+  if (!started || PyErr_Occurred()) return nullptr;
+  Ref result(call_n(f[RUNNER], {jit, args, probe_ref.get(), kwargs}));
+  Ref error;
+  if (!result) {  // recorded, then re-raised unchanged (with its traceback) by `after`
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    if (value == nullptr) {
+      PyErr_Restore(type, value, tb);
+      return nullptr;
+    }
+    if (tb != nullptr) PyException_SetTraceback(value, tb);
+    Py_XDECREF(type);
+    Py_XDECREF(tb);
+    error.reset(value);
+    result.reset(Py_NewRef(Py_None));
+  }
+  double t1 = seconds(f[PERF], clock);
+  if (PyErr_Occurred()) return nullptr;
+  Ref duration(PyFloat_FromDouble(t1 - t0));
+  if (!duration) return nullptr;
+  if (!error && probe->bound != nullptr) {
+    Ref values, resolved;
+    int ok = steady(l, k.get(), last.get(), probe->bound, result.get(), kwargs, stack.get(), probe, values,
+                    resolved);
+    if (ok == 1) {
+      Ref handle(call_n(f[FLAT], {PyTuple_GET_ITEM(last.get(), 6), started.get(), duration.get(), resolved.get(),
+                                  values.get()}));
+      if (!handle) return nullptr;
+      if (PyList_GET_SIZE(stack.get()) && attach(stack.get(), handle.get()) < 0) return nullptr;
+      ++l->steady;
+      return result.release();
+    }
+    PyErr_Clear();
+  }
+  ++l->fallbacks;
+  return call_n(f[AFTER], {k.get(), jit, args, grid.get(), probe_ref.get(), kwargs, stack.get(), result.get(),
+                           error ? error.get() : Py_None, started.get(), duration.get()});
+}
+
+PyObject* launcher_vectorcall(PyObject* self, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
+  Py_ssize_t n = PyVectorcall_NARGS(nargsf);
+  if (n != 3 || (kwnames != nullptr && PyTuple_GET_SIZE(kwnames))) {
+    PyErr_SetString(PyExc_TypeError, "a launcher takes (jit, args, kwargs)");
+    return nullptr;
+  }
+  try {
+    return launch(reinterpret_cast<Launcher*>(self), args[0], args[1], args[2]);
+  } catch (...) {  // nothing here throws; a C++ exception must not cross into Python
+    PyErr_SetString(PyExc_RuntimeError, "TileLens's compiled launcher failed");
+    return nullptr;
+  }
+}
+
+PyObject* launcher_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
+  PyObject* slow;
+  if (!PyArg_ParseTuple(args, "O:Launcher", &slow)) return nullptr;
+  Launcher* l = PyObject_GC_New(Launcher, type);
+  if (l == nullptr) return nullptr;
+  l->vectorcall = launcher_vectorcall;
+  for (PyObject*& o : l->f) o = nullptr;
+  l->f[SLOW] = Py_NewRef(slow);
+  l->steady = l->fallbacks = 0;
+  l->enabled = 0;
+  PyObject_GC_Track(l);
+  return reinterpret_cast<PyObject*>(l);
+}
+
+// configure(rest, after, kernels, metadata, grids, local, templates, flat, runner, grid_of, testid, thread,
+// time, perf_counter) enables; configure() disables (every launch then goes to `slow`).
+PyObject* launcher_configure(PyObject* self, PyObject* args) {
+  Launcher* l = reinterpret_cast<Launcher*>(self);
+  Py_ssize_t n = PyTuple_GET_SIZE(args);
+  if (n != 0 && n != NFIELDS - CONFIGURED) {
+    PyErr_Format(PyExc_TypeError, "configure() takes 0 or %d arguments", NFIELDS - CONFIGURED);
+    return nullptr;
+  }
+  l->enabled = 0;
+  for (int i = CONFIGURED; i < NFIELDS; ++i) Py_CLEAR(l->f[i]);
+  if (n == 0) Py_RETURN_NONE;
+  if (!PyDict_Check(PyTuple_GET_ITEM(args, KERNELS - CONFIGURED)) ||
+      !PyDict_Check(PyTuple_GET_ITEM(args, METADATA - CONFIGURED)) ||
+      !PyDict_Check(PyTuple_GET_ITEM(args, GRIDS - CONFIGURED))) {
+    PyErr_SetString(PyExc_TypeError, "kernels, metadata and grids must be dicts");
+    return nullptr;
+  }
+  for (int i = CONFIGURED; i < NFIELDS; ++i) l->f[i] = Py_NewRef(PyTuple_GET_ITEM(args, i - CONFIGURED));
+  l->enabled = g_tensor_type != nullptr;
+  Py_RETURN_NONE;
+}
+
+PyObject* launcher_enabled(PyObject* self, void*) { return PyBool_FromLong(reinterpret_cast<Launcher*>(self)->enabled); }
+
+PyMethodDef launcher_methods[] = {
+    {"configure", launcher_configure, METH_VARARGS, "configure(rest, after, kernels, ...) or configure()"},
+    {nullptr, nullptr, 0, nullptr}};
+
+PyMemberDef launcher_members[] = {
+    {"steady", T_PYSSIZET, offsetof(Launcher, steady), READONLY, "launches finished here"},
+    {"fallbacks", T_PYSSIZET, offsetof(Launcher, fallbacks), READONLY, "launches given to Python"},
+    {nullptr, 0, 0, 0, nullptr}};
+
+PyGetSetDef launcher_getset[] = {
+    {"enabled", launcher_enabled, nullptr, "whether launches are taken here", nullptr},
+    {nullptr, nullptr, nullptr, nullptr, nullptr}};
+
 PyObject* setup(PyObject*, PyObject* tensor_type) {
   if (!PyType_Check(tensor_type)) {
     PyErr_SetString(PyExc_TypeError, "setup(torch.Tensor)");
@@ -298,6 +713,40 @@ PyMODINIT_FUNC PyInit__tilelens_capture(void) {
   g_runtime_name = PyUnicode_InternFromString("runtime_names");
   g_constexpr_name = PyUnicode_InternFromString("constexpr_names");
   if (g_runtime_name == nullptr || g_constexpr_name == nullptr) return nullptr;
+  ProbeType.tp_name = "_tilelens_capture.GridProbe";
+  ProbeType.tp_basicsize = sizeof(Probe);
+  ProbeType.tp_dealloc = probe_dealloc;
+  ProbeType.tp_call = probe_call;
+  ProbeType.tp_new = probe_new;
+  ProbeType.tp_members = probe_members;
+  ProbeType.tp_flags = Py_TPFLAGS_DEFAULT;
+  ProbeType.tp_doc = "The grid a steady launch hands Triton (compiled_frames.GridProbe).";
+  if (PyType_Ready(&ProbeType) < 0) return nullptr;
+  LauncherType.tp_name = "_tilelens_capture.Launcher";
+  LauncherType.tp_basicsize = sizeof(Launcher);
+  LauncherType.tp_dealloc = launcher_dealloc;
+  LauncherType.tp_traverse = launcher_traverse;
+  LauncherType.tp_clear = launcher_clear;
+  LauncherType.tp_new = launcher_new;
+  LauncherType.tp_call = PyVectorcall_Call;
+  LauncherType.tp_vectorcall_offset = offsetof(Launcher, vectorcall);
+  LauncherType.tp_methods = launcher_methods;
+  LauncherType.tp_members = launcher_members;
+  LauncherType.tp_getset = launcher_getset;
+  LauncherType.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL;
+  LauncherType.tp_doc = "A compiled recording's steady launch (see native_capture.cpp).";
+  if (PyType_Ready(&LauncherType) < 0) return nullptr;
+  const char* names[] = {"grid", "warmup", "stack", "bench_depth", "jit", "last_template", "flat_plan",
+                         "options_key", "_current", "tuner", "layer", "best_config", "key", "key_values",
+                         "heuristics", "launch"};
+  PyObject** slots[] = {&g_names.grid, &g_names.warmup, &g_names.stack, &g_names.bench_depth, &g_names.jit,
+                        &g_names.last_template, &g_names.flat_plan, &g_names.options_key, &g_names.current,
+                        &g_names.tuner, &g_names.layer, &g_names.best_config, &g_names.key, &g_names.key_values,
+                        &g_names.heuristics, &g_names.launch};
+  for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); ++i) {
+    *slots[i] = PyUnicode_InternFromString(names[i]);
+    if (*slots[i] == nullptr) return nullptr;
+  }
   PyObject* m = PyModule_Create(&module);
   if (m == nullptr) return nullptr;
   Py_INCREF(&SigType);
@@ -305,6 +754,15 @@ PyMODINIT_FUNC PyInit__tilelens_capture(void) {
     Py_DECREF(&SigType);
     Py_DECREF(m);
     return nullptr;
+  }
+  PyTypeObject* types[] = {&ProbeType, &LauncherType};
+  for (PyTypeObject* t : types) {
+    Py_INCREF(t);
+    if (PyModule_AddObject(m, t->tp_name + std::strlen("_tilelens_capture."), reinterpret_cast<PyObject*>(t)) < 0) {
+      Py_DECREF(t);
+      Py_DECREF(m);
+      return nullptr;
+    }
   }
   return m;
 }

@@ -143,7 +143,7 @@ class ProcessWriter:
     # -- the program's side: cheap, never blocks while below QUEUE_SIZE -----------------------------------
 
     def submit_raw(self, kernel: Any, raw: tuple[Any, ...]) -> int:
-        """Queue a launch of ``kernel`` (the router's ``_Kernel``); returns its launch number."""
+        """Queue a launch of ``kernel`` (the router's ``RoutedKernel``); returns its launch number."""
         number = kernel.number
         if number not in self._known:
             self._define(kernel_item(number, kernel.identity, kernel.params))

@@ -1,0 +1,164 @@
+"""The compiled launcher (``native_capture.cpp``'s ``Launcher``): a launch like its kernel's last templated one is
+finished in C++, every other launch is the Python router's, and either way the program gets the same result or
+exception and the history the same rows as with the Python router alone (``TILELENS_NATIVE=0``)."""
+
+from __future__ import annotations
+
+import gc
+import traceback
+import weakref
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+import tilelens
+
+from .test_compiled_fast_path import tuned_add
+from .test_compiled_recording import scale_kernel
+from .test_compiled_templates import StableTritonLike, _all_rows
+
+
+class Boom(RuntimeError):
+    pass
+
+
+class FailingAt(StableTritonLike):
+    """Raises ``Boom`` at its ``at``-th call (1-based), after binding the arguments as Triton would."""
+
+    def __init__(self, at: int) -> None:
+        super().__init__()
+        self.at, self.calls = at, 0
+        self.raised: BaseException | None = None
+
+    def __call__(self, jit: Any, args: tuple[Any, ...], grid: Any, kwargs: dict[str, Any]) -> Any:
+        self.calls += 1
+        if self.calls == self.at:
+            self.raised = Boom(f"launch {self.calls} failed")
+            raise self.raised
+        return super().__call__(jit, args, grid, kwargs)
+
+
+def _program(counts: list[tuple[int, int]], launcher: Any) -> list[torch.Tensor]:
+    """Launches of every kind the launcher decides on; ``counts`` gets (steady, fallbacks) after each group."""
+    x = torch.arange(40, dtype=torch.float32)
+    outs = [torch.zeros(40) for _ in range(3)]
+    tuned_add.cache.clear()
+    tuned_add.cache[(40, "torch.float32", "torch.float32")] = tuned_add.configs[0]
+
+    def mark() -> None:
+        counts.append((-1, -1) if launcher is None else (launcher.steady, launcher.fallbacks))
+
+    for i in range(5):  # the first is Python's (no template yet), the rest like it
+        scale_kernel[(3,)](x, outs[0], 40 - i, 2.0, BLOCK=16)
+    mark()
+    scale_kernel[(3,)](x, outs[0], 40, 2, BLOCK=16)  # an int factor: another template
+    scale_kernel[(3,)](x, outs[0], 40, 2.0, BLOCK=16)  # the float one again: found, and the last again
+    scale_kernel[(3,)](x, outs[0], 40, 3.0, BLOCK=16)  # like the last
+    scale_kernel[(3,)](x, outs[0], 40, 3.0, BLOCK=16, num_warps=2)  # launch options: another template
+    scale_kernel[(3,)](x, outs[0], 40, 3.0, BLOCK=16, num_warps=2)
+    mark()
+    for i in range(3):  # inside the autotuner's frame
+        tuned_add[(2,)](x, outs[1], 40, 0.5 * i)
+    mark()
+    for i in range(3):  # a callable grid, called once per launch with the bound arguments
+        scale_kernel[lambda m: (m["n"] // m["BLOCK"] + 1, 1)](
+            x[i : i + 8], outs[2][i : i + 8], n=8, factor=-1.0, BLOCK=8
+        )
+    mark()
+    return outs
+
+
+def test_launches_like_the_last_are_finished_by_the_launcher_and_store_the_python_routers_rows(
+    tmp_path: Path, native_module: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    results = {}
+    for native in ("1", "0"):
+        monkeypatch.setenv("TILELENS_NATIVE", native)
+        db, blobs = tmp_path / f"n{native}.db", tmp_path / f"n{native}"
+        rec = tilelens.Recording(
+            str(db), blobs, backend="compiled", snapshots="none", runner=StableTritonLike()
+        )
+        counts: list[tuple[int, int]] = []
+        with rec:
+            router = rec._compiled
+            assert router is not None
+            assert router.native_launch == (native == "1")
+            outs = _program(counts, router._launcher if native == "1" else None)
+        assert rec.write_failure is None and len(rec.launch_ids) == 16
+        results[native] = (outs, _all_rows(db, blobs), counts)
+    (outs, rows, counts), (py_outs, py_rows, _) = results["1"], results["0"]
+    assert counts == [(4, 1), (6, 4), (8, 5), (10, 6)]
+    assert all(torch.equal(a, b) for a, b in zip(outs, py_outs))
+    assert rows == py_rows
+    assert [r[0]["grid_x"] for r in rows[-3:]] == [2, 2, 2]  # 8 // 8 + 1, from the probe's call
+    assert [r[1][0]["storage_offset"] for r in rows[-3:]] == [0, 1, 2]
+    assert [r[1][3]["value"] for r in rows[:5]] == [2.0] * 5 and [r[1][2]["value"] for r in rows[:5]] == [
+        40,
+        39,
+        38,
+        37,
+        36,
+    ]
+
+
+def test_a_launchs_exception_reaches_the_program_unchanged_and_is_recorded(
+    tmp_path: Path, native_module: Any
+) -> None:
+    x, out = torch.arange(40, dtype=torch.float32), torch.zeros(40)
+    runner = FailingAt(3)
+    rec = tilelens.Recording(
+        str(tmp_path / "h.db"), tmp_path / "b", backend="compiled", snapshots="none", runner=runner
+    )
+    with rec:
+        launcher = rec._compiled._launcher  # type: ignore[union-attr]
+        for _ in range(2):
+            scale_kernel[(3,)](x, out, 40, 2.0, BLOCK=16)
+        assert (launcher.steady, launcher.fallbacks) == (1, 1)
+        with pytest.raises(Boom) as caught:
+            scale_kernel[(3,)](x, out, 40, 2.0, BLOCK=16)
+        scale_kernel[(3,)](x, out, 40, 2.0, BLOCK=16)
+        assert (launcher.steady, launcher.fallbacks) == (2, 2)
+    assert caught.value is runner.raised
+    frames = [f.name for f in traceback.extract_tb(caught.value.__traceback__)]
+    assert frames[-1] == "__call__"  # raised where the runner raised it, with its traceback
+    rows = _all_rows(tmp_path / "h.db", tmp_path / "b")
+    assert [r[0]["status"] for r in rows] == ["ok", "ok", "error", "ok"]
+    assert "launch 3 failed" in rows[2][0]["error"]
+    assert torch.equal(out, x * 2.0)
+
+
+def test_the_launcher_lets_its_router_go_when_the_recording_ends(tmp_path: Path, native_module: Any) -> None:
+    x, out = torch.arange(40, dtype=torch.float32), torch.zeros(40)
+    rec = tilelens.Recording(
+        str(tmp_path / "h.db"),
+        tmp_path / "b",
+        backend="compiled",
+        snapshots="none",
+        runner=StableTritonLike(),
+    )
+    with rec:
+        for _ in range(3):
+            scale_kernel[(3,)](x, out, 40, 2.0, BLOCK=16)
+        router = weakref.ref(rec._compiled)
+        launcher = rec._compiled._launcher  # type: ignore[union-attr]
+        assert launcher.steady == 2
+        kind, where = type(launcher), id(launcher)
+        del launcher
+    rec._compiled = None
+    gc.collect()
+    assert router() is None  # the router <-> launcher cycle is collected
+    assert not any(type(o) is kind and id(o) == where for o in gc.get_objects())
+
+
+def test_a_grid_probe_calls_a_callable_grid_once_and_hands_a_tuple_on(native_module: Any) -> None:
+    calls: list[dict[str, Any]] = []
+    probe = native_module.GridProbe(lambda bound: calls.append(bound) or (len(bound), 1))  # type: ignore[attr-defined]
+    assert (probe.bound, probe.value) == (None, None)
+    bound = {"n": 3, "m": 4}
+    assert probe(bound) == (2, 1) and calls == [bound] and probe.bound is bound and probe.value == (2, 1)
+    fixed = native_module.GridProbe((5,))  # type: ignore[attr-defined]
+    assert fixed({"n": 1}) == (5,) and fixed.value == (5,) and fixed.grid == (5,)
+    with pytest.raises(TypeError):
+        fixed()
