@@ -54,7 +54,9 @@ def _program(counts: list[tuple[int, int]], launcher: Any) -> list[torch.Tensor]
         scale_kernel[(3,)](x, outs[0], 40 - i, 2.0, BLOCK=16)
     mark()
     scale_kernel[(3,)](x, outs[0], 40, 2, BLOCK=16)  # an int factor: another template
-    scale_kernel[(3,)](x, outs[0], 40, 2.0, BLOCK=16)  # the float one again: found, and the last again
+    scale_kernel[(3,)](
+        x, outs[0], 40, 2.0, BLOCK=16
+    )  # the float one again: found in the table, the last again
     scale_kernel[(3,)](x, outs[0], 40, 3.0, BLOCK=16)  # like the last
     scale_kernel[(3,)](x, outs[0], 40, 3.0, BLOCK=16, num_warps=2)  # launch options: another template
     scale_kernel[(3,)](x, outs[0], 40, 3.0, BLOCK=16, num_warps=2)
@@ -89,7 +91,7 @@ def test_launches_like_the_last_are_finished_by_the_launcher_and_store_the_pytho
         assert rec.write_failure is None and len(rec.launch_ids) == 16
         results[native] = (outs, _all_rows(db, blobs), counts)
     (outs, rows, counts), (py_outs, py_rows, _) = results["1"], results["0"]
-    assert counts == [(4, 1), (6, 4), (8, 5), (10, 6)]
+    assert counts == [(4, 1), (7, 3), (9, 4), (11, 5)]
     assert all(torch.equal(a, b) for a, b in zip(outs, py_outs))
     assert rows == py_rows
     assert [r[0]["grid_x"] for r in rows[-3:]] == [2, 2, 2]  # 8 // 8 + 1, from the probe's call

@@ -387,7 +387,7 @@ PyTypeObject LauncherType = {PyVarObject_HEAD_INIT(nullptr, 0)};
 
 struct Names {
   PyObject *grid, *warmup, *stack, *bench_depth, *jit, *last_template, *flat_plan, *options_key, *current,
-      *tuner, *layer, *best_config, *key, *key_values, *heuristics, *launch;
+      *tuner, *layer, *best_config, *key, *key_values, *heuristics, *launch, *number, *numbers;
 } g_names;
 
 int launcher_traverse(PyObject* self, visitproc visit, void* arg) {
@@ -464,16 +464,18 @@ PyObject* frames_key(PyObject* stack) {
   return out.release();
 }
 
-// 1: `last` (a kernel's last template) holds for this launch, and `number`/`values`/`resolved` are set;
-// 0: it does not (or something failed: any exception is cleared), Python decides.
+// 1: the launch is of a template already made: its kernel's last one (`last`), or one found in the templates
+// table by its key (then it becomes the kernel's last, as `_templated` does); `number`, `values` and
+// `resolved` are set. 0: a new template, or anything unusual, or a failure (any exception is cleared by the
+// caller): Python decides, from the same facts.
 int steady(Launcher* l, PyObject* k, PyObject* last, PyObject* bound, PyObject* result, PyObject* kwargs,
-           PyObject* stack, Probe* probe, Ref& values, Ref& resolved) {
+           PyObject* stack, Probe* probe, Ref& number, Ref& values, Ref& resolved) {
   PyObject** f = l->f;
-  if (PyTuple_GET_ITEM(last, 0) != f[TEMPLATES]) return 0;
   Ref plan(PyObject_GetAttr(k, g_names.flat_plan));
   if (!plan) return -1;
   Ref got(capture_impl(plan.get(), bound, PyTuple_GET_ITEM(last, 1)));
-  if (!got || got.get() == Py_None || PyTuple_GET_ITEM(got.get(), 0) != PyTuple_GET_ITEM(last, 1)) return got ? 0 : -1;
+  if (!got || got.get() == Py_None) return got ? 0 : -1;
+  PyObject* sig = PyTuple_GET_ITEM(got.get(), 0);
   // The compiled kernel's metadata, as the router cached it at this kernel object's first launch.
   PyObject* metadata = Py_None;
   if (result != Py_None) {
@@ -485,29 +487,38 @@ int steady(Launcher* l, PyObject* k, PyObject* last, PyObject* bound, PyObject* 
       return PyErr_Occurred() ? -1 : 0;
     metadata = PyTuple_GET_ITEM(known, 1);
   }
-  void* mid = PyLong_AsVoidPtr(PyTuple_GET_ITEM(last, 4));
-  if (mid == nullptr && PyErr_Occurred()) return -1;
-  if (mid != metadata) return 0;
   Ref node(PyObject_GetAttr(f[TESTID], g_names.current));
-  if (!node) return -1;
-  int eq = PyObject_RichCompareBool(PyTuple_GET_ITEM(last, 5), node.get(), Py_EQ);
-  if (eq != 1) return eq;
-  if (PyDict_GET_SIZE(kwargs)) {
-    Ref options(PyObject_CallMethodOneArg(k, g_names.options_key, kwargs));
-    if (!options) return -1;
-    eq = PyObject_RichCompareBool(PyTuple_GET_ITEM(last, 2), options.get(), Py_EQ);
-  } else {
-    eq = PyObject_RichCompareBool(PyTuple_GET_ITEM(last, 2), Py_None, Py_EQ);
+  Ref options(PyDict_GET_SIZE(kwargs) ? PyObject_CallMethodOneArg(k, g_names.options_key, kwargs)
+                                      : Py_NewRef(Py_None));
+  Ref frames(PyList_GET_SIZE(stack) ? frames_key(stack) : Py_NewRef(Py_None));
+  if (!node || !options || !frames) return -1;
+  // `_templated`'s test of the kernel's last template, in its order.
+  int same = PyTuple_GET_ITEM(last, 0) == f[TEMPLATES];
+  if (same) {
+    void* mid = PyLong_AsVoidPtr(PyTuple_GET_ITEM(last, 4));
+    if (mid == nullptr && PyErr_Occurred()) return -1;
+    same = mid == metadata;
   }
-  if (eq != 1) return eq;
-  if (PyList_GET_SIZE(stack)) {
-    Ref frames(frames_key(stack));
-    if (!frames) return -1;
-    eq = PyObject_RichCompareBool(PyTuple_GET_ITEM(last, 3), frames.get(), Py_EQ);
-  } else {
-    eq = PyObject_RichCompareBool(PyTuple_GET_ITEM(last, 3), Py_None, Py_EQ);
+  if (same) same = PyObject_RichCompareBool(PyTuple_GET_ITEM(last, 5), node.get(), Py_EQ);
+  if (same == 1) same = PyTuple_GET_ITEM(last, 1) == sig;  // the capture returns `last[1]` when equal
+  if (same == 1) same = PyObject_RichCompareBool(PyTuple_GET_ITEM(last, 2), options.get(), Py_EQ);
+  if (same == 1) same = PyObject_RichCompareBool(PyTuple_GET_ITEM(last, 3), frames.get(), Py_EQ);
+  if (same < 0) return -1;
+  if (same) {
+    number.reset(Py_NewRef(PyTuple_GET_ITEM(last, 6)));
+  } else {  // the hashed lookup: key (kernel number, sig, options, frames, metadata id, node id)
+    Ref kernel_number(PyObject_GetAttr(k, g_names.number));
+    Ref mid(PyLong_FromVoidPtr(metadata));
+    Ref table(PyObject_GetAttr(f[TEMPLATES], g_names.numbers));
+    if (!kernel_number || !mid || !table || !PyDict_CheckExact(table.get())) return -1;
+    Ref key(PyTuple_Pack(6, kernel_number.get(), sig, options.get(), frames.get(), mid.get(), node.get()));
+    if (!key) return -1;
+    PyObject* found = PyDict_GetItemWithError(table.get(), key.get());
+    if (found == nullptr) return PyErr_Occurred() ? -1 : 0;
+    number.reset(Py_NewRef(found));
+    Ref now(PyTuple_Pack(7, f[TEMPLATES], sig, options.get(), frames.get(), mid.get(), node.get(), found));
+    if (!now || PyObject_SetAttr(k, g_names.last_template, now.get()) < 0) return -1;
   }
-  if (eq != 1) return eq;
   PyObject* value = probe->value != nullptr ? probe->value : Py_None;
   PyObject* known = PyTuple_CheckExact(value) ? PyDict_GetItemWithError(f[GRIDS], value) : nullptr;
   if (known != nullptr) {
@@ -594,12 +605,11 @@ PyObject* launch(Launcher* l, PyObject* jit, PyObject* args, PyObject* kwargs) {
   Ref duration(PyFloat_FromDouble(t1 - t0));
   if (!duration) return nullptr;
   if (!error && probe->bound != nullptr) {
-    Ref values, resolved;
-    int ok = steady(l, k.get(), last.get(), probe->bound, result.get(), kwargs, stack.get(), probe, values,
-                    resolved);
+    Ref number, values, resolved;
+    int ok = steady(l, k.get(), last.get(), probe->bound, result.get(), kwargs, stack.get(), probe, number,
+                    values, resolved);
     if (ok == 1) {
-      Ref handle(call_n(f[FLAT], {PyTuple_GET_ITEM(last.get(), 6), started.get(), duration.get(), resolved.get(),
-                                  values.get()}));
+      Ref handle(call_n(f[FLAT], {number.get(), started.get(), duration.get(), resolved.get(), values.get()}));
       if (!handle) return nullptr;
       if (PyList_GET_SIZE(stack.get()) && attach(stack.get(), handle.get()) < 0) return nullptr;
       ++l->steady;
@@ -738,11 +748,11 @@ PyMODINIT_FUNC PyInit__tilelens_capture(void) {
   if (PyType_Ready(&LauncherType) < 0) return nullptr;
   const char* names[] = {"grid", "warmup", "stack", "bench_depth", "jit", "last_template", "flat_plan",
                          "options_key", "_current", "tuner", "layer", "best_config", "key", "key_values",
-                         "heuristics", "launch"};
+                         "heuristics", "launch", "number", "numbers"};
   PyObject** slots[] = {&g_names.grid, &g_names.warmup, &g_names.stack, &g_names.bench_depth, &g_names.jit,
                         &g_names.last_template, &g_names.flat_plan, &g_names.options_key, &g_names.current,
                         &g_names.tuner, &g_names.layer, &g_names.best_config, &g_names.key, &g_names.key_values,
-                        &g_names.heuristics, &g_names.launch};
+                        &g_names.heuristics, &g_names.launch, &g_names.number, &g_names.numbers};
   for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); ++i) {
     *slots[i] = PyUnicode_InternFromString(names[i]);
     if (*slots[i] == nullptr) return nullptr;
