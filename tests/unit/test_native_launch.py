@@ -164,3 +164,34 @@ def test_a_grid_probe_calls_a_callable_grid_once_and_hands_a_tuple_on(native_mod
     assert fixed({"n": 1}) == (5,) and fixed.value == (5,) and fixed.grid == (5,)
     with pytest.raises(TypeError):
         fixed()
+
+
+class Reconfiguring(StableTritonLike):
+    """Disables the launcher from inside its ``at``-th launch, as another thread's ``configure()`` could."""
+
+    def __init__(self, at: int) -> None:
+        super().__init__()
+        self.at, self.calls, self.launcher = at, 0, None
+
+    def __call__(self, jit: Any, args: tuple[Any, ...], grid: Any, kwargs: dict[str, Any]) -> Any:
+        self.calls += 1
+        if self.calls == self.at:
+            self.launcher.configure()  # type: ignore[attr-defined]
+            gc.collect()
+        return super().__call__(jit, args, grid, kwargs)
+
+
+def test_a_launch_finishes_with_the_configuration_it_started_with(tmp_path: Path, native_module: Any) -> None:
+    x, out = torch.arange(40, dtype=torch.float32), torch.zeros(40)
+    runner = Reconfiguring(3)
+    rec = tilelens.Recording(
+        str(tmp_path / "h.db"), tmp_path / "b", backend="compiled", snapshots="none", runner=runner
+    )
+    with rec:
+        launcher = runner.launcher = rec._compiled._launcher  # type: ignore[union-attr]
+        for i in range(5):
+            scale_kernel[(3,)](x, out, 40 - i, 2.0, BLOCK=16)
+        # Launch 3 was steady though its configuration was dropped while it ran; 4 and 5 are the router's.
+        assert (launcher.steady, launcher.fallbacks, launcher.enabled) == (2, 1, False)
+    rows = _all_rows(tmp_path / "h.db", tmp_path / "b")
+    assert [r[1][2]["value"] for r in rows] == [40, 39, 38, 37, 36]

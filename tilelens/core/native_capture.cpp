@@ -369,18 +369,25 @@ struct Ref {
 };
 
 enum Field : int {
-  SLOW, REST, AFTER, KERNELS, METADATA, GRIDS, LOCAL, TEMPLATES, FLAT, RUNNER, GRID_OF, TESTID, THREAD,
-  TIME, PERF, NFIELDS
+  REST, AFTER, KERNELS, METADATA, GRIDS, LOCAL, TEMPLATES, FLAT, RUNNER, GRID_OF, TESTID, THREAD, TIME, PERF,
+  NFIELDS
 };
-const int CONFIGURED = REST;  // fields from REST on are set by configure()
+
+// A configuration: the tuple `configure` was called with, its items named by `Field`. A launch holds a
+// reference to the one it started with, so a `configure` meanwhile (another thread, while this launch's
+// runner runs) never frees what the launch still reads.
+struct Config {
+  PyObject* t;
+  PyObject* operator[](int i) const { return PyTuple_GET_ITEM(t, i); }
+};
 
 struct Launcher {
   PyObject_HEAD
   vectorcallfunc vectorcall;
-  PyObject* f[NFIELDS];
+  PyObject* slow;        // the router's `launch`
+  PyObject* config;      // a tuple of NFIELDS (`Config`), or nullptr: not configured
   Py_ssize_t steady;     // launches finished here
   Py_ssize_t fallbacks;  // launches given to Python (rest or after)
-  int enabled;
 };
 
 PyTypeObject LauncherType = {PyVarObject_HEAD_INIT(nullptr, 0)};
@@ -392,14 +399,15 @@ struct Names {
 
 int launcher_traverse(PyObject* self, visitproc visit, void* arg) {
   Launcher* l = reinterpret_cast<Launcher*>(self);
-  for (PyObject* o : l->f) Py_VISIT(o);
+  Py_VISIT(l->slow);
+  Py_VISIT(l->config);
   return 0;
 }
 
 int launcher_clear(PyObject* self) {
   Launcher* l = reinterpret_cast<Launcher*>(self);
-  for (PyObject*& o : l->f) Py_CLEAR(o);
-  l->enabled = 0;
+  Py_CLEAR(l->slow);
+  Py_CLEAR(l->config);
   return 0;
 }
 
@@ -468,9 +476,8 @@ PyObject* frames_key(PyObject* stack) {
 // table by its key (then it becomes the kernel's last, as `_templated` does); `number`, `values` and
 // `resolved` are set. 0: a new template, or anything unusual, or a failure (any exception is cleared by the
 // caller): Python decides, from the same facts.
-int steady(Launcher* l, PyObject* k, PyObject* last, PyObject* bound, PyObject* result, PyObject* kwargs,
+int steady(const Config& f, PyObject* k, PyObject* last, PyObject* bound, PyObject* result, PyObject* kwargs,
            PyObject* stack, Probe* probe, Ref& number, Ref& values, Ref& resolved) {
-  PyObject** f = l->f;
   Ref plan(PyObject_GetAttr(k, g_names.flat_plan));
   if (!plan) return -1;
   Ref got(capture_impl(plan.get(), bound, PyTuple_GET_ITEM(last, 1)));
@@ -538,8 +545,15 @@ double seconds(PyObject* clock, Ref& holder) {
 }
 
 PyObject* launch(Launcher* l, PyObject* jit, PyObject* args, PyObject* kwargs) {
-  PyObject** f = l->f;
-  if (!l->enabled || !PyDict_CheckExact(kwargs)) return call_n(f[SLOW], {jit, args, kwargs});
+  if (l->config == nullptr || l->slow == nullptr || !PyDict_CheckExact(kwargs)) {
+    if (l->slow == nullptr) {
+      PyErr_SetString(PyExc_RuntimeError, "a cleared launcher");
+      return nullptr;
+    }
+    return call_n(l->slow, {jit, args, kwargs});
+  }
+  Ref config(Py_NewRef(l->config));
+  const Config f{config.get()};
   // `kwargs` is the dict the interception's `run(**kwargs)` made for this call: ours to change.
   Ref grid(PyDict_GetItemWithError(kwargs, g_names.grid));
   if (grid) {
@@ -606,7 +620,7 @@ PyObject* launch(Launcher* l, PyObject* jit, PyObject* args, PyObject* kwargs) {
   if (!duration) return nullptr;
   if (!error && probe->bound != nullptr) {
     Ref number, values, resolved;
-    int ok = steady(l, k.get(), last.get(), probe->bound, result.get(), kwargs, stack.get(), probe, number,
+    int ok = steady(f, k.get(), last.get(), probe->bound, result.get(), kwargs, stack.get(), probe, number,
                     values, resolved);
     if (ok == 1) {
       Ref handle(call_n(f[FLAT], {number.get(), started.get(), duration.get(), resolved.get(), values.get()}));
@@ -642,10 +656,9 @@ PyObject* launcher_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
   Launcher* l = PyObject_GC_New(Launcher, type);
   if (l == nullptr) return nullptr;
   l->vectorcall = launcher_vectorcall;
-  for (PyObject*& o : l->f) o = nullptr;
-  l->f[SLOW] = Py_NewRef(slow);
+  l->slow = Py_NewRef(slow);
+  l->config = nullptr;
   l->steady = l->fallbacks = 0;
-  l->enabled = 0;
   PyObject_GC_Track(l);
   return reinterpret_cast<PyObject*>(l);
 }
@@ -655,25 +668,26 @@ PyObject* launcher_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
 PyObject* launcher_configure(PyObject* self, PyObject* args) {
   Launcher* l = reinterpret_cast<Launcher*>(self);
   Py_ssize_t n = PyTuple_GET_SIZE(args);
-  if (n != 0 && n != NFIELDS - CONFIGURED) {
-    PyErr_Format(PyExc_TypeError, "configure() takes 0 or %d arguments", NFIELDS - CONFIGURED);
+  if (n != 0 && n != NFIELDS) {
+    PyErr_Format(PyExc_TypeError, "configure() takes 0 or %d arguments", static_cast<int>(NFIELDS));
     return nullptr;
   }
-  l->enabled = 0;
-  for (int i = CONFIGURED; i < NFIELDS; ++i) Py_CLEAR(l->f[i]);
-  if (n == 0) Py_RETURN_NONE;
-  if (!PyDict_Check(PyTuple_GET_ITEM(args, KERNELS - CONFIGURED)) ||
-      !PyDict_Check(PyTuple_GET_ITEM(args, METADATA - CONFIGURED)) ||
-      !PyDict_Check(PyTuple_GET_ITEM(args, GRIDS - CONFIGURED))) {
+  if (n == 0 || g_tensor_type == nullptr) {
+    Py_CLEAR(l->config);
+    Py_RETURN_NONE;
+  }
+  const Config f{args};
+  if (!PyDict_Check(f[KERNELS]) || !PyDict_Check(f[METADATA]) || !PyDict_Check(f[GRIDS])) {
     PyErr_SetString(PyExc_TypeError, "kernels, metadata and grids must be dicts");
     return nullptr;
   }
-  for (int i = CONFIGURED; i < NFIELDS; ++i) l->f[i] = Py_NewRef(PyTuple_GET_ITEM(args, i - CONFIGURED));
-  l->enabled = g_tensor_type != nullptr;
+  Py_XSETREF(l->config, Py_NewRef(args));
   Py_RETURN_NONE;
 }
 
-PyObject* launcher_enabled(PyObject* self, void*) { return PyBool_FromLong(reinterpret_cast<Launcher*>(self)->enabled); }
+PyObject* launcher_enabled(PyObject* self, void*) {
+  return PyBool_FromLong(reinterpret_cast<Launcher*>(self)->config != nullptr);
+}
 
 PyMethodDef launcher_methods[] = {
     {"configure", launcher_configure, METH_VARARGS, "configure(rest, after, kernels, ...) or configure()"},
