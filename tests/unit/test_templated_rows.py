@@ -4,15 +4,18 @@ storage class, that the usual path writes, with ids SQLite itself would have giv
 
 from __future__ import annotations
 
+import datetime as dt
 import sqlite3
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
+from sqlalchemy.dialects.sqlite import dialect as sqlite_dialect
 
 import tilelens
 from tilelens.store import templated_rows
+from tilelens.store.models import Launch
 from tilelens.store.templated_rows import Statement, literal
 
 from .test_compiled_fast_path import tuned_add
@@ -190,3 +193,13 @@ def test_a_batch_numbers_its_launches_after_the_largest_id_whoever_wrote_it(tmp_
     assert [(r[1] - rows[0][1], r[2]) for r in rows] == [(0, s) for s in range(6)] + [
         (1, s) for s in range(8)
     ]
+
+
+def test_a_start_time_is_the_text_the_columns_full_processor_makes() -> None:
+    dialect = sqlite_dialect()
+    full = Launch.__table__.c.started_at.type.dialect_impl(dialect).bind_processor(dialect)
+    short = templated_rows.started_processor(dialect)
+    for epoch in (0.0, 1.5, 1764597138.000001, 1764597138.999999, 2**31 + 0.25, 4102444800.123456):
+        when = dt.datetime.fromtimestamp(epoch, dt.timezone.utc)
+        assert short(when) == full(when)
+        assert short(when).startswith(when.strftime("%Y-%m-%d %H:%M:%S"))

@@ -14,6 +14,9 @@ benchmark launches marked) routes each of those calls through :class:`CompiledRo
   later from the before-snapshot. Benchmark launches run unrecorded.
 
 The record goes to the recording's background writer (``tilelens.core.writer``); the launch returns at once.
+With the compiled module loaded (``tilelens.core.native``), interception calls its ``Launcher`` for
+``JITFunction`` launches instead of :meth:`CompiledRouter.launch`: it finishes a launch of a template already
+made in C++ and hands every other launch back here (``_launch`` before it runs, ``_after`` once it ran).
 The launch itself goes through ``runner`` (``compat.run_compiled``); tests without a GPU pass a stand-in.
 """
 
@@ -112,7 +115,7 @@ class CompiledRouter:
 
     @property
     def native_launch(self) -> bool:
-        """Whether launches like their kernel's last templated one are taken by the compiled launcher
+        """Whether launches of a template already made are taken by the compiled launcher
         (``native_capture.cpp``, ``Launcher``) instead of :meth:`launch`."""
         return self._launcher is not None and bool(self._launcher.enabled)
 
@@ -378,8 +381,8 @@ class CompiledRouter:
         started: float,
         duration: float,
     ) -> Any:
-        """The rest of a launch on the fast path, once it ran (``probe``: a ``GridProbe``, the compiled
-        launcher's ``GridProbe``, or None): queue it templated or raw, give its handle to the tuner's frame, and
+        """The rest of a launch on the fast path, once it ran (``probe``: a ``compiled_frames.GridProbe``, the
+        compiled launcher's own, or None): queue it templated or raw, give its handle to the tuner's frame, and
         return its result or raise its exception. The compiled launcher calls this for every launch it does
         not finish itself."""
         bound = None if probe is None else probe.bound

@@ -277,14 +277,15 @@ PyObject* capture(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
 // A `Launcher` is what interception calls for every `JITFunction` launch of a compiled recording. Configured
 // (`configure(...)`, by `CompiledRouter.use_templates` when templated launches go to the writer process with
 // this capture), it does in C++ what `launch`, `_launch_unsnapshotted` and `_templated` do in Python for a
-// launch whose kind equals its kernel's last template (`RoutedKernel.last_template`): take `grid`/`warmup` out of
-// the keyword arguments, run the launch through the router's runner with a `Probe` as its grid (timed as
-// Python times it), capture the bound arguments, check the template (the same Sig, templates table, compiled
-// kernel, pytest node id, launch options and autotune/heuristics frames), resolve the grid and queue the
-// flat launch (`flat`), then give the handle to the innermost tuner frame. Anything else is Python's:
+// launch of a template already made, its kernel's last one (`RoutedKernel.last_template`) or another found in
+// the templates table by its key: take `grid`/`warmup` out of the keyword arguments, run the launch through
+// the router's runner with a `GridProbe` as its grid (timed as Python times it), capture the bound
+// arguments, check the template (the same Sig, templates table, compiled kernel, pytest node id, launch
+// options and autotune/heuristics frames), resolve the grid and queue the flat launch (`flat`), then give
+// the handle to the innermost tuner frame. Anything else is Python's:
 //
-// * before the launch (no kernel known yet, no last template, no frame stack yet, a benchmark launch inside
-//   a tuning): `rest(jit, args, grid, kwargs)`, the router's `_launch`;
+// * before the launch (no kernel known yet, no template of it yet, no frame stack yet, a benchmark launch
+//   inside a tuning): `rest(jit, args, grid, kwargs)`, the router's `_launch`;
 // * after it (an exception, Triton did not bind, another template, anything unusual or any error while
 //   checking): `after(k, jit, args, grid, probe, kwargs, stack, result, error, started, duration)`, the
 //   router's `_after`, which decides from the same facts exactly as the Python path does (the capture is
