@@ -5,9 +5,9 @@ Why: on a launch-bound GPU program, reading a tensor's dtype, shape, strides, de
 pointer and size through torch's Python API costs eight calls (~1 µs per tensor); libtorch's own accessors
 cost nanoseconds (issue 15). Nothing else changes: the compiled function returns the same values and a
 signature equal exactly when the Python one is (``tests/unit/test_native_capture.py`` checks both on the
-same launches). The same module holds the compiled launcher (``Launcher``): a launch like its kernel's last
-templated one is finished there instead of in ``CompiledRouter.launch``'s Python, every other launch handed
-back to the router (``tests/unit/test_native_launch.py`` checks the rows against the Python router's).
+same launches). The same module holds the compiled launcher (``Launcher``): a launch of a template already
+made is finished there instead of in ``CompiledRouter.launch``'s Python, every other launch handed back to
+the router (``tests/unit/test_native_launch.py`` checks the rows against the Python router's).
 
 How it is built: with the C++ compiler Triton's own launchers need (``$CXX``, else ``c++``/``g++``), against
 the installed torch's headers and libraries, into ``TILELENS_NATIVE_DIR`` (default
