@@ -1,5 +1,5 @@
-"""The compiled launcher (``native_capture.cpp``'s ``Launcher``): a launch like its kernel's last templated one is
-finished in C++, every other launch is the Python router's, and either way the program gets the same result or
+"""The compiled launcher (``native_capture.cpp``'s ``Launcher``): a launch of a template already made is finished
+in C++, every other launch is the Python router's, and either way the program gets the same result or
 exception and the history the same rows as with the Python router alone (``TILELENS_NATIVE=0``)."""
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ class Boom(RuntimeError):
 
 
 class FailingAt(StableTritonLike):
-    """Raises ``Boom`` at its ``at``-th call (1-based), after binding the arguments as Triton would."""
+    """Raises ``Boom`` at its ``at``-th call (1-based), before anything of the launch (Triton's binding too)."""
 
     def __init__(self, at: int) -> None:
         super().__init__()
@@ -54,9 +54,8 @@ def _program(counts: list[tuple[int, int]], launcher: Any) -> list[torch.Tensor]
         scale_kernel[(3,)](x, outs[0], 40 - i, 2.0, BLOCK=16)
     mark()
     scale_kernel[(3,)](x, outs[0], 40, 2, BLOCK=16)  # an int factor: another template
-    scale_kernel[(3,)](
-        x, outs[0], 40, 2.0, BLOCK=16
-    )  # the float one again: found in the table, the last again
+    # The float one again: not the kernel's last template, found in the table, and the last again.
+    scale_kernel[(3,)](x, outs[0], 40, 2.0, BLOCK=16)
     scale_kernel[(3,)](x, outs[0], 40, 3.0, BLOCK=16)  # like the last
     scale_kernel[(3,)](x, outs[0], 40, 3.0, BLOCK=16, num_warps=2)  # launch options: another template
     scale_kernel[(3,)](x, outs[0], 40, 3.0, BLOCK=16, num_warps=2)
