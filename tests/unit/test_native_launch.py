@@ -194,3 +194,45 @@ def test_a_launch_finishes_with_the_configuration_it_started_with(tmp_path: Path
         assert (launcher.steady, launcher.fallbacks, launcher.enabled) == (2, 1, False)
     rows = _all_rows(tmp_path / "h.db", tmp_path / "b")
     assert [r[1][2]["value"] for r in rows] == [40, 39, 38, 37, 36]
+
+
+def test_threads_launching_at_once_each_get_their_launches_recorded(
+    tmp_path: Path, native_module: Any
+) -> None:
+    import threading
+    from collections import Counter
+
+    tuned_add.cache.clear()
+    tuned_add.cache[(40, "torch.float32", "torch.float32")] = tuned_add.configs[0]
+    rec = tilelens.Recording(
+        str(tmp_path / "h.db"),
+        tmp_path / "b",
+        backend="compiled",
+        snapshots="none",
+        runner=StableTritonLike(),
+    )
+    errors: list[BaseException] = []
+
+    def work(t: int) -> None:
+        try:
+            x, out = torch.arange(40, dtype=torch.float32), torch.zeros(40)
+            for i in range(100):
+                scale_kernel[(3,)](x, out, 40 - (i % 7), float(t), BLOCK=16)
+                tuned_add[(2,)](x, out, 40, 0.5)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    with rec:
+        threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        launcher = rec._compiled._launcher  # type: ignore[union-attr]
+    assert errors == [] and rec.write_failure is None and len(rec.launch_ids) == 800
+    # Each thread's first launch of each kernel may be Python's (its frame stack, the kernel's first template).
+    assert launcher.steady + launcher.fallbacks == 800 and launcher.fallbacks <= 8
+    rows = _all_rows(tmp_path / "h.db", tmp_path / "b")
+    scaled = Counter((r[1][2]["value"], r[1][3]["value"]) for r in rows if r[0]["grid_x"] == 3)
+    assert scaled == Counter((40 - i % 7, float(t)) for t in range(4) for i in range(100))
+    assert sum(1 for r in rows if r[0]["grid_x"] == 2) == 400
