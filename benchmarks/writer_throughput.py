@@ -16,10 +16,12 @@ Reported per launch: wall and CPU time, and the SQLite statements' own share of 
 
 from __future__ import annotations
 
+import contextlib
 import marshal
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -57,9 +59,10 @@ def sent_items(launches: int, folder: Path) -> list[Any]:
     return [i for i in items if i[0] not in ("o", "f", "x")]
 
 
-def write(items: list[Any], folder: Path, name: str, templates: bool) -> dict[str, float]:
-    """Write ``items`` as the writer process does; seconds per launch after the first batch (templates' first
-    launches, the kernel rows)."""
+@contextlib.contextmanager
+def warmed_writer(items: list[Any], folder: Path, name: str) -> Iterator[Any]:
+    """A ``RawWriter`` on a fresh history ``name`` in ``folder`` that has written the first batch of ``items``
+    (the kernels, each template's first launch: what the child writes before any template's rows are known)."""
     from tilelens.config import Location
     from tilelens.core.writer_child import RawWriter
     from tilelens.records import RunInfo
@@ -71,6 +74,13 @@ def write(items: list[Any], folder: Path, name: str, templates: bool) -> dict[st
         )
         writer = RawWriter(history, run, 0)
         writer.handle(items[:BATCH])
+        yield writer
+
+
+def write(items: list[Any], folder: Path, name: str, templates: bool) -> dict[str, float]:
+    """Write ``items`` as the writer process does; seconds per launch after the first batch (templates' first
+    launches, the kernel rows)."""
+    with warmed_writer(items, folder, name) as writer:
         if not templates:
             writer.rows = {number: None for number in writer.templates}  # every template the usual way
         rest = items[BATCH:]
@@ -91,17 +101,7 @@ def write(items: list[Any], folder: Path, name: str, templates: bool) -> dict[st
 
 def sql_share(items: list[Any], folder: Path) -> float:
     """Seconds per launch the template path's SQLite statements take on their own (rows built beforehand)."""
-    from tilelens.config import Location
-    from tilelens.core.writer_child import RawWriter
-    from tilelens.records import RunInfo
-    from tilelens.store import History
-
-    with History.open(location=Location(f"sqlite:///{folder / 'sql'}.db", folder / "sql")) as history:
-        run = history.begin_run(
-            RunInfo(argv=["writer_throughput"], cwd=str(folder), host="bench", versions={})
-        )
-        writer = RawWriter(history, run, 0)
-        writer.handle(items[:BATCH])
+    with warmed_writer(items, folder, "sql") as writer:
         launches = [i for i in items[BATCH:] if i[0] == "m" and writer.rows.get(i[2]) is not None]
         created = next(iter(writer.rows.values())).created_param()
         per_template: dict[Any, tuple[list[Any], list[Any]]] = {}
@@ -111,7 +111,7 @@ def sql_share(items: list[Any], folder: Path) -> float:
             rows.append(t.launch_row(10**6 + k, 10**6 + k, item[5], item[3], item[4], created))
             if t.args is not None:
                 args.append(t.arg_row(10**6 + k, item[6]))
-        raw = history._rows.engine.raw_connection()
+        raw = writer.history._rows.engine.raw_connection()
         try:
             cur = raw.driver_connection.cursor()
             t0 = time.perf_counter()

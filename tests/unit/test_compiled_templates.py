@@ -144,14 +144,15 @@ class StableTritonLike(TritonLike):
         return self.kernels.setdefault((id(jit), kwargs.get("num_warps")), result)
 
 
-def _recording(tmp_path: Path) -> tilelens.Recording:
-    """A compiled ``snapshots="none"`` recording into ``tmp_path`` through the writer process, templated."""
+def _recording(tmp_path: Path, runner: Any = None) -> tilelens.Recording:
+    """A compiled ``snapshots="none"`` recording into ``tmp_path`` through the writer process, templated;
+    ``runner``: a ``StableTritonLike`` unless given."""
     return tilelens.Recording(
         str(tmp_path / "h.db"),
         tmp_path / "b",
         backend="compiled",
         snapshots="none",
-        runner=StableTritonLike(),
+        runner=StableTritonLike() if runner is None else runner,
     )
 
 

@@ -17,7 +17,7 @@ import tilelens
 
 from .test_compiled_fast_path import tuned_add
 from .test_compiled_recording import scale_kernel
-from .test_compiled_templates import StableTritonLike, _all_rows
+from .test_compiled_templates import StableTritonLike, _all_rows, _recording
 
 
 class Boom(RuntimeError):
@@ -109,9 +109,7 @@ def test_a_launchs_exception_reaches_the_program_unchanged_and_is_recorded(
 ) -> None:
     x, out = torch.arange(40, dtype=torch.float32), torch.zeros(40)
     runner = FailingAt(3)
-    rec = tilelens.Recording(
-        str(tmp_path / "h.db"), tmp_path / "b", backend="compiled", snapshots="none", runner=runner
-    )
+    rec = _recording(tmp_path, runner)
     with rec:
         launcher = rec._compiled._launcher  # type: ignore[union-attr]
         for _ in range(2):
@@ -132,13 +130,7 @@ def test_a_launchs_exception_reaches_the_program_unchanged_and_is_recorded(
 
 def test_the_launcher_lets_its_router_go_when_the_recording_ends(tmp_path: Path, native_module: Any) -> None:
     x, out = torch.arange(40, dtype=torch.float32), torch.zeros(40)
-    rec = tilelens.Recording(
-        str(tmp_path / "h.db"),
-        tmp_path / "b",
-        backend="compiled",
-        snapshots="none",
-        runner=StableTritonLike(),
-    )
+    rec = _recording(tmp_path)
     with rec:
         for _ in range(3):
             scale_kernel[(3,)](x, out, 40, 2.0, BLOCK=16)
@@ -183,9 +175,7 @@ class Reconfiguring(StableTritonLike):
 def test_a_launch_finishes_with_the_configuration_it_started_with(tmp_path: Path, native_module: Any) -> None:
     x, out = torch.arange(40, dtype=torch.float32), torch.zeros(40)
     runner = Reconfiguring(3)
-    rec = tilelens.Recording(
-        str(tmp_path / "h.db"), tmp_path / "b", backend="compiled", snapshots="none", runner=runner
-    )
+    rec = _recording(tmp_path, runner)
     with rec:
         launcher = runner.launcher = rec._compiled._launcher  # type: ignore[union-attr]
         for i in range(5):
@@ -204,13 +194,7 @@ def test_threads_launching_at_once_each_get_their_launches_recorded(
 
     tuned_add.cache.clear()
     tuned_add.cache[(40, "torch.float32", "torch.float32")] = tuned_add.configs[0]
-    rec = tilelens.Recording(
-        str(tmp_path / "h.db"),
-        tmp_path / "b",
-        backend="compiled",
-        snapshots="none",
-        runner=StableTritonLike(),
-    )
+    rec = _recording(tmp_path)
     errors: list[BaseException] = []
 
     def work(t: int) -> None:

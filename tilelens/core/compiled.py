@@ -168,7 +168,7 @@ class CompiledRouter:
         """What ``interception_patches(direct=...)`` calls per kind, without the ``route`` dispatch: for
         ``JITFunction`` launches the compiled launcher when the compiled module is loaded (it hands every
         launch it does not take to :meth:`launch`), else :meth:`launch`."""
-        module = native.module_of(self._capture) or native.loaded()
+        module = native.loaded()
         if module is not None and self._launcher is None:
             self._launcher = module.Launcher(self.launch)
             self._configure_launcher()

@@ -335,15 +335,20 @@ PyObject* probe_call(PyObject* self, PyObject* args, PyObject* kwargs) {
   return value;
 }
 
-PyObject* probe_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
-  PyObject* grid;
-  if (!PyArg_ParseTuple(args, "O:GridProbe", &grid)) return nullptr;
-  Probe* p = PyObject_New(Probe, type);
+// A probe for `grid`, not called yet (nullptr and an exception on failure).
+Probe* new_probe(PyObject* grid) {
+  Probe* p = PyObject_New(Probe, &ProbeType);
   if (p == nullptr) return nullptr;
   p->grid = Py_NewRef(grid);
   p->bound = nullptr;
   p->value = nullptr;
-  return reinterpret_cast<PyObject*>(p);
+  return p;
+}
+
+PyObject* probe_new(PyTypeObject*, PyObject* args, PyObject*) {
+  PyObject* grid;
+  if (!PyArg_ParseTuple(args, "O:GridProbe", &grid)) return nullptr;
+  return reinterpret_cast<PyObject*>(new_probe(grid));
 }
 
 PyMemberDef probe_members[] = {
@@ -589,11 +594,8 @@ PyObject* launch(Launcher* l, PyObject* jit, PyObject* args, PyObject* kwargs) {
     ++l->fallbacks;
     return call_n(f[REST], {jit, args, grid.get(), kwargs});
   }
-  Probe* probe = PyObject_New(Probe, &ProbeType);
+  Probe* probe = new_probe(grid.get());
   if (probe == nullptr) return nullptr;
-  probe->grid = Py_NewRef(grid.get());
-  probe->bound = nullptr;
-  probe->value = nullptr;
   Ref probe_ref(reinterpret_cast<PyObject*>(probe));
   Ref started(PyObject_CallNoArgs(f[TIME]));
   Ref clock;
