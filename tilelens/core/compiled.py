@@ -14,9 +14,10 @@ benchmark launches marked) routes each of those calls through :class:`CompiledRo
   later from the before-snapshot. Benchmark launches run unrecorded.
 
 The record goes to the recording's background writer (``tilelens.core.writer``); the launch returns at once.
-With the compiled module loaded (``tilelens.core.native``), interception calls its ``Launcher`` for
-``JITFunction`` launches instead of :meth:`CompiledRouter.launch`: it finishes a launch of a template already
-made in C++ and hands every other launch back here (``_launch`` before it runs, ``_after`` once it ran).
+With the compiled module loaded (``tilelens.core.native``), interception is its ``Intercept`` and calls its
+``Launcher`` for ``JITFunction`` launches instead of :meth:`CompiledRouter.launch`: it finishes a launch of a
+template already made in C++ and hands every other launch back here (``_launch`` before it runs, ``_after``
+once it ran); its ``Tuner`` frames autotuner calls as :meth:`CompiledRouter.tune` does.
 The launch itself goes through ``runner`` (``compat.run_compiled``); tests without a GPU pass a stand-in.
 """
 
@@ -96,6 +97,7 @@ class CompiledRouter:
     # The compiled launcher (``native_capture.cpp``): made by :meth:`direct_routes` when the compiled module
     # is loaded, configured by :meth:`_configure_launcher`.
     _launcher: Any = None
+    _tuner: Any = None  # and its ``Tuner``, which frames an autotuner's call as :meth:`tune` does
 
     def use_templates(self, writer: Any) -> None:
         """Send templated launches (``compiled_templates``) to ``writer`` from now on; None: raw launches only.
@@ -145,6 +147,7 @@ class CompiledRouter:
             _THREAD,
             time.time,
             time.perf_counter,
+            self._original(compat.JITFunction) if self.runner is compat.run_compiled else None,
         )
 
     def _binds_like_triton(self) -> bool:
@@ -165,15 +168,19 @@ class CompiledRouter:
         return self.launch(kernel, args, kwargs)
 
     def direct_routes(self) -> dict[str, Any]:
-        """What ``interception_patches(direct=...)`` calls per kind, without the ``route`` dispatch: for
-        ``JITFunction`` launches the compiled launcher when the compiled module is loaded (it hands every
-        launch it does not take to :meth:`launch`), else :meth:`launch`."""
+        """What ``interception_patches(direct=...)`` calls per kind, without the ``route`` dispatch. With the
+        compiled module loaded: its ``Launcher`` for ``JITFunction`` launches (every launch it does not take
+        goes to :meth:`launch`) and its ``Tuner`` for autotuners (what it does not frame goes to
+        :meth:`tune`); else :meth:`launch` and :meth:`tune`."""
         module = native.loaded()
         if module is not None and self._launcher is None:
             self._launcher = module.Launcher(self.launch)
             self._configure_launcher()
+            self._tuner = module.Tuner(self.tune)
+            run = self._tuner_run = self._tuner_run or self._original(compat.Autotuner)
+            self._tuner.configure(self._tuner_plans, self._local, run, self._tuned, Frame, RESERVED_SET)
         jit = self._launcher if self._launcher is not None else self.launch
-        return {"jit": jit, "autotuner": self.tune, "heuristics": self.heuristics}
+        return {"jit": jit, "autotuner": self._tuner or self.tune, "heuristics": self.heuristics}
 
     def heuristics(self, kernel: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         frame = Frame(kernel, heuristics=tuple(kernel.values))
@@ -216,10 +223,15 @@ class CompiledRouter:
             return run(tuner, *args, **kwargs)
         finally:
             stack.pop()
-            # A fresh tuning (or Triton's disk cache) added this call's key to the cache. (Another thread
-            # tuning the same autotuner at the same moment could make an already known key look fresh.)
-            if frame.tuned and len(cache) != size and self._full_key(frame) in cache:
-                self._tuning_event(tuner, frame, timings_before)
+            if frame.tuned and len(cache) != size:
+                self._tuned(tuner, frame, timings_before, cache)
+
+    def _tuned(self, tuner: Any, frame: Frame, timings_before: Any, cache: dict[Any, Any]) -> None:
+        """After a tuned call that grew the tuner's cache (``tune``, or the compiled module's ``Tuner``): a fresh
+        tuning (or Triton's disk cache) added this call's key. (Another thread tuning the same autotuner at
+        the same moment could make an already known key look fresh.)"""
+        if self._full_key(frame) in cache:
+            self._tuning_event(tuner, frame, timings_before)
 
     def _key_later(self, frame: Frame, tuner: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """Give a tuned call's frame its key (``compat.autotune_key``), or, for a call with positional

@@ -52,7 +52,7 @@ from typing import Any, cast
 
 import numpy as np
 
-from tilelens.core import bounds, compat, fastbinary, fastmem, frontend, memhooks, semantics
+from tilelens.core import bounds, compat, fastbinary, fastmem, frontend, memhooks, native, semantics
 from tilelens.core.access import BATCH_PROGRAM, AccessCollector
 from tilelens.core.batched import executor as batched_executor
 from tilelens.core.batched import plan as batched_plan
@@ -530,6 +530,8 @@ def interception_patches(
         original = cls.run
         to = direct.get(kind)
 
+        if to is not None and (compiled_run := native.intercept(original, to)) is not None:
+            return compiled_run  # run_direct below, in C++
         if to is not None:
 
             def run_direct(self: Any, *args: Any, **kwargs: Any) -> Any:

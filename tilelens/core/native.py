@@ -7,11 +7,13 @@ cost nanoseconds (issue 15). Nothing else changes: the compiled function returns
 signature equal exactly when the Python one is (``tests/unit/test_native_capture.py`` checks both on the
 same launches). The same module holds the compiled launcher (``Launcher``): a launch of a template already
 made is finished there instead of in ``CompiledRouter.launch``'s Python, every other launch handed back to
-the router (``tests/unit/test_native_launch.py`` checks the rows against the Python router's).
+the router (``tests/unit/test_native_launch.py`` checks the rows against the Python router's), and, from
+``native_calls.cpp``, the interception of Triton's ``run`` methods (``Intercept``) and the autotuner's frame
+(``Tuner``) without Python frames (``tests/unit/test_native_calls.py``).
 
 How it is built: with the C++ compiler Triton's own launchers need (``$CXX``, else ``c++``/``g++``), against
 the installed torch's headers and libraries, into ``TILELENS_NATIVE_DIR`` (default
-``$XDG_CACHE_HOME/tilelens/native``, else ``~/.cache/tilelens/native``), named by a hash of the source, the
+``$XDG_CACHE_HOME/tilelens/native``, else ``~/.cache/tilelens/native``), named by a hash of the sources, the
 torch build and the Python ABI, so another torch builds its own. Writes are atomic (a temporary file
 renamed) and one build runs at a time (a lock file). A failed build leaves ``<name>.failed`` with the
 compiler's output, so a machine without a compiler does not try again per recording; ``python -m
@@ -41,12 +43,16 @@ import subprocess
 import sys
 import sysconfig
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 ENV = "TILELENS_NATIVE"
 DIR_ENV = "TILELENS_NATIVE_DIR"
 SOURCE = Path(__file__).with_name("native_capture.cpp")
+# Every file the module is built from (the header included by both sources): the build hashes them all.
+SOURCES = (SOURCE, SOURCE.with_name("native_calls.cpp"))
+HEADERS = (SOURCE.with_name("native_common.h"),)
 MODULE = "_tilelens_capture"
 
 _lock = threading.Lock()
@@ -82,7 +88,8 @@ def _name() -> str:
     import torch
 
     digest = hashlib.sha256()
-    digest.update(SOURCE.read_bytes())
+    for path in (*SOURCES, *HEADERS):
+        digest.update(path.read_bytes())
     for part in (torch.__version__, torch.__file__, sys.version, sysconfig.get_platform()):
         digest.update(b"\0" + str(part).encode())
     suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
@@ -119,7 +126,7 @@ def command(output: Path) -> list[str]:
         "-w",
         f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
         *(f"-I{p}" for p in includes),
-        str(SOURCE),
+        *(str(p) for p in SOURCES),
         "-o",
         str(output),
         *(f"-L{p}" for p in libraries),
@@ -231,6 +238,19 @@ def module_of(capture: Any) -> Any:
     """The compiled module whose ``capture`` ``capture`` is, or None (the Python capture)."""
     module = loaded()
     return module if module is not None and capture is getattr(module, "capture", None) else None
+
+
+def intercept(original: Any, target: Any) -> Callable[..., Any] | None:
+    """``original`` (one of Triton's ``run`` methods) intercepted by the compiled module's ``Intercept``: what
+    ``interception_patches``' Python ``run_direct`` does, ``target(obj, args, kwargs)`` for the calls it takes,
+    without a Python frame. None when the module is not loaded (the Python wrapper is used then)."""
+    module = loaded()
+    if module is None:
+        return None
+    from tilelens.core.thread_state import LOCAL
+
+    run: Callable[..., Any] = module.Intercept(original, target, LOCAL)
+    return run
 
 
 def capture_function() -> Any:

@@ -28,12 +28,17 @@
 
 #include <structmember.h>
 
+#include "native_common.h"
+
 #include <cstdint>
 #include <initializer_list>
 #include <cstring>
 #include <vector>
 
 namespace {
+
+using tilelens_native::call_n;
+using tilelens_native::Ref;
 
 PyObject* g_tensor_type = nullptr;  // torch.Tensor (exact type only, as `type(v) is torch.Tensor`)
 PyObject* g_runtime_name = nullptr;  // "runtime_names"
@@ -357,26 +362,9 @@ PyMemberDef probe_members[] = {
     {"value", T_OBJECT, offsetof(Probe, value), READONLY, "what the grid gave Triton"},
     {nullptr, 0, 0, 0, nullptr}};
 
-// An owned reference, released at the end of its scope.
-struct Ref {
-  PyObject* p;
-  explicit Ref(PyObject* o = nullptr) : p(o) {}
-  ~Ref() { Py_XDECREF(p); }
-  Ref(const Ref&) = delete;
-  Ref& operator=(const Ref&) = delete;
-  void reset(PyObject* o) { Py_XSETREF(p, o); }
-  PyObject* get() const { return p; }
-  PyObject* release() {
-    PyObject* o = p;
-    p = nullptr;
-    return o;
-  }
-  explicit operator bool() const { return p != nullptr; }
-};
-
 enum Field : int {
   REST, AFTER, KERNELS, METADATA, GRIDS, LOCAL, TEMPLATES, FLAT, RUNNER, GRID_OF, TESTID, THREAD, TIME, PERF,
-  NFIELDS
+  TRITON_RUN, NFIELDS
 };
 
 // A configuration: the tuple `configure` was called with, its items named by `Field`. A launch holds a
@@ -400,7 +388,7 @@ PyTypeObject LauncherType = {PyVarObject_HEAD_INIT(nullptr, 0)};
 
 struct Names {
   PyObject *grid, *warmup, *stack, *bench_depth, *jit, *last_template, *flat_plan, *options_key, *current,
-      *tuner, *layer, *best_config, *key, *key_values, *heuristics, *launch, *number, *numbers;
+      *tuner, *layer, *best_config, *key, *key_values, *heuristics, *launch, *number, *numbers, *option_plans;
 } g_names;
 
 int launcher_traverse(PyObject* self, visitproc visit, void* arg) {
@@ -421,10 +409,6 @@ void launcher_dealloc(PyObject* self) {
   PyObject_GC_UnTrack(self);
   launcher_clear(self);
   Py_TYPE(self)->tp_free(self);
-}
-
-PyObject* call_n(PyObject* fn, std::initializer_list<PyObject*> args) {
-  return PyObject_Vectorcall(fn, const_cast<PyObject* const*>(args.begin()), args.size(), nullptr);
 }
 
 // The router's `_attach`: the innermost tuner frame on `stack` gets the launch's handle.
@@ -478,6 +462,40 @@ PyObject* frames_key(PyObject* stack) {
   return out.release();
 }
 
+// `RoutedKernel.options_key(kwargs)`: from the plan the kernel made for these keyword names (`option_plans`:
+// names -> (the names kept, their getter)), the same (kept names, `itemgetter(*kept)(kwargs)` or ()) without
+// a Python call; the method itself when no plan is made yet.
+PyObject* options_key(PyObject* k, PyObject* kwargs) {
+  Ref names(PyTuple_New(PyDict_GET_SIZE(kwargs)));
+  Ref plans(PyObject_GetAttr(k, g_names.option_plans));
+  if (!names || !plans) return nullptr;
+  Py_ssize_t pos = 0, i = 0;
+  PyObject *name, *value;
+  while (PyDict_Next(kwargs, &pos, &name, &value)) PyTuple_SET_ITEM(names.get(), i++, Py_NewRef(name));
+  PyObject* plan = PyDict_CheckExact(plans.get()) ? PyDict_GetItemWithError(plans.get(), names.get()) : nullptr;
+  if (plan == nullptr && PyErr_Occurred()) return nullptr;
+  PyObject* kept = plan != nullptr && PyTuple_CheckExact(plan) && PyTuple_GET_SIZE(plan) == 2
+                       ? PyTuple_GET_ITEM(plan, 0) : nullptr;
+  if (kept == nullptr || !PyTuple_CheckExact(kept)) return PyObject_CallMethodOneArg(k, g_names.options_key, kwargs);
+  Py_ssize_t m = PyTuple_GET_SIZE(kept);
+  Ref got;
+  if (m == 1) {
+    got.reset(Py_XNewRef(PyDict_GetItemWithError(kwargs, PyTuple_GET_ITEM(kept, 0))));
+  } else {
+    got.reset(PyTuple_New(m));
+    for (Py_ssize_t j = 0; got && j < m; ++j) {
+      PyObject* v = PyDict_GetItemWithError(kwargs, PyTuple_GET_ITEM(kept, j));
+      if (v == nullptr) got.reset(nullptr);
+      else PyTuple_SET_ITEM(got.get(), j, Py_NewRef(v));
+    }
+  }
+  if (!got) {
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_KeyError, "a kept launch option is missing");
+    return nullptr;
+  }
+  return PyTuple_Pack(2, kept, got.get());
+}
+
 // 1: the launch is of a template already made: its kernel's last one (`last`), or one found in the templates
 // table by its key (then it becomes the kernel's last, as `_templated` does); `number`, `values` and
 // `resolved` are set. 0: a new template, or anything unusual, or a failure (any exception is cleared by the
@@ -501,8 +519,7 @@ int steady(const Config& f, PyObject* k, PyObject* last, PyObject* bound, PyObje
     metadata = PyTuple_GET_ITEM(known, 1);
   }
   Ref node(PyObject_GetAttr(f[TESTID], g_names.current));
-  Ref options(PyDict_GET_SIZE(kwargs) ? PyObject_CallMethodOneArg(k, g_names.options_key, kwargs)
-                                      : Py_NewRef(Py_None));
+  Ref options(PyDict_GET_SIZE(kwargs) ? options_key(k, kwargs) : Py_NewRef(Py_None));
   Ref frames(PyList_GET_SIZE(stack) ? frames_key(stack) : Py_NewRef(Py_None));
   if (!node || !options || !frames) return -1;
   // `_templated`'s test of the kernel's last template, in its order.
@@ -543,6 +560,29 @@ int steady(const Config& f, PyObject* k, PyObject* last, PyObject* bound, PyObje
   }
   values.reset(Py_NewRef(PyTuple_GET_ITEM(got.get(), 1)));
   return 1;
+}
+
+// `compat.run_compiled(jit, args, grid, kwargs)` without its frame: Triton's own `JITFunction.run(jit, *args,
+// grid=grid, warmup=False, **kwargs)` (`kwargs` holds neither name: `launch` took them out).
+PyObject* run_triton(PyObject* run, PyObject* jit, PyObject* args, PyObject* grid, PyObject* kwargs) {
+  Py_ssize_t n = PyTuple_GET_SIZE(args), nk = PyDict_GET_SIZE(kwargs);
+  std::vector<PyObject*> stack;
+  stack.reserve(static_cast<size_t>(n + nk + 3));
+  stack.push_back(jit);
+  for (Py_ssize_t i = 0; i < n; ++i) stack.push_back(PyTuple_GET_ITEM(args, i));
+  stack.push_back(grid);
+  stack.push_back(Py_False);
+  Ref names(PyTuple_New(nk + 2));
+  if (!names) return nullptr;
+  PyTuple_SET_ITEM(names.get(), 0, Py_NewRef(g_names.grid));
+  PyTuple_SET_ITEM(names.get(), 1, Py_NewRef(g_names.warmup));
+  Py_ssize_t pos = 0, i = 2;
+  PyObject *name, *value;
+  while (PyDict_Next(kwargs, &pos, &name, &value)) {
+    PyTuple_SET_ITEM(names.get(), i++, Py_NewRef(name));
+    stack.push_back(value);
+  }
+  return PyObject_Vectorcall(run, stack.data(), static_cast<size_t>(n + 1), names.get());
 }
 
 double seconds(PyObject* clock, Ref& holder) {
@@ -601,7 +641,8 @@ PyObject* launch(Launcher* l, PyObject* jit, PyObject* args, PyObject* kwargs) {
   Ref clock;
   double t0 = started ? seconds(f[PERF], clock) : -1.0;
   if (!started || PyErr_Occurred()) return nullptr;
-  Ref result(call_n(f[RUNNER], {jit, args, probe_ref.get(), kwargs}));
+  Ref result(f[TRITON_RUN] != Py_None ? run_triton(f[TRITON_RUN], jit, args, probe_ref.get(), kwargs)
+                                      : call_n(f[RUNNER], {jit, args, probe_ref.get(), kwargs}));
   Ref error;
   if (!result) {  // recorded, then re-raised unchanged (with its traceback) by `after`
     PyObject *type, *value, *tb;
@@ -667,7 +708,8 @@ PyObject* launcher_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
 }
 
 // configure(rest, after, kernels, metadata, grids, local, templates, flat, runner, grid_of, testid, thread,
-// time, perf_counter) enables; configure() disables (every launch then goes to `slow`).
+// time, perf_counter, triton_run) enables (`triton_run`: Triton's `JITFunction.run`, called directly when the
+// runner is `compat.run_compiled`, else None); configure() disables (every launch then goes to `slow`).
 PyObject* launcher_configure(PyObject* self, PyObject* args) {
   Launcher* l = reinterpret_cast<Launcher*>(self);
   Py_ssize_t n = PyTuple_GET_SIZE(args);
@@ -765,11 +807,12 @@ PyMODINIT_FUNC PyInit__tilelens_capture(void) {
   if (PyType_Ready(&LauncherType) < 0) return nullptr;
   const char* names[] = {"grid", "warmup", "stack", "bench_depth", "jit", "last_template", "flat_plan",
                          "options_key", "_current", "tuner", "layer", "best_config", "key", "key_values",
-                         "heuristics", "launch", "number", "numbers"};
+                         "heuristics", "launch", "number", "numbers", "option_plans"};
   PyObject** slots[] = {&g_names.grid, &g_names.warmup, &g_names.stack, &g_names.bench_depth, &g_names.jit,
                         &g_names.last_template, &g_names.flat_plan, &g_names.options_key, &g_names.current,
                         &g_names.tuner, &g_names.layer, &g_names.best_config, &g_names.key, &g_names.key_values,
-                        &g_names.heuristics, &g_names.launch, &g_names.number, &g_names.numbers};
+                        &g_names.heuristics, &g_names.launch, &g_names.number, &g_names.numbers,
+                        &g_names.option_plans};
   for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); ++i) {
     *slots[i] = PyUnicode_InternFromString(names[i]);
     if (*slots[i] == nullptr) return nullptr;
@@ -790,6 +833,10 @@ PyMODINIT_FUNC PyInit__tilelens_capture(void) {
       Py_DECREF(m);
       return nullptr;
     }
+  }
+  if (tilelens_native::add_call_types(m) < 0) {
+    Py_DECREF(m);
+    return nullptr;
   }
   return m;
 }

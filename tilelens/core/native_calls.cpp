@@ -1,0 +1,487 @@
+// The calls around a compiled recording's launch, in C++ (issue 15): interception of Triton's `run` methods
+// (`Intercept`) and the autotuner's frame (`Tuner`). Part of TileLens's compiled module (built with
+// native_capture.cpp by tilelens/core/native.py); what they do is the Python they stand for, described below.
+//
+// Invariant: each does exactly what its Python counterpart does (`interpreter.interception_patches`'
+// `run_direct`; `CompiledRouter.tune`), calling the same Python callables with the same arguments, and
+// passes on every exception unchanged; whatever it does not handle itself goes to that Python. The GIL is
+// held throughout.
+
+#include <Python.h>
+
+#include <structmember.h>
+
+#include <cstring>
+
+#include "native_common.h"
+
+namespace tilelens_native {
+namespace {
+
+struct CallNames {
+  PyObject *trace, *launch, *warmup, *configs, *cache, *stack, *configs_timings;
+} g_call_names;
+
+// ---------------------------------------------------------------------------------------------------------
+// Intercept: `run_direct` of `interception_patches`, a descriptor set as `JITFunction.run`, `Autotuner.run`
+// or `Heuristics.run` for a compiled recording. `obj.run(*args, **kwargs)` calls `original` unchanged when
+// `obj` is a layer TileLens traces (`_tilelens_trace`), when an interpreted launch runs on this thread
+// (`thread.launch`) or for a warmup; else `target(obj, args, kwargs)` with a fresh tuple and dict. As a
+// method descriptor it is called without a bound method being made; `__wrapped__` is `original`.
+
+struct Intercept {
+  PyObject_HEAD
+  vectorcallfunc vectorcall;
+  PyObject* original;
+  PyObject* target;
+  PyObject* thread;
+};
+
+PyTypeObject InterceptType = {PyVarObject_HEAD_INIT(nullptr, 0)};
+
+int intercept_traverse(PyObject* self, visitproc visit, void* arg) {
+  Intercept* i = reinterpret_cast<Intercept*>(self);
+  Py_VISIT(i->original);
+  Py_VISIT(i->target);
+  Py_VISIT(i->thread);
+  return 0;
+}
+
+int intercept_clear(PyObject* self) {
+  Intercept* i = reinterpret_cast<Intercept*>(self);
+  Py_CLEAR(i->original);
+  Py_CLEAR(i->target);
+  Py_CLEAR(i->thread);
+  return 0;
+}
+
+void intercept_dealloc(PyObject* self) {
+  PyObject_GC_UnTrack(self);
+  intercept_clear(self);
+  Py_TYPE(self)->tp_free(self);
+}
+
+bool is_name(PyObject* a, PyObject* b) {
+  return a == b || (PyUnicode_Check(a) && PyUnicode_Compare(a, b) == 0);
+}
+
+// 1: Triton's own `run` takes the call; 0: the target does; -1: an exception.
+int passes_through(Intercept* ic, PyObject* obj, PyObject* const* kwvalues, PyObject* kwnames) {
+  Ref trace(attr_or_none(obj, g_call_names.trace));
+  if (!trace) return -1;
+  if (trace.get() != Py_None) return 1;
+  Ref launch(PyObject_GetAttr(ic->thread, g_call_names.launch));
+  if (!launch) return -1;
+  if (launch.get() != Py_None) return 1;
+  Py_ssize_t nk = kwnames == nullptr ? 0 : PyTuple_GET_SIZE(kwnames);
+  for (Py_ssize_t i = 0; i < nk; ++i) {
+    if (is_name(PyTuple_GET_ITEM(kwnames, i), g_call_names.warmup)) {
+      int warm = PyObject_IsTrue(kwvalues[i]);
+      if (warm != 0) return warm;
+    }
+  }
+  return 0;
+}
+
+PyObject* intercept_vectorcall(PyObject* self, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
+  Intercept* ic = reinterpret_cast<Intercept*>(self);
+  Py_ssize_t n = PyVectorcall_NARGS(nargsf);
+  if (ic->original == nullptr) {
+    PyErr_SetString(PyExc_RuntimeError, "a cleared interception");
+    return nullptr;
+  }
+  if (n < 1) return PyObject_Vectorcall(ic->original, args, nargsf, kwnames);
+  int pass = passes_through(ic, args[0], args + n, kwnames);
+  if (pass < 0) return nullptr;
+  if (pass) return PyObject_Vectorcall(ic->original, args, nargsf, kwnames);
+  Ref positional(PyTuple_New(n - 1));
+  Ref keywords(PyDict_New());
+  if (!positional || !keywords) return nullptr;
+  for (Py_ssize_t i = 1; i < n; ++i) PyTuple_SET_ITEM(positional.get(), i - 1, Py_NewRef(args[i]));
+  Py_ssize_t nk = kwnames == nullptr ? 0 : PyTuple_GET_SIZE(kwnames);
+  for (Py_ssize_t i = 0; i < nk; ++i) {
+    if (PyDict_SetItem(keywords.get(), PyTuple_GET_ITEM(kwnames, i), args[n + i]) < 0) return nullptr;
+  }
+  return call_n(ic->target, {args[0], positional.get(), keywords.get()});
+}
+
+PyObject* intercept_get(PyObject* self, PyObject* obj, PyObject*) {
+  if (obj == nullptr || obj == Py_None) return Py_NewRef(self);
+  return PyMethod_New(self, obj);
+}
+
+PyObject* intercept_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
+  PyObject *original, *target, *thread;
+  if (kwargs != nullptr && PyDict_GET_SIZE(kwargs)) {
+    PyErr_SetString(PyExc_TypeError, "Intercept(original, target, thread) takes no keyword arguments");
+    return nullptr;
+  }
+  if (!PyArg_ParseTuple(args, "OOO:Intercept", &original, &target, &thread)) return nullptr;
+  Intercept* ic = PyObject_GC_New(Intercept, type);
+  if (ic == nullptr) return nullptr;
+  ic->vectorcall = intercept_vectorcall;
+  ic->original = Py_NewRef(original);
+  ic->target = Py_NewRef(target);
+  ic->thread = Py_NewRef(thread);
+  PyObject_GC_Track(ic);
+  return reinterpret_cast<PyObject*>(ic);
+}
+
+PyMemberDef intercept_members[] = {
+    {"__wrapped__", T_OBJECT, offsetof(Intercept, original), READONLY, "Triton's own run"},
+    {"target", T_OBJECT, offsetof(Intercept, target), READONLY, "what intercepted calls go to"},
+    {nullptr, 0, 0, 0, nullptr}};
+
+// ---------------------------------------------------------------------------------------------------------
+// Tuner: `CompiledRouter.tune` for a call of an autotuner of one config, or of one the router knows (its
+// plan is in `plans`) made with positional arguments that reach every key position and keyword arguments
+// (if any) among `reserved` (`grid`, `warmup`) when no parameter has such a name. It makes the call's `Frame` (`Frame(tuner, None, (),
+// 0, None, True)`, with `tuned`, `args` and `key_values` set as `_key_later` sets them), keeps it on this
+// thread's stack while Triton's `Autotuner.run` runs, and when the call added a key to the tuner's cache
+// calls `tuned(tuner, frame, timings_before, cache)` (the router's `_tuned`), also when the run raised.
+// Every other call, and every call while not configured, goes to `slow(tuner, args, kwargs)`.
+//
+// The frame is made without running the dataclass's `__init__`: its ten slots are set directly, at the
+// offsets `configure` read from the class's member descriptors.
+
+constexpr int NFRAME = 10;
+const char* kFrameFields[NFRAME] = {"layer",    "key",   "heuristics", "trials", "launch",
+                                    "tuner",    "key_text", "tuned",   "args",   "key_values"};
+enum FrameField : int { LAYER, KEY, HEURISTICS, TRIALS, LAUNCH, TUNER, KEY_TEXT, TUNED, ARGS, KEY_VALUES };
+
+enum TunerField : int { PLANS, LOCAL, RUN, TUNED_AFTER, FRAME_TYPE, RESERVED, NTUNER };
+
+struct Tuner {
+  PyObject_HEAD
+  vectorcallfunc vectorcall;
+  PyObject* slow;
+  PyObject* config;  // a tuple of NTUNER, or nullptr: not configured
+  Py_ssize_t offsets[NFRAME];
+  Py_ssize_t steady;
+  Py_ssize_t fallbacks;
+};
+
+PyTypeObject TunerType = {PyVarObject_HEAD_INIT(nullptr, 0)};
+
+int tuner_traverse(PyObject* self, visitproc visit, void* arg) {
+  Tuner* t = reinterpret_cast<Tuner*>(self);
+  Py_VISIT(t->slow);
+  Py_VISIT(t->config);
+  return 0;
+}
+
+int tuner_clear(PyObject* self) {
+  Tuner* t = reinterpret_cast<Tuner*>(self);
+  Py_CLEAR(t->slow);
+  Py_CLEAR(t->config);
+  return 0;
+}
+
+void tuner_dealloc(PyObject* self) {
+  PyObject_GC_UnTrack(self);
+  tuner_clear(self);
+  Py_TYPE(self)->tp_free(self);
+}
+
+// A frame with its ten slots set (`values` borrowed; nullptr and an exception on failure).
+PyObject* new_frame(PyTypeObject* type, const Py_ssize_t* offsets, PyObject* const* values) {
+  PyObject* frame = type->tp_alloc(type, 0);
+  if (frame == nullptr) return nullptr;
+  for (int i = 0; i < NFRAME; ++i) {
+    PyObject** slot = reinterpret_cast<PyObject**>(reinterpret_cast<char*>(frame) + offsets[i]);
+    Py_XSETREF(*slot, Py_NewRef(values[i]));
+  }
+  return frame;
+}
+
+// The call's key values as `_key_later` makes them: (len(args), tuple(args[i] for i in positions)).
+PyObject* key_values(PyObject* args, PyObject* positions) {
+  Py_ssize_t m = PyTuple_GET_SIZE(positions);
+  Ref values(PyTuple_New(m));
+  if (!values) return nullptr;
+  for (Py_ssize_t i = 0; i < m; ++i) {
+    Py_ssize_t at = PyLong_AsSsize_t(PyTuple_GET_ITEM(positions, i));
+    if (at < 0 || at >= PyTuple_GET_SIZE(args)) {
+      if (!PyErr_Occurred()) PyErr_SetString(PyExc_IndexError, "a key position outside the arguments");
+      return nullptr;
+    }
+    PyTuple_SET_ITEM(values.get(), i, Py_NewRef(PyTuple_GET_ITEM(args, at)));
+  }
+  Ref count(PyLong_FromSsize_t(PyTuple_GET_SIZE(args)));
+  if (!count) return nullptr;
+  return PyTuple_Pack(2, count.get(), values.get());
+}
+
+// `run(tuner, *args, **kwargs)`.
+PyObject* call_run(PyObject* run, PyObject* tuner, PyObject* args, PyObject* kwargs) {
+  Py_ssize_t n = PyTuple_GET_SIZE(args);
+  Py_ssize_t nk = PyDict_GET_SIZE(kwargs);
+  if (nk == 0 && n < 15) {
+    PyObject* stack[16];
+    stack[0] = tuner;
+    for (Py_ssize_t i = 0; i < n; ++i) stack[i + 1] = PyTuple_GET_ITEM(args, i);
+    return PyObject_Vectorcall(run, stack, n + 1, nullptr);
+  }
+  Ref all(PyTuple_New(n + 1));
+  if (!all) return nullptr;
+  PyTuple_SET_ITEM(all.get(), 0, Py_NewRef(tuner));
+  for (Py_ssize_t i = 0; i < n; ++i) PyTuple_SET_ITEM(all.get(), i + 1, Py_NewRef(PyTuple_GET_ITEM(args, i)));
+  return PyObject_Call(run, all.get(), kwargs);
+}
+
+// What `plan_call` found out about a call.
+struct Plan {
+  bool tuned = false;
+  Ref key_values, timings_before, cache, stack;
+};
+
+// 1: this call is the Tuner's (`out` set); 0: Python's; -1: an exception (the caller clears it: Python's).
+int plan_call(PyObject* config, PyObject* tuner, PyObject* args, PyObject* kwargs, Plan& out) {
+  Ref configs(PyObject_GetAttr(tuner, g_call_names.configs));
+  if (!configs) return -1;
+  Py_ssize_t n = PyObject_Size(configs.get());
+  if (n < 0) return -1;
+  out.tuned = n > 1;
+  if (out.tuned) {  // a key: from the plan the router made at this tuner's first tuned call
+    Ref id(PyLong_FromVoidPtr(tuner));
+    if (!id) return -1;
+    PyObject* plan = PyDict_GetItemWithError(PyTuple_GET_ITEM(config, PLANS), id.get());
+    if (plan == nullptr || !PyTuple_CheckExact(plan) || PyTuple_GET_SIZE(plan) < 4 ||
+        PyTuple_GET_ITEM(plan, 0) != tuner)
+      return PyErr_Occurred() ? -1 : 0;
+    PyObject* positions = PyTuple_GET_ITEM(plan, 1);
+    if (!PyTuple_CheckExact(positions)) return 0;
+    if (PyDict_GET_SIZE(kwargs)) {
+      int free = PyObject_IsTrue(PyTuple_GET_ITEM(plan, 2));
+      if (free <= 0) return free;
+      Py_ssize_t pos = 0;
+      PyObject *name, *value;
+      while (PyDict_Next(kwargs, &pos, &name, &value)) {
+        int in = PySet_Contains(PyTuple_GET_ITEM(config, RESERVED), name);
+        if (in <= 0) return in;
+      }
+    }
+    Py_ssize_t highest = PyLong_AsSsize_t(PyTuple_GET_ITEM(plan, 3));
+    if (highest == -1 && PyErr_Occurred()) return -1;
+    if (PyTuple_GET_SIZE(args) <= highest) return 0;
+    out.key_values.reset(key_values(args, positions));
+    out.timings_before.reset(attr_or_none(tuner, g_call_names.configs_timings));
+    if (!out.key_values || !out.timings_before) return -1;
+  }
+  out.cache.reset(PyObject_GetAttr(tuner, g_call_names.cache));
+  if (!out.cache) return -1;
+  if (!PyDict_Check(out.cache.get())) return 0;
+  out.stack.reset(PyObject_GetAttr(PyTuple_GET_ITEM(config, LOCAL), g_call_names.stack));
+  if (!out.stack) return -1;
+  return PyList_CheckExact(out.stack.get()) ? 1 : 0;
+}
+
+PyObject* tune(Tuner* t, PyObject* tuner, PyObject* args, PyObject* kwargs) {
+  if (t->slow == nullptr) {
+    PyErr_SetString(PyExc_RuntimeError, "a cleared tuner");
+    return nullptr;
+  }
+  if (t->config == nullptr || !PyTuple_CheckExact(args) || !PyDict_CheckExact(kwargs))
+    return call_n(t->slow, {tuner, args, kwargs});
+  Ref config(Py_NewRef(t->config));
+  Py_ssize_t offsets[NFRAME];
+  std::memcpy(offsets, t->offsets, sizeof(offsets));
+  Plan plan;
+  int mine = plan_call(config.get(), tuner, args, kwargs, plan);
+  if (mine <= 0) {
+    PyErr_Clear();
+    ++t->fallbacks;
+    return call_n(t->slow, {tuner, args, kwargs});
+  }
+  Ref empty(PyTuple_New(0));
+  Ref zero(PyLong_FromLong(0));
+  if (!empty || !zero) return nullptr;
+  PyObject* tuned = plan.tuned ? Py_True : Py_False;
+  PyObject* values[NFRAME] = {tuner,   Py_None, empty.get(), zero.get(), Py_None,
+                              Py_True, Py_None, tuned,       plan.tuned ? args : Py_None,
+                              plan.tuned ? plan.key_values.get() : Py_None};
+  PyTypeObject* frame_type = reinterpret_cast<PyTypeObject*>(PyTuple_GET_ITEM(config.get(), FRAME_TYPE));
+  Ref frame(new_frame(frame_type, offsets, values));
+  if (!frame) return nullptr;
+  PyObject* cache = plan.cache.get();
+  Py_ssize_t size = PyDict_GET_SIZE(cache);
+  PyObject* stack = plan.stack.get();
+  if (PyList_Append(stack, frame.get()) < 0) return nullptr;
+  ++t->steady;
+  Ref result(call_run(PyTuple_GET_ITEM(config.get(), RUN), tuner, args, kwargs));
+  // `finally`: off the stack, then a fresh tuning's event, also when the run raised.
+  PyObject *type, *value, *tb;
+  PyErr_Fetch(&type, &value, &tb);
+  Py_ssize_t depth = PyList_GET_SIZE(stack);
+  int popped = depth > 0 ? PyList_SetSlice(stack, depth - 1, depth, nullptr) : 0;
+  if (popped == 0 && plan.tuned && PyDict_GET_SIZE(cache) != size) {
+    Ref done(call_n(PyTuple_GET_ITEM(config.get(), TUNED_AFTER),
+                    {tuner, frame.get(), plan.timings_before.get(), cache}));
+    popped = done ? 0 : -1;
+  }
+  if (popped < 0) {  // the finally block's own exception replaces the run's (chained to it, as Python does)
+    if (value != nullptr) {
+      PyObject *t2, *v2, *tb2;
+      PyErr_Fetch(&t2, &v2, &tb2);
+      PyErr_NormalizeException(&t2, &v2, &tb2);
+      PyErr_NormalizeException(&type, &value, &tb);
+      if (tb != nullptr) PyException_SetTraceback(value, tb);
+      if (v2 != nullptr) PyException_SetContext(v2, Py_NewRef(value));
+      PyErr_Restore(t2, v2, tb2);
+      Py_XDECREF(type);
+      Py_XDECREF(value);
+      Py_XDECREF(tb);
+    }
+    return nullptr;
+  }
+  if (type != nullptr) {
+    PyErr_Restore(type, value, tb);
+    return nullptr;
+  }
+  return result.release();
+}
+
+PyObject* tuner_vectorcall(PyObject* self, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
+  if (PyVectorcall_NARGS(nargsf) != 3 || (kwnames != nullptr && PyTuple_GET_SIZE(kwnames))) {
+    PyErr_SetString(PyExc_TypeError, "a tuner takes (tuner, args, kwargs)");
+    return nullptr;
+  }
+  return tune(reinterpret_cast<Tuner*>(self), args[0], args[1], args[2]);
+}
+
+PyObject* tuner_new(PyTypeObject* type, PyObject* args, PyObject*) {
+  PyObject* slow;
+  if (!PyArg_ParseTuple(args, "O:Tuner", &slow)) return nullptr;
+  Tuner* t = PyObject_GC_New(Tuner, type);
+  if (t == nullptr) return nullptr;
+  t->vectorcall = tuner_vectorcall;
+  t->slow = Py_NewRef(slow);
+  t->config = nullptr;
+  std::memset(t->offsets, 0, sizeof(t->offsets));
+  t->steady = t->fallbacks = 0;
+  PyObject_GC_Track(t);
+  return reinterpret_cast<PyObject*>(t);
+}
+
+// The offsets of `type`'s slots named in kFrameFields; false (and a TypeError) unless each is a plain
+// object slot of a class without `__dict__` whose instances can be made without arguments.
+bool frame_offsets(PyObject* type_object, Py_ssize_t* offsets) {
+  if (!PyType_Check(type_object)) {
+    PyErr_SetString(PyExc_TypeError, "the frame type must be a class");
+    return false;
+  }
+  PyTypeObject* type = reinterpret_cast<PyTypeObject*>(type_object);
+  if (type->tp_dictoffset != 0 || type->tp_alloc == nullptr || type->tp_itemsize != 0) {
+    PyErr_SetString(PyExc_TypeError, "the frame type must have slots only");
+    return false;
+  }
+  for (int i = 0; i < NFRAME; ++i) {
+    Ref descr(PyObject_GetAttrString(type_object, kFrameFields[i]));
+    if (!descr) return false;
+    if (!Py_IS_TYPE(descr.get(), &PyMemberDescr_Type)) {
+      PyErr_Format(PyExc_TypeError, "the frame type's %s is not a slot", kFrameFields[i]);
+      return false;
+    }
+    PyMemberDef* member = reinterpret_cast<PyMemberDescrObject*>(descr.get())->d_member;
+    if (member->type != T_OBJECT_EX || member->offset <= 0 ||
+        member->offset + static_cast<Py_ssize_t>(sizeof(PyObject*)) > type->tp_basicsize) {
+      PyErr_Format(PyExc_TypeError, "the frame type's %s is not an object slot", kFrameFields[i]);
+      return false;
+    }
+    offsets[i] = member->offset;
+  }
+  return true;
+}
+
+// configure(plans, local, run, tuned, frame_type, reserved) enables; configure() disables.
+PyObject* tuner_configure(PyObject* self, PyObject* args) {
+  Tuner* t = reinterpret_cast<Tuner*>(self);
+  Py_ssize_t n = PyTuple_GET_SIZE(args);
+  if (n != 0 && n != NTUNER) {
+    PyErr_Format(PyExc_TypeError, "configure() takes 0 or %d arguments", static_cast<int>(NTUNER));
+    return nullptr;
+  }
+  if (n == 0) {
+    Py_CLEAR(t->config);
+    Py_RETURN_NONE;
+  }
+  if (!PyDict_Check(PyTuple_GET_ITEM(args, PLANS)) || !PyAnySet_Check(PyTuple_GET_ITEM(args, RESERVED))) {
+    PyErr_SetString(PyExc_TypeError, "plans must be a dict and reserved a set");
+    return nullptr;
+  }
+  Py_ssize_t offsets[NFRAME];
+  if (!frame_offsets(PyTuple_GET_ITEM(args, FRAME_TYPE), offsets)) return nullptr;
+  std::memcpy(t->offsets, offsets, sizeof(offsets));
+  Py_XSETREF(t->config, Py_NewRef(args));
+  Py_RETURN_NONE;
+}
+
+PyObject* tuner_enabled(PyObject* self, void*) {
+  return PyBool_FromLong(reinterpret_cast<Tuner*>(self)->config != nullptr);
+}
+
+PyMethodDef tuner_methods[] = {
+    {"configure", tuner_configure, METH_VARARGS, "configure(plans, local, run, tuned, frame_type, reserved) or configure()"},
+    {nullptr, nullptr, 0, nullptr}};
+
+PyMemberDef tuner_members[] = {
+    {"steady", T_PYSSIZET, offsetof(Tuner, steady), READONLY, "calls framed here"},
+    {"fallbacks", T_PYSSIZET, offsetof(Tuner, fallbacks), READONLY, "calls given to Python"},
+    {nullptr, 0, 0, 0, nullptr}};
+
+PyGetSetDef tuner_getset[] = {
+    {"enabled", tuner_enabled, nullptr, "whether calls are framed here", nullptr},
+    {nullptr, nullptr, nullptr, nullptr, nullptr}};
+
+int add_type(PyObject* module, PyTypeObject* type, const char* name) {
+  if (PyType_Ready(type) < 0) return -1;
+  Py_INCREF(type);
+  if (PyModule_AddObject(module, name, reinterpret_cast<PyObject*>(type)) < 0) {
+    Py_DECREF(type);
+    return -1;
+  }
+  return 0;
+}
+
+}  // namespace
+
+int add_call_types(PyObject* module) {
+  const char* names[] = {"_tilelens_trace", "launch", "warmup", "configs", "cache", "stack", "configs_timings"};
+  PyObject** slots[] = {&g_call_names.trace,  &g_call_names.launch, &g_call_names.warmup,
+                        &g_call_names.configs, &g_call_names.cache, &g_call_names.stack,
+                        &g_call_names.configs_timings};
+  for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); ++i) {
+    *slots[i] = PyUnicode_InternFromString(names[i]);
+    if (*slots[i] == nullptr) return -1;
+  }
+  InterceptType.tp_name = "_tilelens_capture.Intercept";
+  InterceptType.tp_basicsize = sizeof(Intercept);
+  InterceptType.tp_dealloc = intercept_dealloc;
+  InterceptType.tp_traverse = intercept_traverse;
+  InterceptType.tp_clear = intercept_clear;
+  InterceptType.tp_new = intercept_new;
+  InterceptType.tp_call = PyVectorcall_Call;
+  InterceptType.tp_vectorcall_offset = offsetof(Intercept, vectorcall);
+  InterceptType.tp_descr_get = intercept_get;
+  InterceptType.tp_members = intercept_members;
+  InterceptType.tp_flags =
+      Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_METHOD_DESCRIPTOR;
+  InterceptType.tp_doc = "A Triton run method intercepted for a compiled recording (see native_calls.cpp).";
+  TunerType.tp_name = "_tilelens_capture.Tuner";
+  TunerType.tp_basicsize = sizeof(Tuner);
+  TunerType.tp_dealloc = tuner_dealloc;
+  TunerType.tp_traverse = tuner_traverse;
+  TunerType.tp_clear = tuner_clear;
+  TunerType.tp_new = tuner_new;
+  TunerType.tp_call = PyVectorcall_Call;
+  TunerType.tp_vectorcall_offset = offsetof(Tuner, vectorcall);
+  TunerType.tp_methods = tuner_methods;
+  TunerType.tp_members = tuner_members;
+  TunerType.tp_getset = tuner_getset;
+  TunerType.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL;
+  TunerType.tp_doc = "An autotuner's call framed for a compiled recording (see native_calls.cpp).";
+  if (add_type(module, &InterceptType, "Intercept") < 0) return -1;
+  return add_type(module, &TunerType, "Tuner");
+}
+
+}  // namespace tilelens_native

@@ -1,0 +1,54 @@
+// What TileLens's compiled module's two sources share (native_capture.cpp, native_calls.cpp): an owned
+// reference, a vectorcall helper and an optional attribute lookup. Header-only; included by both.
+//
+// Invariant: the GIL is held wherever these run.
+
+#ifndef TILELENS_NATIVE_COMMON_H
+#define TILELENS_NATIVE_COMMON_H
+
+#include <Python.h>
+
+#include <initializer_list>
+
+namespace tilelens_native {
+
+// An owned reference, released at the end of its scope.
+struct Ref {
+  PyObject* p;
+  explicit Ref(PyObject* o = nullptr) : p(o) {}
+  ~Ref() { Py_XDECREF(p); }
+  Ref(const Ref&) = delete;
+  Ref& operator=(const Ref&) = delete;
+  void reset(PyObject* o) { Py_XSETREF(p, o); }
+  PyObject* get() const { return p; }
+  PyObject* release() {
+    PyObject* o = p;
+    p = nullptr;
+    return o;
+  }
+  explicit operator bool() const { return p != nullptr; }
+};
+
+inline PyObject* call_n(PyObject* fn, std::initializer_list<PyObject*> args) {
+  return PyObject_Vectorcall(fn, const_cast<PyObject* const*>(args.begin()), args.size(), nullptr);
+}
+
+// `getattr(obj, name, None)` without making an AttributeError when it is missing: a new reference (None when
+// missing), or nullptr and an exception for any other failure.
+inline PyObject* attr_or_none(PyObject* obj, PyObject* name) {
+  PyObject* value = nullptr;
+#if PY_VERSION_HEX >= 0x030D0000
+  int found = PyObject_GetOptionalAttr(obj, name, &value);
+#else
+  int found = _PyObject_LookupAttr(obj, name, &value);
+#endif
+  if (found < 0) return nullptr;
+  return found ? value : Py_NewRef(Py_None);
+}
+
+// Adds the types of native_calls.cpp (`Intercept`, `Tuner`) to the module; -1 and an exception on failure.
+int add_call_types(PyObject* module);
+
+}  // namespace tilelens_native
+
+#endif
