@@ -185,6 +185,8 @@ def run(steps: int = 20, samples: int = 5, cpu: bool = False) -> list[tuple[str,
                             router._configure_launcher()  # the compiled launcher sees what changed
                     if patches and router._launcher is not None:
                         router._launcher.configure()  # the router's patched Python decides every launch
+                    if "tune" in patches and router._tuner is not None:
+                        router._tuner.configure()  # and its patched tune frames every autotuner call
                     if not intercept:
                         rec._patches.__exit__(None, None, None)
                         rec._patches = _Nothing()

@@ -15,7 +15,7 @@
 // (no storage, not strided, symbolic sizes): the caller takes the untemplated path.
 //
 // It also exports `Launcher` and `GridProbe`, the steady launch of a compiled recording (described where they
-// are defined, below).
+// are defined, below), and, from native_calls.cpp, `Intercept` and `Tuner` (the calls around a launch).
 //
 // Invariants: nothing here changes a tensor or keeps one (a Sig holds only integers and the constexpr
 // values, which are ints, floats, bools, strs or None); every Python error and C++ exception in `capture` is
@@ -284,10 +284,11 @@ PyObject* capture(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
 // this capture), it does in C++ what `launch`, `_launch_unsnapshotted` and `_templated` do in Python for a
 // launch of a template already made, its kernel's last one (`RoutedKernel.last_template`) or another found in
 // the templates table by its key: take `grid`/`warmup` out of the keyword arguments, run the launch through
-// the router's runner with a `GridProbe` as its grid (timed as Python times it), capture the bound
-// arguments, check the template (the same Sig, templates table, compiled kernel, pytest node id, launch
-// options and autotune/heuristics frames), resolve the grid and queue the flat launch (`flat`), then give
-// the handle to the innermost tuner frame. Anything else is Python's:
+// the router's runner with a `GridProbe` as its grid (timed as Python times it; when the runner is
+// `compat.run_compiled`, Triton's own `JITFunction.run` as it was at `configure`, called directly), capture
+// the bound arguments, check the template (the same Sig, templates table, compiled kernel, pytest node id,
+// launch options and autotune/heuristics frames), resolve the grid and queue the flat launch (`flat`), then
+// give the handle to the innermost tuner frame. Anything else is Python's:
 //
 // * before the launch (no kernel known yet, no template of it yet, no frame stack yet, a benchmark launch
 //   inside a tuning): `rest(jit, args, grid, kwargs)`, the router's `_launch`;
