@@ -6,6 +6,7 @@ recording through them stores what the Python path stores (``TILELENS_NATIVE=0``
 from __future__ import annotations
 
 import gc
+import sys
 import types
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ from tilelens.core.thread_state import LOCAL
 from tilelens.store import History
 from tilelens.store.models import AutotuneEventRow, Launch
 
+from .test_compiled_fast_path import tuned_add
 from .test_compiled_recording import StandIn, scale_kernel
 from .test_compiled_templates import StableTritonLike, _all_rows
 
@@ -328,3 +330,58 @@ def test_tunings_and_launch_options_through_the_compiled_calls_store_the_python_
         options == [{"num_warps": 2}] * 2 + [{"num_warps": 2, "num_stages": 1}] * 2 + [{"num_stages": 1}] * 2
     )
     assert StandIn is not None
+
+
+def test_the_launcher_calls_tritons_own_run_directly_and_stores_the_python_paths_rows(
+    tmp_path: Path, native_module: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With Triton's runner (``compat.run_compiled``), a steady launch calls Triton's ``JITFunction.run``
+    itself, with the keyword arguments the call came with (``grid`` the probe, ``warmup`` False); here that
+    ``run`` is a stand-in of Triton's signature doing the stand-in runner's work."""
+    stored, callers = {}, {}
+    for native in ("1", "0"):
+        monkeypatch.setenv("TILELENS_NATIVE", native)
+        runner = StableTritonLike()
+        seen: list[str] = []
+
+        def triton_run(
+            self: Any,
+            *args: Any,
+            grid: Any,
+            warmup: Any,
+            seen: Any = seen,
+            runner: Any = runner,
+            **kwargs: Any,
+        ) -> Any:
+            assert warmup is False
+            seen.append(sys._getframe(1).f_code.co_name)
+            return runner(self, args, grid, kwargs)
+
+        monkeypatch.setattr(compat.JITFunction, "run", triton_run)
+        x = torch.arange(40, dtype=torch.float32)
+        outs = [torch.zeros(40) for _ in range(3)]
+        tuned_add.cache.clear()
+        tuned_add.cache[(40, "torch.float32", "torch.float32")] = tuned_add.configs[0]
+        db, blobs = tmp_path / f"n{native}.db", tmp_path / f"n{native}"
+        with tilelens.Recording(str(db), blobs, backend="compiled", snapshots="none") as rec:
+            router = rec._compiled
+            assert router is not None and router.runner is compat.run_compiled
+            for i in range(4):
+                scale_kernel[(3,)](x, outs[0], 40 - i, 2.0, BLOCK=16)
+            for _ in range(3):
+                scale_kernel[(3,)](x, outs[1], 40, 3.0, BLOCK=16, num_warps=2, num_stages=1)
+            for i in range(3):
+                tuned_add[(2,)](x, outs[2], 40, 0.5 * i)
+            counts = (router._launcher.steady, router._launcher.fallbacks) if native == "1" else None
+        assert rec.write_failure is None and len(rec.launch_ids) == 10
+        stored[native] = (outs, _all_rows(db, blobs), counts)
+        callers[native] = seen
+    (outs, rows, counts), (py_outs, py_rows, _) = stored["1"], stored["0"]
+    assert all(torch.equal(a, b) for a, b in zip(outs, py_outs)) and rows == py_rows
+    assert torch.equal(outs[0], x * 2.0) and torch.equal(outs[1], x * 3.0)
+    assert counts == (7, 3)  # each kernel's first launch is the router's
+    assert callers["0"] == ["run_compiled"] * 10
+    # Each kernel's first launch went to the router before it ran, through run_compiled; every other launch
+    # was run by the launcher, which called Triton's run itself (the options' new template too, handed to
+    # the router only after it ran); the autotuned kernel's from the tuner's own ``run``.
+    assert callers["1"] == ["run_compiled"] + ["<lambda>"] * 6 + ["run_compiled", "run", "run"]

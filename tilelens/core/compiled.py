@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import Any
 
-from tilelens.core import compat, native, testid
+from tilelens.core import compat, compiled_native, native, testid
 from tilelens.core.arguments import describe_arguments, kernel_params, resolve_grid
 from tilelens.core.capture import snap_planned
 from tilelens.core.compiled_frames import (
@@ -122,33 +122,10 @@ class CompiledRouter:
         return self._launcher is not None and bool(self._launcher.enabled)
 
     def _configure_launcher(self) -> None:
-        """Enable the compiled launcher while its conditions hold: templated launches to a writer, the
-        compiled capture, ``snapshots="none"``, and a runner that calls the grid with Triton's bound
-        arguments; else every launch goes to :meth:`launch`."""
-        launcher = self._launcher
-        if launcher is None:
-            return
-        module = native.module_of(self._capture)
-        if module is None or self.flat is None or self.policy.mode != "none" or not self._binds_like_triton():
-            launcher.configure()
-            return
-        launcher.configure(
-            self._launch,
-            self._after,
-            self._kernels,
-            self._metadata_cache,
-            self._grids,
-            self._local,
-            self._templates,
-            self.flat,
-            self.runner,
-            self._grid_of,
-            testid,
-            _THREAD,
-            time.time,
-            time.perf_counter,
-            self._original(compat.JITFunction) if self.runner is compat.run_compiled else None,
-        )
+        """Enable the compiled launcher while its conditions hold (``compiled_native.launcher_config``); else
+        every launch goes to :meth:`launch`."""
+        if self._launcher is not None:
+            self._launcher.configure(*(compiled_native.launcher_config(self) or ()))
 
     def _binds_like_triton(self) -> bool:
         """Whether ``runner`` calls a callable grid with its bound arguments as Triton does (set once)."""
@@ -174,11 +151,8 @@ class CompiledRouter:
         :meth:`tune`); else :meth:`launch` and :meth:`tune`."""
         module = native.loaded()
         if module is not None and self._launcher is None:
-            self._launcher = module.Launcher(self.launch)
+            self._launcher, self._tuner = compiled_native.calls(self, module)
             self._configure_launcher()
-            self._tuner = module.Tuner(self.tune)
-            run = self._tuner_run = self._tuner_run or self._original(compat.Autotuner)
-            self._tuner.configure(self._tuner_plans, self._local, run, self._tuned, Frame, RESERVED_SET)
         jit = self._launcher if self._launcher is not None else self.launch
         return {"jit": jit, "autotuner": self._tuner or self.tune, "heuristics": self.heuristics}
 

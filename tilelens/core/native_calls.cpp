@@ -12,6 +12,7 @@
 #include <structmember.h>
 
 #include <cstring>
+#include <vector>
 
 #include "native_common.h"
 
@@ -38,6 +39,8 @@ struct Intercept {
 };
 
 PyTypeObject InterceptType = {PyVarObject_HEAD_INIT(nullptr, 0)};
+extern PyTypeObject TunerType;
+PyObject* tune_vector(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames);
 
 int intercept_traverse(PyObject* self, visitproc visit, void* arg) {
   Intercept* i = reinterpret_cast<Intercept*>(self);
@@ -59,10 +62,6 @@ void intercept_dealloc(PyObject* self) {
   PyObject_GC_UnTrack(self);
   intercept_clear(self);
   Py_TYPE(self)->tp_free(self);
-}
-
-bool is_name(PyObject* a, PyObject* b) {
-  return a == b || (PyUnicode_Check(a) && PyUnicode_Compare(a, b) == 0);
 }
 
 // 1: Triton's own `run` takes the call; 0: the target does; -1: an exception.
@@ -94,6 +93,9 @@ PyObject* intercept_vectorcall(PyObject* self, PyObject* const* args, size_t nar
   int pass = passes_through(ic, args[0], args + n, kwnames);
   if (pass < 0) return nullptr;
   if (pass) return PyObject_Vectorcall(ic->original, args, nargsf, kwnames);
+  // The compiled targets take the call as it arrived (what calling them with a tuple and a dict does).
+  if (is_launcher(ic->target)) return launch_vector(ic->target, args, n, kwnames);
+  if (Py_IS_TYPE(ic->target, &TunerType)) return tune_vector(ic->target, args, n, kwnames);
   Ref positional(PyTuple_New(n - 1));
   Ref keywords(PyDict_New());
   if (!positional || !keywords) return nullptr;
@@ -212,21 +214,64 @@ PyObject* key_values(PyObject* args, PyObject* positions) {
   return PyTuple_Pack(2, count.get(), values.get());
 }
 
+// An autotuner call's arguments: the positional ones as a tuple, and the keyword ones as a dict or, from an
+// `Intercept`, as the vectorcall's values named by `kwnames` (the dict made only when Python needs it).
+struct TuneArgs {
+  Ref args, kwargs;
+  PyObject* const* kwvalues = nullptr;
+  PyObject* kwnames = nullptr;
+
+  Py_ssize_t nkw() const {
+    return kwargs ? PyDict_GET_SIZE(kwargs.get()) : kwnames == nullptr ? 0 : PyTuple_GET_SIZE(kwnames);
+  }
+  PyObject* dict() {
+    if (!kwargs) {
+      kwargs.reset(PyDict_New());
+      Py_ssize_t n = kwnames == nullptr ? 0 : PyTuple_GET_SIZE(kwnames);
+      for (Py_ssize_t i = 0; kwargs && i < n; ++i) {
+        if (PyDict_SetItem(kwargs.get(), PyTuple_GET_ITEM(kwnames, i), kwvalues[i]) < 0) kwargs.reset(nullptr);
+      }
+      kwvalues = nullptr;
+      kwnames = nullptr;
+    }
+    return kwargs.get();
+  }
+  // 1 when every keyword name is in `names` (a set), 0 when one is not, -1 on an error.
+  int names_within(PyObject* names) const {
+    if (kwargs) {
+      Py_ssize_t pos = 0;
+      PyObject *name, *value;
+      while (PyDict_Next(kwargs.get(), &pos, &name, &value)) {
+        int in = PySet_Contains(names, name);
+        if (in <= 0) return in;
+      }
+      return 1;
+    }
+    for (Py_ssize_t i = 0; i < nkw(); ++i) {
+      int in = PySet_Contains(names, PyTuple_GET_ITEM(kwnames, i));
+      if (in <= 0) return in;
+    }
+    return 1;
+  }
+};
+
 // `run(tuner, *args, **kwargs)`.
-PyObject* call_run(PyObject* run, PyObject* tuner, PyObject* args, PyObject* kwargs) {
+PyObject* call_run(PyObject* run, PyObject* tuner, TuneArgs& a) {
+  PyObject* args = a.args.get();
   Py_ssize_t n = PyTuple_GET_SIZE(args);
-  Py_ssize_t nk = PyDict_GET_SIZE(kwargs);
-  if (nk == 0 && n < 15) {
-    PyObject* stack[16];
+  if (!a.kwargs) {  // the vectorcall form, or no keyword arguments
+    Py_ssize_t nk = a.nkw();
+    std::vector<PyObject*> stack(static_cast<size_t>(1 + n + nk));
     stack[0] = tuner;
-    for (Py_ssize_t i = 0; i < n; ++i) stack[i + 1] = PyTuple_GET_ITEM(args, i);
-    return PyObject_Vectorcall(run, stack, n + 1, nullptr);
+    for (Py_ssize_t i = 0; i < n; ++i) stack[static_cast<size_t>(i + 1)] = PyTuple_GET_ITEM(args, i);
+    for (Py_ssize_t i = 0; i < nk; ++i) stack[static_cast<size_t>(1 + n + i)] = a.kwvalues[i];
+    return PyObject_Vectorcall(run, stack.data(), static_cast<size_t>(n + 1), nk ? a.kwnames : nullptr);
   }
   Ref all(PyTuple_New(n + 1));
   if (!all) return nullptr;
   PyTuple_SET_ITEM(all.get(), 0, Py_NewRef(tuner));
   for (Py_ssize_t i = 0; i < n; ++i) PyTuple_SET_ITEM(all.get(), i + 1, Py_NewRef(PyTuple_GET_ITEM(args, i)));
-  return PyObject_Call(run, all.get(), kwargs);
+  return PyObject_Call(run, all.get(), a.kwargs.get());
 }
 
 // What `plan_call` found out about a call.
@@ -236,7 +281,8 @@ struct Plan {
 };
 
 // 1: this call is the Tuner's (`out` set); 0: Python's; -1: an exception (the caller clears it: Python's).
-int plan_call(PyObject* config, PyObject* tuner, PyObject* args, PyObject* kwargs, Plan& out) {
+int plan_call(PyObject* config, PyObject* tuner, TuneArgs& a, Plan& out) {
+  PyObject* args = a.args.get();
   Ref configs(PyObject_GetAttr(tuner, g_call_names.configs));
   if (!configs) return -1;
   Py_ssize_t n = PyObject_Size(configs.get());
@@ -251,15 +297,11 @@ int plan_call(PyObject* config, PyObject* tuner, PyObject* args, PyObject* kwarg
       return PyErr_Occurred() ? -1 : 0;
     PyObject* positions = PyTuple_GET_ITEM(plan, 1);
     if (!PyTuple_CheckExact(positions)) return 0;
-    if (PyDict_GET_SIZE(kwargs)) {
+    if (a.nkw()) {
       int free = PyObject_IsTrue(PyTuple_GET_ITEM(plan, 2));
       if (free <= 0) return free;
-      Py_ssize_t pos = 0;
-      PyObject *name, *value;
-      while (PyDict_Next(kwargs, &pos, &name, &value)) {
-        int in = PySet_Contains(PyTuple_GET_ITEM(config, RESERVED), name);
-        if (in <= 0) return in;
-      }
+      int within = a.names_within(PyTuple_GET_ITEM(config, RESERVED));
+      if (within <= 0) return within;
     }
     Py_ssize_t highest = PyLong_AsSsize_t(PyTuple_GET_ITEM(plan, 3));
     if (highest == -1 && PyErr_Occurred()) return -1;
@@ -276,22 +318,29 @@ int plan_call(PyObject* config, PyObject* tuner, PyObject* args, PyObject* kwarg
   return PyList_CheckExact(out.stack.get()) ? 1 : 0;
 }
 
-PyObject* tune(Tuner* t, PyObject* tuner, PyObject* args, PyObject* kwargs) {
+// `slow(tuner, args, kwargs)`.
+PyObject* call_slow(PyObject* slow, PyObject* tuner, TuneArgs& a) {
+  PyObject* kwargs = a.dict();
+  return kwargs ? call_n(slow, {tuner, a.args.get(), kwargs}) : nullptr;
+}
+
+PyObject* tune(Tuner* t, PyObject* tuner, TuneArgs& a) {
   if (t->slow == nullptr) {
     PyErr_SetString(PyExc_RuntimeError, "a cleared tuner");
     return nullptr;
   }
-  if (t->config == nullptr || !PyTuple_CheckExact(args) || !PyDict_CheckExact(kwargs))
-    return call_n(t->slow, {tuner, args, kwargs});
+  PyObject* args = a.args.get();
+  if (t->config == nullptr || !PyTuple_CheckExact(args) || (a.kwargs && !PyDict_CheckExact(a.kwargs.get())))
+    return call_slow(t->slow, tuner, a);
   Ref config(Py_NewRef(t->config));
   Py_ssize_t offsets[NFRAME];
   std::memcpy(offsets, t->offsets, sizeof(offsets));
   Plan plan;
-  int mine = plan_call(config.get(), tuner, args, kwargs, plan);
+  int mine = plan_call(config.get(), tuner, a, plan);
   if (mine <= 0) {
     PyErr_Clear();
     ++t->fallbacks;
-    return call_n(t->slow, {tuner, args, kwargs});
+    return call_slow(t->slow, tuner, a);
   }
   Ref empty(PyTuple_New(0));
   Ref zero(PyLong_FromLong(0));
@@ -308,7 +357,7 @@ PyObject* tune(Tuner* t, PyObject* tuner, PyObject* args, PyObject* kwargs) {
   PyObject* stack = plan.stack.get();
   if (PyList_Append(stack, frame.get()) < 0) return nullptr;
   ++t->steady;
-  Ref result(call_run(PyTuple_GET_ITEM(config.get(), RUN), tuner, args, kwargs));
+  Ref result(call_run(PyTuple_GET_ITEM(config.get(), RUN), tuner, a));
   // `finally`: off the stack, then a fresh tuning's event, also when the run raised.
   PyObject *type, *value, *tb;
   PyErr_Fetch(&type, &value, &tb);
@@ -346,7 +395,30 @@ PyObject* tuner_vectorcall(PyObject* self, PyObject* const* args, size_t nargsf,
     PyErr_SetString(PyExc_TypeError, "a tuner takes (tuner, args, kwargs)");
     return nullptr;
   }
-  return tune(reinterpret_cast<Tuner*>(self), args[0], args[1], args[2]);
+  if (!PyTuple_Check(args[1]) || !PyDict_Check(args[2])) {
+    PyErr_SetString(PyExc_TypeError, "a tuner takes (tuner, args tuple, kwargs dict)");
+    return nullptr;
+  }
+  TuneArgs a;
+  a.args.reset(Py_NewRef(args[1]));
+  a.kwargs.reset(Py_NewRef(args[2]));
+  return tune(reinterpret_cast<Tuner*>(self), args[0], a);
+}
+
+// `Intercept`'s call of a tuner: `tuner.run(*args, **kwargs)` as it arrived (`args[0]` the autotuner).
+PyObject* tune_vector(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  TuneArgs a;
+  a.args.reset(PyTuple_New(nargs - 1));
+  if (!a.args) return nullptr;
+  for (Py_ssize_t i = 1; i < nargs; ++i) PyTuple_SET_ITEM(a.args.get(), i - 1, Py_NewRef(args[i]));
+  a.kwvalues = args + nargs;
+  a.kwnames = kwnames != nullptr && PyTuple_GET_SIZE(kwnames) ? kwnames : nullptr;
+  try {
+    return tune(reinterpret_cast<Tuner*>(self), args[0], a);
+  } catch (...) {  // nothing here throws but an allocation; a C++ exception must not cross into Python
+    PyErr_SetString(PyExc_RuntimeError, "TileLens's compiled tuner failed");
+    return nullptr;
+  }
 }
 
 PyObject* tuner_new(PyTypeObject* type, PyObject* args, PyObject*) {

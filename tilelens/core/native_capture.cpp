@@ -26,6 +26,7 @@
 
 #include <torch/csrc/autograd/python_variable.h>
 
+#include <marshal.h>
 #include <structmember.h>
 
 #include "native_common.h"
@@ -287,8 +288,9 @@ PyObject* capture(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
 // the router's runner with a `GridProbe` as its grid (timed as Python times it; when the runner is
 // `compat.run_compiled`, Triton's own `JITFunction.run` as it was at `configure`, called directly), capture
 // the bound arguments, check the template (the same Sig, templates table, compiled kernel, pytest node id,
-// launch options and autotune/heuristics frames), resolve the grid and queue the flat launch (`flat`), then
-// give the handle to the innermost tuner frame. Anything else is Python's:
+// launch options and autotune/heuristics frames), resolve the grid and queue the flat launch (`flat`, or its
+// steps done here from the writer's `flat_parts()`), then give the handle to the innermost tuner frame.
+// Anything else is Python's:
 //
 // * before the launch (no kernel known yet, no template of it yet, no frame stack yet, a benchmark launch
 //   inside a tuning): `rest(jit, args, grid, kwargs)`, the router's `_launch`;
@@ -365,7 +367,7 @@ PyMemberDef probe_members[] = {
 
 enum Field : int {
   REST, AFTER, KERNELS, METADATA, GRIDS, LOCAL, TEMPLATES, FLAT, RUNNER, GRID_OF, TESTID, THREAD, TIME, PERF,
-  TRITON_RUN, NFIELDS
+  TRITON_RUN, QUEUE, NFIELDS
 };
 
 // A configuration: the tuple `configure` was called with, its items named by `Field`. A launch holds a
@@ -389,7 +391,8 @@ PyTypeObject LauncherType = {PyVarObject_HEAD_INIT(nullptr, 0)};
 
 struct Names {
   PyObject *grid, *warmup, *stack, *bench_depth, *jit, *last_template, *flat_plan, *options_key, *current,
-      *tuner, *layer, *best_config, *key, *key_values, *heuristics, *launch, *number, *numbers, *option_plans;
+      *tuner, *layer, *best_config, *key, *key_values, *heuristics, *launch, *number, *numbers, *option_plans,
+      *m, *queued_n, *wait_for_feeder;
 } g_names;
 
 int launcher_traverse(PyObject* self, visitproc visit, void* arg) {
@@ -463,6 +466,94 @@ PyObject* frames_key(PyObject* stack) {
   return out.release();
 }
 
+// A launch's arguments as interception handed them over: either a tuple and a dict (`grid`/`warmup` taken out
+// of it by `launch`), or the vectorcall arguments `obj.run(*args, **kwargs)` arrived with (`vec`: the positional
+// arguments after the kernel, then the keyword values named by `kwnames`, among them `grid` and `warmup` at
+// `grid_at`/`warmup_at`). In the second form the tuple and the dict (without `grid`/`warmup`) are made only
+// when Python is called with them (`tuple()`, `dict()`): a steady launch makes neither.
+struct LaunchArgs {
+  PyObject* jit = nullptr;
+  PyObject* const* vec = nullptr;
+  Py_ssize_t nargs = 0;
+  PyObject* kwnames = nullptr;
+  Py_ssize_t grid_at = -1, warmup_at = -1;
+  Ref args, kwargs;
+
+  bool vector() const { return vec != nullptr; }
+  Py_ssize_t nkw() const { return kwnames == nullptr ? 0 : PyTuple_GET_SIZE(kwnames); }
+  // The number of keyword arguments besides `grid`/`warmup`.
+  Py_ssize_t options() const {
+    return vector() ? nkw() - (grid_at >= 0) - (warmup_at >= 0) : PyDict_GET_SIZE(kwargs.get());
+  }
+  PyObject* tuple() {
+    if (!args) {
+      args.reset(PyTuple_New(nargs));
+      for (Py_ssize_t i = 0; args && i < nargs; ++i) PyTuple_SET_ITEM(args.get(), i, Py_NewRef(vec[i]));
+    }
+    return args.get();
+  }
+  PyObject* dict() {
+    if (!kwargs) {
+      kwargs.reset(PyDict_New());
+      for (Py_ssize_t i = 0; kwargs && i < nkw(); ++i) {
+        if (i != grid_at && i != warmup_at &&
+            PyDict_SetItem(kwargs.get(), PyTuple_GET_ITEM(kwnames, i), vec[nargs + i]) < 0)
+          kwargs.reset(nullptr);
+      }
+    }
+    return kwargs.get();
+  }
+  // The keyword arguments as the interception's dict holds them before `launch` takes `grid`/`warmup` out
+  // (the router's `launch` takes them out itself).
+  PyObject* whole_dict() {
+    if (!vector()) return Py_NewRef(kwargs.get());
+    Ref whole(PyDict_New());
+    for (Py_ssize_t i = 0; whole && i < nkw(); ++i) {
+      if (PyDict_SetItem(whole.get(), PyTuple_GET_ITEM(kwnames, i), vec[nargs + i]) < 0) whole.reset(nullptr);
+    }
+    return whole.release();
+  }
+};
+
+// `RoutedKernel.options_key(kwargs)` for a launch in vector form: the names besides `grid`/`warmup`, and the
+// kernel's plan for them as `options_key` reads it, without the dict (the method itself when no plan is made).
+PyObject* options_key(PyObject* k, PyObject* kwargs);
+
+PyObject* options_key(PyObject* k, LaunchArgs& a) {
+  if (!a.vector()) return options_key(k, a.kwargs.get());
+  Ref names(PyTuple_New(a.options()));
+  Ref plans(PyObject_GetAttr(k, g_names.option_plans));
+  if (!names || !plans) return nullptr;
+  for (Py_ssize_t i = 0, j = 0; i < a.nkw(); ++i) {
+    if (i != a.grid_at && i != a.warmup_at) PyTuple_SET_ITEM(names.get(), j++, Py_NewRef(PyTuple_GET_ITEM(a.kwnames, i)));
+  }
+  PyObject* plan = PyDict_CheckExact(plans.get()) ? PyDict_GetItemWithError(plans.get(), names.get()) : nullptr;
+  if (plan == nullptr && PyErr_Occurred()) return nullptr;
+  PyObject* kept = plan != nullptr && PyTuple_CheckExact(plan) && PyTuple_GET_SIZE(plan) == 2
+                       ? PyTuple_GET_ITEM(plan, 0) : nullptr;
+  PyObject* kwargs = kept == nullptr || !PyTuple_CheckExact(kept) ? a.dict() : nullptr;
+  if (kwargs != nullptr) return PyObject_CallMethodOneArg(k, g_names.options_key, kwargs);
+  if (PyErr_Occurred()) return nullptr;
+  Py_ssize_t m = PyTuple_GET_SIZE(kept);
+  Ref got(m == 1 ? nullptr : PyTuple_New(m));
+  for (Py_ssize_t j = 0; j < m; ++j) {  // each kept name is one of `names`, so one of `kwnames`
+    PyObject* want = PyTuple_GET_ITEM(kept, j);
+    PyObject* value = nullptr;
+    for (Py_ssize_t i = 0; value == nullptr && i < a.nkw(); ++i) {
+      PyObject* name = PyTuple_GET_ITEM(a.kwnames, i);
+      if (name == want || PyUnicode_Compare(name, want) == 0) value = a.vec[a.nargs + i];
+    }
+    if (value == nullptr) {
+      if (!PyErr_Occurred()) PyErr_SetString(PyExc_KeyError, "a kept launch option is missing");
+      return nullptr;
+    }
+    if (m == 1) got.reset(Py_NewRef(value));
+    else if (got) PyTuple_SET_ITEM(got.get(), j, Py_NewRef(value));
+  }
+  if (!got) return nullptr;
+  return PyTuple_Pack(2, kept, got.get());
+}
+
 // `RoutedKernel.options_key(kwargs)`: from the plan the kernel made for these keyword names (`option_plans`:
 // names -> (the names kept, their getter)), the same (kept names, `itemgetter(*kept)(kwargs)` or ()) without
 // a Python call; the method itself when no plan is made yet.
@@ -501,7 +592,7 @@ PyObject* options_key(PyObject* k, PyObject* kwargs) {
 // table by its key (then it becomes the kernel's last, as `_templated` does); `number`, `values` and
 // `resolved` are set. 0: a new template, or anything unusual, or a failure (any exception is cleared by the
 // caller): Python decides, from the same facts.
-int steady(const Config& f, PyObject* k, PyObject* last, PyObject* bound, PyObject* result, PyObject* kwargs,
+int steady(const Config& f, PyObject* k, PyObject* last, PyObject* bound, PyObject* result, LaunchArgs& a,
            PyObject* stack, Probe* probe, Ref& number, Ref& values, Ref& resolved) {
   Ref plan(PyObject_GetAttr(k, g_names.flat_plan));
   if (!plan) return -1;
@@ -520,7 +611,7 @@ int steady(const Config& f, PyObject* k, PyObject* last, PyObject* bound, PyObje
     metadata = PyTuple_GET_ITEM(known, 1);
   }
   Ref node(PyObject_GetAttr(f[TESTID], g_names.current));
-  Ref options(PyDict_GET_SIZE(kwargs) ? options_key(k, kwargs) : Py_NewRef(Py_None));
+  Ref options(a.options() ? options_key(k, a) : Py_NewRef(Py_None));
   Ref frames(PyList_GET_SIZE(stack) ? frames_key(stack) : Py_NewRef(Py_None));
   if (!node || !options || !frames) return -1;
   // `_templated`'s test of the kernel's last template, in its order.
@@ -586,32 +677,94 @@ PyObject* run_triton(PyObject* run, PyObject* jit, PyObject* args, PyObject* gri
   return PyObject_Vectorcall(run, stack.data(), static_cast<size_t>(n + 1), names.get());
 }
 
+// `WriterProcess.submit_flat(number, started, duration, grid, values)`'s steps, in its order, from the writer's
+// `flat_parts()` (writer, numbers, items.append, items, queued, limit): the next launch number, the marshalled
+// item ("m", n, ...) in format 2 appended to the queue, `_queued_n` advanced, and the wait for the feeder when
+// the queue is past its limit. Returns the launch number (nullptr and an exception on failure).
+PyObject* queue_flat(PyObject* parts, PyObject* number, PyObject* started, PyObject* duration, PyObject* grid,
+                     PyObject* values) {
+  if (!PyTuple_CheckExact(parts) || PyTuple_GET_SIZE(parts) != 6) {
+    PyErr_SetString(PyExc_TypeError, "flat_parts() must give 6 items");
+    return nullptr;
+  }
+  PyObject* writer = PyTuple_GET_ITEM(parts, 0);
+  Ref n(PyIter_Next(PyTuple_GET_ITEM(parts, 1)));
+  if (!n) {
+    if (!PyErr_Occurred()) PyErr_SetNone(PyExc_StopIteration);
+    return nullptr;
+  }
+  Ref item(PyTuple_Pack(7, g_names.m, n.get(), number, started, duration, grid, values));
+  Ref data(item ? PyMarshal_WriteObjectToString(item.get(), 2) : nullptr);
+  Ref appended(data ? call_n(PyTuple_GET_ITEM(parts, 2), {data.get()}) : nullptr);
+  if (!appended) return nullptr;
+  Ref queued(PyIter_Next(PyTuple_GET_ITEM(parts, 4)));
+  if (!queued) {
+    if (!PyErr_Occurred()) PyErr_SetNone(PyExc_StopIteration);
+    return nullptr;
+  }
+  if (PyObject_SetAttr(writer, g_names.queued_n, queued.get()) < 0) return nullptr;
+  Py_ssize_t size = PyObject_Size(PyTuple_GET_ITEM(parts, 3));
+  Py_ssize_t limit = PyLong_AsSsize_t(PyTuple_GET_ITEM(parts, 5));
+  if (size < 0 || (limit == -1 && PyErr_Occurred())) return nullptr;
+  if (size > limit) {
+    Ref waited(PyObject_CallMethodNoArgs(writer, g_names.wait_for_feeder));
+    if (!waited) return nullptr;
+  }
+  return n.release();
+}
+
 double seconds(PyObject* clock, Ref& holder) {
   holder.reset(PyObject_CallNoArgs(clock));
   return holder ? PyFloat_AsDouble(holder.get()) : -1.0;
 }
 
-PyObject* launch(Launcher* l, PyObject* jit, PyObject* args, PyObject* kwargs) {
-  if (l->config == nullptr || l->slow == nullptr || !PyDict_CheckExact(kwargs)) {
-    if (l->slow == nullptr) {
-      PyErr_SetString(PyExc_RuntimeError, "a cleared launcher");
-      return nullptr;
-    }
-    return call_n(l->slow, {jit, args, kwargs});
+// The runner's call: Triton's own run directly (`triton_run`), else the router's runner.
+PyObject* run_launch(const Config& f, LaunchArgs& a, PyObject* probe) {
+  if (f[TRITON_RUN] == Py_None) {
+    PyObject* args = a.tuple();
+    PyObject* kwargs = args ? a.dict() : nullptr;
+    return kwargs ? call_n(f[RUNNER], {a.jit, args, probe, kwargs}) : nullptr;
+  }
+  if (!a.vector()) return run_triton(f[TRITON_RUN], a.jit, a.args.get(), probe, a.kwargs.get());
+  // `obj.run(*args, grid=probe, warmup=False, **kwargs)` with the names the call came with
+  std::vector<PyObject*> stack(static_cast<size_t>(1 + a.nargs + a.nkw()));
+  stack[0] = a.jit;
+  for (Py_ssize_t i = 0; i < a.nargs + a.nkw(); ++i) stack[static_cast<size_t>(i + 1)] = a.vec[i];
+  stack[static_cast<size_t>(1 + a.nargs + a.grid_at)] = probe;
+  stack[static_cast<size_t>(1 + a.nargs + a.warmup_at)] = Py_False;
+  return PyObject_Vectorcall(f[TRITON_RUN], stack.data(), static_cast<size_t>(1 + a.nargs), a.kwnames);
+}
+
+PyObject* launch(Launcher* l, LaunchArgs& a) {
+  if (l->slow == nullptr) {
+    PyErr_SetString(PyExc_RuntimeError, "a cleared launcher");
+    return nullptr;
+  }
+  if (l->config == nullptr || (!a.vector() && !PyDict_CheckExact(a.kwargs.get()))) {
+    PyObject* args = a.tuple();
+    Ref kwargs(args ? a.whole_dict() : nullptr);
+    return kwargs ? call_n(l->slow, {a.jit, args, kwargs.get()}) : nullptr;
   }
   Ref config(Py_NewRef(l->config));
   const Config f{config.get()};
-  // `kwargs` is the dict the interception's `run(**kwargs)` made for this call: ours to change.
-  Ref grid(PyDict_GetItemWithError(kwargs, g_names.grid));
-  if (grid) {
-    Py_INCREF(grid.get());
-    if (PyDict_DelItem(kwargs, g_names.grid) < 0) return nullptr;
-  } else {
-    if (PyErr_Occurred()) return nullptr;
-    grid.reset(Py_NewRef(Py_None));
+  PyObject* jit = a.jit;
+  Ref grid;
+  if (a.vector()) {
+    grid.reset(Py_NewRef(a.vec[a.nargs + a.grid_at]));
+  } else {  // `kwargs` is the dict the interception's `run(**kwargs)` made for this call: ours to change.
+    PyObject* kwargs = a.kwargs.get();
+    grid.reset(PyDict_GetItemWithError(kwargs, g_names.grid));
+    if (grid) {
+      Py_INCREF(grid.get());
+      if (PyDict_DelItem(kwargs, g_names.grid) < 0) return nullptr;
+    } else {
+      if (PyErr_Occurred()) return nullptr;
+      grid.reset(Py_NewRef(Py_None));
+    }
+    PyObject* warmup = PyDict_GetItemWithError(kwargs, g_names.warmup);
+    if (warmup != nullptr ? PyDict_DelItem(kwargs, g_names.warmup) < 0 : PyErr_Occurred() != nullptr)
+      return nullptr;
   }
-  PyObject* warmup = PyDict_GetItemWithError(kwargs, g_names.warmup);
-  if (warmup != nullptr ? PyDict_DelItem(kwargs, g_names.warmup) < 0 : PyErr_Occurred() != nullptr) return nullptr;
   Ref stack(PyObject_GetAttr(f[LOCAL], g_names.stack));
   Ref k, last;
   bool mine = stack && PyList_CheckExact(stack.get());
@@ -633,7 +786,9 @@ PyObject* launch(Launcher* l, PyObject* jit, PyObject* args, PyObject* kwargs) {
   if (!mine) {
     PyErr_Clear();
     ++l->fallbacks;
-    return call_n(f[REST], {jit, args, grid.get(), kwargs});
+    PyObject* args = a.tuple();
+    PyObject* kwargs = args ? a.dict() : nullptr;
+    return kwargs ? call_n(f[REST], {jit, args, grid.get(), kwargs}) : nullptr;
   }
   Probe* probe = new_probe(grid.get());
   if (probe == nullptr) return nullptr;
@@ -642,8 +797,7 @@ PyObject* launch(Launcher* l, PyObject* jit, PyObject* args, PyObject* kwargs) {
   Ref clock;
   double t0 = started ? seconds(f[PERF], clock) : -1.0;
   if (!started || PyErr_Occurred()) return nullptr;
-  Ref result(f[TRITON_RUN] != Py_None ? run_triton(f[TRITON_RUN], jit, args, probe_ref.get(), kwargs)
-                                      : call_n(f[RUNNER], {jit, args, probe_ref.get(), kwargs}));
+  Ref result(run_launch(f, a, probe_ref.get()));
   Ref error;
   if (!result) {  // recorded, then re-raised unchanged (with its traceback) by `after`
     PyObject *type, *value, *tb;
@@ -665,10 +819,12 @@ PyObject* launch(Launcher* l, PyObject* jit, PyObject* args, PyObject* kwargs) {
   if (!duration) return nullptr;
   if (!error && probe->bound != nullptr) {
     Ref number, values, resolved;
-    int ok = steady(f, k.get(), last.get(), probe->bound, result.get(), kwargs, stack.get(), probe, number,
-                    values, resolved);
+    int ok = steady(f, k.get(), last.get(), probe->bound, result.get(), a, stack.get(), probe, number, values,
+                    resolved);
     if (ok == 1) {
-      Ref handle(call_n(f[FLAT], {number.get(), started.get(), duration.get(), resolved.get(), values.get()}));
+      Ref handle(f[QUEUE] != Py_None
+                     ? queue_flat(f[QUEUE], number.get(), started.get(), duration.get(), resolved.get(), values.get())
+                     : call_n(f[FLAT], {number.get(), started.get(), duration.get(), resolved.get(), values.get()}));
       if (!handle) return nullptr;
       if (PyList_GET_SIZE(stack.get()) && attach(stack.get(), handle.get()) < 0) return nullptr;
       ++l->steady;
@@ -677,6 +833,9 @@ PyObject* launch(Launcher* l, PyObject* jit, PyObject* args, PyObject* kwargs) {
     PyErr_Clear();
   }
   ++l->fallbacks;
+  PyObject* args = a.tuple();
+  PyObject* kwargs = args ? a.dict() : nullptr;
+  if (kwargs == nullptr) return nullptr;
   return call_n(f[AFTER], {k.get(), jit, args, grid.get(), probe_ref.get(), kwargs, stack.get(), result.get(),
                            error ? error.get() : Py_None, started.get(), duration.get()});
 }
@@ -688,7 +847,15 @@ PyObject* launcher_vectorcall(PyObject* self, PyObject* const* args, size_t narg
     return nullptr;
   }
   try {
-    return launch(reinterpret_cast<Launcher*>(self), args[0], args[1], args[2]);
+    LaunchArgs a;
+    a.jit = args[0];
+    a.args.reset(Py_NewRef(args[1]));
+    a.kwargs.reset(Py_NewRef(args[2]));
+    if (!PyTuple_Check(args[1]) || !PyDict_Check(args[2])) {
+      PyErr_SetString(PyExc_TypeError, "a launcher takes (jit, args tuple, kwargs dict)");
+      return nullptr;
+    }
+    return launch(reinterpret_cast<Launcher*>(self), a);
   } catch (...) {  // nothing here throws; a C++ exception must not cross into Python
     PyErr_SetString(PyExc_RuntimeError, "TileLens's compiled launcher failed");
     return nullptr;
@@ -709,8 +876,9 @@ PyObject* launcher_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
 }
 
 // configure(rest, after, kernels, metadata, grids, local, templates, flat, runner, grid_of, testid, thread,
-// time, perf_counter, triton_run) enables (`triton_run`: Triton's `JITFunction.run`, called directly when the
-// runner is `compat.run_compiled`, else None); configure() disables (every launch then goes to `slow`).
+// time, perf_counter, triton_run, queue) enables (`triton_run`: Triton's `JITFunction.run`, called directly
+// when the runner is `compat.run_compiled`, else None; `queue`: the writer's `flat_parts()` when `flat` is its
+// own `submit_flat`, whose steps `queue_flat` then does, else None); configure() disables (every launch then goes to `slow`).
 PyObject* launcher_configure(PyObject* self, PyObject* args) {
   Launcher* l = reinterpret_cast<Launcher*>(self);
   Py_ssize_t n = PyTuple_GET_SIZE(args);
@@ -769,6 +937,35 @@ PyModuleDef module = {PyModuleDef_HEAD_INIT, "_tilelens_capture", "TileLens's co
 
 }  // namespace
 
+bool tilelens_native::is_launcher(PyObject* o) { return Py_IS_TYPE(o, &LauncherType); }
+
+PyObject* tilelens_native::launch_vector(PyObject* launcher, PyObject* const* args, Py_ssize_t nargs,
+                                         PyObject* kwnames) {
+  try {
+    LaunchArgs a;
+    a.jit = args[0];
+    a.vec = args + 1;
+    a.nargs = nargs - 1;
+    a.kwnames = kwnames;
+    for (Py_ssize_t i = 0; i < a.nkw(); ++i) {
+      PyObject* name = PyTuple_GET_ITEM(kwnames, i);
+      if (tilelens_native::is_name(name, g_names.grid)) a.grid_at = i;
+      else if (tilelens_native::is_name(name, g_names.warmup)) a.warmup_at = i;
+    }
+    if (a.grid_at < 0 || a.warmup_at < 0) {  // not `kernel[grid](...)`'s call: the tuple and dict form
+      a.grid_at = a.warmup_at = -1;
+      PyObject* tuple = a.tuple();
+      PyObject* dict = tuple ? a.dict() : nullptr;
+      if (dict == nullptr) return nullptr;
+      a.vec = nullptr;
+    }
+    return launch(reinterpret_cast<Launcher*>(launcher), a);
+  } catch (...) {  // nothing here throws; a C++ exception must not cross into Python
+    PyErr_SetString(PyExc_RuntimeError, "TileLens's compiled launcher failed");
+    return nullptr;
+  }
+}
+
 PyMODINIT_FUNC PyInit__tilelens_capture(void) {
   SigType.tp_name = "_tilelens_capture.Sig";
   SigType.tp_basicsize = sizeof(Sig) - sizeof(int64_t);
@@ -808,12 +1005,13 @@ PyMODINIT_FUNC PyInit__tilelens_capture(void) {
   if (PyType_Ready(&LauncherType) < 0) return nullptr;
   const char* names[] = {"grid", "warmup", "stack", "bench_depth", "jit", "last_template", "flat_plan",
                          "options_key", "_current", "tuner", "layer", "best_config", "key", "key_values",
-                         "heuristics", "launch", "number", "numbers", "option_plans"};
+                         "heuristics", "launch", "number", "numbers", "option_plans", "m", "_queued_n",
+                         "_wait_for_feeder"};
   PyObject** slots[] = {&g_names.grid, &g_names.warmup, &g_names.stack, &g_names.bench_depth, &g_names.jit,
                         &g_names.last_template, &g_names.flat_plan, &g_names.options_key, &g_names.current,
                         &g_names.tuner, &g_names.layer, &g_names.best_config, &g_names.key, &g_names.key_values,
                         &g_names.heuristics, &g_names.launch, &g_names.number, &g_names.numbers,
-                        &g_names.option_plans};
+                        &g_names.option_plans, &g_names.m, &g_names.queued_n, &g_names.wait_for_feeder};
   for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); ++i) {
     *slots[i] = PyUnicode_InternFromString(names[i]);
     if (*slots[i] == nullptr) return nullptr;

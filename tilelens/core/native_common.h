@@ -46,8 +46,20 @@ inline PyObject* attr_or_none(PyObject* obj, PyObject* name) {
   return found ? value : Py_NewRef(Py_None);
 }
 
+// Whether two argument names are the same string.
+inline bool is_name(PyObject* a, PyObject* b) {
+  return a == b || (PyUnicode_Check(a) && PyUnicode_Check(b) && PyUnicode_Compare(a, b) == 0);
+}
+
 // Adds the types of native_calls.cpp (`Intercept`, `Tuner`) to the module; -1 and an exception on failure.
 int add_call_types(PyObject* module);
+
+// native_capture.cpp's `Launcher`: whether `o` is one, and its launch from the vectorcall arguments an
+// `Intercept` received (`args[0]` the kernel, then the positional arguments, then the values named by
+// `kwnames`): what calling it with (kernel, tuple, dict) does, without making the tuple and the dict when the
+// launch is steady.
+bool is_launcher(PyObject* o);
+PyObject* launch_vector(PyObject* launcher, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames);
 
 }  // namespace tilelens_native
 

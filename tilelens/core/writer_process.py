@@ -185,6 +185,13 @@ class ProcessWriter:
             self._wait_for_feeder()
         return n
 
+    def flat_parts(self) -> tuple[Any, ...]:
+        """What the compiled launcher needs to do :meth:`submit_flat`'s steps itself, in the same order
+        (``native_capture.cpp``'s ``queue_flat``; keep the two in step): this writer, its launch numbers, its
+        queue's ``append`` and the queue, the count of queued items, and the size past which the program waits
+        (:meth:`_wait_for_feeder`)."""
+        return (self, self._numbers, self._items.append, self._items, self._queued, QUEUE_SIZE)
+
     def _define(self, item: tuple[Any, ...]) -> None:
         self._definitions.append(item)
         self._put(item)

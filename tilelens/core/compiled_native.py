@@ -1,0 +1,72 @@
+"""What a compiled recording's router (``compiled.CompiledRouter``) hands to the compiled module (issue 15): the
+``Launcher`` of ``native_capture.cpp``, its configuration, and the ``Tuner`` of ``native_calls.cpp``.
+
+Split from ``compiled.py``, which routes in Python; this module only wires the router's own state and methods
+into the C++ objects that stand in for them. Invariants: the configuration tuple's order is the C++ ``Field``
+enum's (``native_capture.cpp``); the launcher is configured only while everything it relies on holds (the
+compiled capture, templated launches to a writer, ``snapshots="none"``, a runner that calls the grid with
+Triton's bound arguments), else it hands every launch to the router; the writer's queue is handed over only
+when ``flat`` is that writer's own ``submit_flat``, whose steps the launcher then does itself.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from tilelens.core import compat, native, testid
+from tilelens.core.compiled_frames import Frame
+from tilelens.core.compiled_kernel import RESERVED_SET
+from tilelens.core.thread_state import LOCAL as _THREAD
+
+
+def calls(router: Any, module: Any) -> tuple[Any, Any]:
+    """The router's ``Launcher`` (unconfigured: see :func:`launcher_config`) and its ``Tuner`` (configured:
+    it frames what ``tune`` would, from the router's tuner plans and thread-local stack)."""
+    launcher = module.Launcher(router.launch)
+    tuner = module.Tuner(router.tune)
+    run = router._tuner_run = router._tuner_run or router._original(compat.Autotuner)
+    tuner.configure(router._tuner_plans, router._local, run, router._tuned, Frame, RESERVED_SET)
+    return launcher, tuner
+
+
+def launcher_config(router: Any) -> tuple[Any, ...] | None:
+    """The launcher's ``configure`` arguments while its conditions hold, else None (it is disabled)."""
+    module = native.module_of(router._capture)
+    if (
+        module is None
+        or router.flat is None
+        or router.policy.mode != "none"
+        or not router._binds_like_triton()
+    ):
+        return None
+    return (
+        router._launch,
+        router._after,
+        router._kernels,
+        router._metadata_cache,
+        router._grids,
+        router._local,
+        router._templates,
+        router.flat,
+        router.runner,
+        router._grid_of,
+        testid,
+        _THREAD,
+        time.time,
+        time.perf_counter,
+        router._original(compat.JITFunction) if router.runner is compat.run_compiled else None,
+        queue_parts(router.flat),
+    )
+
+
+def queue_parts(flat: Any) -> tuple[Any, ...] | None:
+    """``flat_parts()`` of the writer whose own ``submit_flat`` ``flat`` is (the launcher then queues a launch
+    as ``submit_flat`` does, without its Python frame); None for any other callable (a stand-in, a benchmark's
+    replacement): the launcher calls ``flat`` then."""
+    writer = getattr(flat, "__self__", None)
+    parts = getattr(writer, "flat_parts", None)
+    if parts is None or getattr(flat, "__func__", None) is not getattr(type(writer), "submit_flat", None):
+        return None
+    got: tuple[Any, ...] = parts()
+    return got
