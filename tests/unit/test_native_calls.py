@@ -385,3 +385,26 @@ def test_the_launcher_calls_tritons_own_run_directly_and_stores_the_python_paths
     # was run by the launcher, which called Triton's run itself (the options' new template too, handed to
     # the router only after it ran); the autotuned kernel's from the tuner's own ``run``.
     assert callers["1"] == ["run_compiled"] + ["<lambda>"] * 6 + ["run_compiled", "run", "run"]
+
+
+def test_an_intercepted_autotuner_call_reaches_the_tuner_and_triton_as_it_arrived(native_module: Any) -> None:
+    """``Intercept`` hands a ``Tuner`` the call's own arguments (no tuple and dict of its own); the tuner passes
+    them on to the autotuner's ``run`` unchanged, few or many (past its 64-slot stack it makes the dict)."""
+    router, seen = _router()
+    tuner = _compiled_tuner(native_module, router)
+    router._local.stack = []
+
+    class Tuned(FakeTuner):
+        pass
+
+    Tuned.run = native_module.Intercept(lambda *a, **k: "original", tuner, LOCAL)  # type: ignore[attr-defined]
+    single = Tuned(configs=1)
+    assert single.run(1, 2.5, grid=(3,), warmup=False, num_warps=4) == ("ran", (1, 2.5))  # type: ignore[attr-defined]
+    many = tuple(range(70))
+    assert single.run(*many, grid=(1,), warmup=False) == ("ran", many)  # type: ignore[attr-defined]
+    assert [(s[1], s[2]) for s in seen] == [
+        ((1, 2.5), {"grid": (3,), "warmup": False, "num_warps": 4}),
+        (many, {"grid": (1,), "warmup": False}),
+    ]
+    assert [s[3] for s in seen] == [[Frame(single, tuner=True)]] * 2 and router._local.stack == []
+    assert (tuner.steady, tuner.fallbacks) == (2, 0)

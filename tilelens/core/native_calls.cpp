@@ -12,7 +12,6 @@
 #include <structmember.h>
 
 #include <cstring>
-#include <vector>
 
 #include "native_common.h"
 
@@ -255,18 +254,21 @@ struct TuneArgs {
   }
 };
 
-// `run(tuner, *args, **kwargs)`.
+// `run(tuner, *args, **kwargs)`. Allocates nothing outside Python's allocator (it runs with the call's frame on
+// the stack: a C++ exception here would leave it there).
 PyObject* call_run(PyObject* run, PyObject* tuner, TuneArgs& a) {
   PyObject* args = a.args.get();
   Py_ssize_t n = PyTuple_GET_SIZE(args);
-  if (!a.kwargs) {  // the vectorcall form, or no keyword arguments
+  constexpr Py_ssize_t kStack = 64;
+  if (!a.kwargs && 1 + n + a.nkw() <= kStack) {  // the vectorcall form, or no keyword arguments
     Py_ssize_t nk = a.nkw();
-    std::vector<PyObject*> stack(static_cast<size_t>(1 + n + nk));
+    PyObject* stack[kStack];
     stack[0] = tuner;
-    for (Py_ssize_t i = 0; i < n; ++i) stack[static_cast<size_t>(i + 1)] = PyTuple_GET_ITEM(args, i);
-    for (Py_ssize_t i = 0; i < nk; ++i) stack[static_cast<size_t>(1 + n + i)] = a.kwvalues[i];
-    return PyObject_Vectorcall(run, stack.data(), static_cast<size_t>(n + 1), nk ? a.kwnames : nullptr);
+    for (Py_ssize_t i = 0; i < n; ++i) stack[i + 1] = PyTuple_GET_ITEM(args, i);
+    for (Py_ssize_t i = 0; i < nk; ++i) stack[1 + n + i] = a.kwvalues[i];
+    return PyObject_Vectorcall(run, stack, static_cast<size_t>(n + 1), nk ? a.kwnames : nullptr);
   }
+  if (a.dict() == nullptr) return nullptr;
   Ref all(PyTuple_New(n + 1));
   if (!all) return nullptr;
   PyTuple_SET_ITEM(all.get(), 0, Py_NewRef(tuner));
@@ -402,7 +404,12 @@ PyObject* tuner_vectorcall(PyObject* self, PyObject* const* args, size_t nargsf,
   TuneArgs a;
   a.args.reset(Py_NewRef(args[1]));
   a.kwargs.reset(Py_NewRef(args[2]));
-  return tune(reinterpret_cast<Tuner*>(self), args[0], a);
+  try {
+    return tune(reinterpret_cast<Tuner*>(self), args[0], a);
+  } catch (...) {  // nothing here throws; a C++ exception must not cross into Python
+    PyErr_SetString(PyExc_RuntimeError, "TileLens's compiled tuner failed");
+    return nullptr;
+  }
 }
 
 // `Intercept`'s call of a tuner: `tuner.run(*args, **kwargs)` as it arrived (`args[0]` the autotuner).
@@ -415,7 +422,7 @@ PyObject* tune_vector(PyObject* self, PyObject* const* args, Py_ssize_t nargs, P
   a.kwnames = kwnames != nullptr && PyTuple_GET_SIZE(kwnames) ? kwnames : nullptr;
   try {
     return tune(reinterpret_cast<Tuner*>(self), args[0], a);
-  } catch (...) {  // nothing here throws but an allocation; a C++ exception must not cross into Python
+  } catch (...) {  // nothing here throws; a C++ exception must not cross into Python
     PyErr_SetString(PyExc_RuntimeError, "TileLens's compiled tuner failed");
     return nullptr;
   }
