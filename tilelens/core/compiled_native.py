@@ -57,6 +57,7 @@ def launcher_config(router: Any) -> tuple[Any, ...] | None:
         time.perf_counter,
         router._original(compat.JITFunction) if router.runner is compat.run_compiled else None,
         queue_parts(router.flat),
+        Frame,
     )
 
 

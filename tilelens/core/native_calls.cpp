@@ -145,10 +145,8 @@ PyMemberDef intercept_members[] = {
 // The frame is made without running the dataclass's `__init__`: its ten slots are set directly, at the
 // offsets `configure` read from the class's member descriptors.
 
-constexpr int NFRAME = 10;
 const char* kFrameFields[NFRAME] = {"layer",    "key",   "heuristics", "trials", "launch",
                                     "tuner",    "key_text", "tuned",   "args",   "key_values"};
-enum FrameField : int { LAYER, KEY, HEURISTICS, TRIALS, LAUNCH, TUNER, KEY_TEXT, TUNED, ARGS, KEY_VALUES };
 
 enum TunerField : int { PLANS, LOCAL, RUN, TUNED_AFTER, FRAME_TYPE, RESERVED, NTUNER };
 
@@ -442,36 +440,6 @@ PyObject* tuner_new(PyTypeObject* type, PyObject* args, PyObject*) {
   return reinterpret_cast<PyObject*>(t);
 }
 
-// The offsets of `type`'s slots named in kFrameFields; false (and a TypeError) unless each is a plain
-// object slot of a class without `__dict__` whose instances can be made without arguments.
-bool frame_offsets(PyObject* type_object, Py_ssize_t* offsets) {
-  if (!PyType_Check(type_object)) {
-    PyErr_SetString(PyExc_TypeError, "the frame type must be a class");
-    return false;
-  }
-  PyTypeObject* type = reinterpret_cast<PyTypeObject*>(type_object);
-  if (type->tp_dictoffset != 0 || type->tp_alloc == nullptr || type->tp_itemsize != 0) {
-    PyErr_SetString(PyExc_TypeError, "the frame type must have slots only");
-    return false;
-  }
-  for (int i = 0; i < NFRAME; ++i) {
-    Ref descr(PyObject_GetAttrString(type_object, kFrameFields[i]));
-    if (!descr) return false;
-    if (!Py_IS_TYPE(descr.get(), &PyMemberDescr_Type)) {
-      PyErr_Format(PyExc_TypeError, "the frame type's %s is not a slot", kFrameFields[i]);
-      return false;
-    }
-    PyMemberDef* member = reinterpret_cast<PyMemberDescrObject*>(descr.get())->d_member;
-    if (member->type != T_OBJECT_EX || member->offset <= 0 ||
-        member->offset + static_cast<Py_ssize_t>(sizeof(PyObject*)) > type->tp_basicsize) {
-      PyErr_Format(PyExc_TypeError, "the frame type's %s is not an object slot", kFrameFields[i]);
-      return false;
-    }
-    offsets[i] = member->offset;
-  }
-  return true;
-}
-
 // configure(plans, local, run, tuned, frame_type, reserved) enables; configure() disables.
 PyObject* tuner_configure(PyObject* self, PyObject* args) {
   Tuner* t = reinterpret_cast<Tuner*>(self);
@@ -523,6 +491,36 @@ int add_type(PyObject* module, PyTypeObject* type, const char* name) {
 }
 
 }  // namespace
+
+// The offsets of `type`'s slots named in kFrameFields; false (and a TypeError) unless each is a plain
+// object slot of a class without `__dict__` whose instances can be made without arguments.
+bool frame_offsets(PyObject* type_object, Py_ssize_t* offsets) {
+  if (!PyType_Check(type_object)) {
+    PyErr_SetString(PyExc_TypeError, "the frame type must be a class");
+    return false;
+  }
+  PyTypeObject* type = reinterpret_cast<PyTypeObject*>(type_object);
+  if (type->tp_dictoffset != 0 || type->tp_alloc == nullptr || type->tp_itemsize != 0) {
+    PyErr_SetString(PyExc_TypeError, "the frame type must have slots only");
+    return false;
+  }
+  for (int i = 0; i < NFRAME; ++i) {
+    Ref descr(PyObject_GetAttrString(type_object, kFrameFields[i]));
+    if (!descr) return false;
+    if (!Py_IS_TYPE(descr.get(), &PyMemberDescr_Type)) {
+      PyErr_Format(PyExc_TypeError, "the frame type's %s is not a slot", kFrameFields[i]);
+      return false;
+    }
+    PyMemberDef* member = reinterpret_cast<PyMemberDescrObject*>(descr.get())->d_member;
+    if (member->type != T_OBJECT_EX || member->offset <= 0 ||
+        member->offset + static_cast<Py_ssize_t>(sizeof(PyObject*)) > type->tp_basicsize) {
+      PyErr_Format(PyExc_TypeError, "the frame type's %s is not an object slot", kFrameFields[i]);
+      return false;
+    }
+    offsets[i] = member->offset;
+  }
+  return true;
+}
 
 int add_call_types(PyObject* module) {
   const char* names[] = {"_tilelens_trace", "launch", "warmup", "configs", "cache", "stack", "configs_timings"};

@@ -367,7 +367,7 @@ PyMemberDef probe_members[] = {
 
 enum Field : int {
   REST, AFTER, KERNELS, METADATA, GRIDS, LOCAL, TEMPLATES, FLAT, RUNNER, GRID_OF, TESTID, THREAD, TIME, PERF,
-  TRITON_RUN, QUEUE, NFIELDS
+  TRITON_RUN, QUEUE, FRAME_CLASS, NFIELDS
 };
 
 // A configuration: the tuple `configure` was called with, its items named by `Field`. A launch holds a
@@ -385,6 +385,7 @@ struct Launcher {
   PyObject* config;      // a tuple of NFIELDS (`Config`), or nullptr: not configured
   Py_ssize_t steady;     // launches finished here
   Py_ssize_t fallbacks;  // launches given to Python (rest or after)
+  Py_ssize_t frame_offsets[tilelens_native::NFRAME];  // of the configured frame class's slots
 };
 
 PyTypeObject LauncherType = {PyVarObject_HEAD_INIT(nullptr, 0)};
@@ -415,28 +416,50 @@ void launcher_dealloc(PyObject* self) {
   Py_TYPE(self)->tp_free(self);
 }
 
+// The frames on a launch's stack: `compiled_frames.Frame` instances (the class `configure` was given), whose
+// slots are read directly at the offsets read from its member descriptors; a frame of another class (none
+// is made) is read by attribute.
+struct Frames {
+  PyTypeObject* type;
+  Py_ssize_t offsets[tilelens_native::NFRAME];
+
+  // A new reference to the frame's `field` (named `name`), or nullptr and an exception.
+  PyObject* get(PyObject* frame, int field, PyObject* name) const {
+    if (Py_TYPE(frame) == type) {
+      PyObject* value = tilelens_native::frame_slot(frame, offsets, field);
+      if (value != nullptr) return Py_NewRef(value);
+    }
+    return PyObject_GetAttr(frame, name);
+  }
+  int set(PyObject* frame, int field, PyObject* name, PyObject* value) const {
+    if (Py_TYPE(frame) != type) return PyObject_SetAttr(frame, name, value);
+    Py_XSETREF(tilelens_native::frame_slot(frame, offsets, field), Py_NewRef(value));
+    return 0;
+  }
+};
+
 // The router's `_attach`: the innermost tuner frame on `stack` gets the launch's handle.
-int attach(PyObject* stack, PyObject* handle) {
+int attach(const Frames& frames, PyObject* stack, PyObject* handle) {
   for (Py_ssize_t i = PyList_GET_SIZE(stack) - 1; i >= 0; --i) {
     PyObject* frame = PyList_GET_ITEM(stack, i);
-    Ref tuner(PyObject_GetAttr(frame, g_names.tuner));
+    Ref tuner(frames.get(frame, tilelens_native::FRAME_TUNER, g_names.tuner));
     if (!tuner) return -1;
     int is = PyObject_IsTrue(tuner.get());
     if (is < 0) return -1;
-    if (is) return PyObject_SetAttr(frame, g_names.launch, handle);
+    if (is) return frames.set(frame, tilelens_native::FRAME_LAUNCH, g_names.launch, handle);
   }
   return 0;
 }
 
 // `compiled_frames.frame_key` of every frame on `stack`, as a tuple (nullptr and an exception on failure).
-PyObject* frames_key(PyObject* stack) {
+PyObject* frames_key(const Frames& frames, PyObject* stack) {
   Py_ssize_t n = PyList_GET_SIZE(stack);
   Ref out(PyTuple_New(n));
   if (!out) return nullptr;
   for (Py_ssize_t i = 0; i < n; ++i) {
     PyObject* frame = PyList_GET_ITEM(stack, i);
-    Ref tuner(PyObject_GetAttr(frame, g_names.tuner));
-    Ref layer(PyObject_GetAttr(frame, g_names.layer));
+    Ref tuner(frames.get(frame, tilelens_native::FRAME_TUNER, g_names.tuner));
+    Ref layer(frames.get(frame, tilelens_native::FRAME_LAYER, g_names.layer));
     if (!tuner || !layer) return nullptr;
     int is = PyObject_IsTrue(tuner.get());
     if (is < 0) return nullptr;
@@ -451,12 +474,12 @@ PyObject* frames_key(PyObject* stack) {
         best.reset(Py_NewRef(Py_None));
       }
       Ref best_id(PyLong_FromVoidPtr(best.get()));
-      Ref key(PyObject_GetAttr(frame, g_names.key));
-      Ref values(PyObject_GetAttr(frame, g_names.key_values));
+      Ref key(frames.get(frame, tilelens_native::FRAME_KEY, g_names.key));
+      Ref values(frames.get(frame, tilelens_native::FRAME_KEY_VALUES, g_names.key_values));
       if (!best_id || !key || !values) return nullptr;
       item = PyTuple_Pack(4, id.get(), best_id.get(), key.get(), values.get());
     } else {
-      Ref heuristics(PyObject_GetAttr(frame, g_names.heuristics));
+      Ref heuristics(frames.get(frame, tilelens_native::FRAME_HEURISTICS, g_names.heuristics));
       if (!heuristics) return nullptr;
       item = PyTuple_Pack(2, id.get(), heuristics.get());
     }
@@ -592,8 +615,9 @@ PyObject* options_key(PyObject* k, PyObject* kwargs) {
 // table by its key (then it becomes the kernel's last, as `_templated` does); `number`, `values` and
 // `resolved` are set. 0: a new template, or anything unusual, or a failure (any exception is cleared by the
 // caller): Python decides, from the same facts.
-int steady(const Config& f, PyObject* k, PyObject* last, PyObject* bound, PyObject* result, LaunchArgs& a,
-           PyObject* stack, Probe* probe, Ref& number, Ref& values, Ref& resolved) {
+int steady(const Config& f, const Frames& frame_slots, PyObject* k, PyObject* last, PyObject* bound,
+           PyObject* result, LaunchArgs& a, PyObject* stack, Probe* probe, Ref& number, Ref& values,
+           Ref& resolved) {
   Ref plan(PyObject_GetAttr(k, g_names.flat_plan));
   if (!plan) return -1;
   Ref got(capture_impl(plan.get(), bound, PyTuple_GET_ITEM(last, 1)));
@@ -612,7 +636,7 @@ int steady(const Config& f, PyObject* k, PyObject* last, PyObject* bound, PyObje
   }
   Ref node(PyObject_GetAttr(f[TESTID], g_names.current));
   Ref options(a.options() ? options_key(k, a) : Py_NewRef(Py_None));
-  Ref frames(PyList_GET_SIZE(stack) ? frames_key(stack) : Py_NewRef(Py_None));
+  Ref frames(PyList_GET_SIZE(stack) ? frames_key(frame_slots, stack) : Py_NewRef(Py_None));
   if (!node || !options || !frames) return -1;
   // `_templated`'s test of the kernel's last template, in its order.
   int same = PyTuple_GET_ITEM(last, 0) == f[TEMPLATES];
@@ -747,6 +771,8 @@ PyObject* launch(Launcher* l, LaunchArgs& a) {
   }
   Ref config(Py_NewRef(l->config));
   const Config f{config.get()};
+  Frames frames{reinterpret_cast<PyTypeObject*>(f[FRAME_CLASS]), {}};
+  std::memcpy(frames.offsets, l->frame_offsets, sizeof(frames.offsets));
   PyObject* jit = a.jit;
   Ref grid;
   if (a.vector()) {
@@ -819,14 +845,14 @@ PyObject* launch(Launcher* l, LaunchArgs& a) {
   if (!duration) return nullptr;
   if (!error && probe->bound != nullptr) {
     Ref number, values, resolved;
-    int ok = steady(f, k.get(), last.get(), probe->bound, result.get(), a, stack.get(), probe, number, values,
-                    resolved);
+    int ok = steady(f, frames, k.get(), last.get(), probe->bound, result.get(), a, stack.get(), probe, number,
+                    values, resolved);
     if (ok == 1) {
       Ref handle(f[QUEUE] != Py_None
                      ? queue_flat(f[QUEUE], number.get(), started.get(), duration.get(), resolved.get(), values.get())
                      : call_n(f[FLAT], {number.get(), started.get(), duration.get(), resolved.get(), values.get()}));
       if (!handle) return nullptr;
-      if (PyList_GET_SIZE(stack.get()) && attach(stack.get(), handle.get()) < 0) return nullptr;
+      if (PyList_GET_SIZE(stack.get()) && attach(frames, stack.get(), handle.get()) < 0) return nullptr;
       ++l->steady;
       return result.release();
     }
@@ -871,14 +897,15 @@ PyObject* launcher_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
   l->slow = Py_NewRef(slow);
   l->config = nullptr;
   l->steady = l->fallbacks = 0;
+  std::memset(l->frame_offsets, 0, sizeof(l->frame_offsets));
   PyObject_GC_Track(l);
   return reinterpret_cast<PyObject*>(l);
 }
 
 // configure(rest, after, kernels, metadata, grids, local, templates, flat, runner, grid_of, testid, thread,
-// time, perf_counter, triton_run, queue) enables (`triton_run`: Triton's `JITFunction.run`, called directly
+// time, perf_counter, triton_run, queue, frame_class) enables (`triton_run`: Triton's `JITFunction.run`, called directly
 // when the runner is `compat.run_compiled`, else None; `queue`: the writer's `flat_parts()` when `flat` is its
-// own `submit_flat`, whose steps `queue_flat` then does, else None); configure() disables (every launch then goes to `slow`).
+// own `submit_flat`, whose steps `queue_flat` then does, else None; `frame_class`: `compiled_frames.Frame`); configure() disables (every launch then goes to `slow`).
 PyObject* launcher_configure(PyObject* self, PyObject* args) {
   Launcher* l = reinterpret_cast<Launcher*>(self);
   Py_ssize_t n = PyTuple_GET_SIZE(args);
@@ -895,6 +922,9 @@ PyObject* launcher_configure(PyObject* self, PyObject* args) {
     PyErr_SetString(PyExc_TypeError, "kernels, metadata and grids must be dicts");
     return nullptr;
   }
+  Py_ssize_t offsets[tilelens_native::NFRAME];
+  if (!tilelens_native::frame_offsets(f[FRAME_CLASS], offsets)) return nullptr;
+  std::memcpy(l->frame_offsets, offsets, sizeof(offsets));
   Py_XSETREF(l->config, Py_NewRef(args));
   Py_RETURN_NONE;
 }

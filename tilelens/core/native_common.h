@@ -46,9 +46,28 @@ inline PyObject* attr_or_none(PyObject* obj, PyObject* name) {
   return found ? value : Py_NewRef(Py_None);
 }
 
-// Whether two argument names are the same string.
+// Whether two argument names are the same string (two distinct interned strings never are).
 inline bool is_name(PyObject* a, PyObject* b) {
-  return a == b || (PyUnicode_Check(a) && PyUnicode_Check(b) && PyUnicode_Compare(a, b) == 0);
+  if (a == b) return true;
+  if (!PyUnicode_Check(a) || !PyUnicode_Check(b)) return false;
+  if (PyUnicode_CHECK_INTERNED(a) && PyUnicode_CHECK_INTERNED(b)) return false;
+  return PyUnicode_Compare(a, b) == 0;
+}
+
+// `compiled_frames.Frame`'s ten slots, in this order (native_calls.cpp makes frames, the launcher reads them).
+constexpr int NFRAME = 10;
+enum FrameField : int {
+  FRAME_LAYER, FRAME_KEY, FRAME_HEURISTICS, FRAME_TRIALS, FRAME_LAUNCH, FRAME_TUNER, FRAME_KEY_TEXT, FRAME_TUNED,
+  FRAME_ARGS, FRAME_KEY_VALUES
+};
+
+// The offsets of the frame class's slots; false (and a TypeError) unless each is a plain object slot of a
+// class without `__dict__` (native_calls.cpp).
+bool frame_offsets(PyObject* type_object, Py_ssize_t* offsets);
+
+// A frame's slot (borrowed; nullptr when unset), the frame being of the class the offsets were read from.
+inline PyObject*& frame_slot(PyObject* frame, const Py_ssize_t* offsets, int field) {
+  return *reinterpret_cast<PyObject**>(reinterpret_cast<char*>(frame) + offsets[field]);
 }
 
 // Adds the types of native_calls.cpp (`Intercept`, `Tuner`) to the module; -1 and an exception on failure.
