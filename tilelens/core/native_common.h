@@ -1,5 +1,6 @@
 // What TileLens's compiled module's two sources share (native_capture.cpp, native_calls.cpp): an owned
-// reference, a vectorcall helper and an optional attribute lookup. Header-only; included by both.
+// reference, a vectorcall helper, an optional attribute lookup and a name comparison; the frame slots' order
+// and offsets; and what each source calls of the other (`add_call_types`, `is_launcher`, `launch_vector`).
 //
 // Invariant: the GIL is held wherever these run.
 
