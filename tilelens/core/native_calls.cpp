@@ -57,12 +57,6 @@ int intercept_clear(PyObject* self) {
   return 0;
 }
 
-void intercept_dealloc(PyObject* self) {
-  PyObject_GC_UnTrack(self);
-  intercept_clear(self);
-  Py_TYPE(self)->tp_free(self);
-}
-
 // 1: Triton's own `run` takes the call; 0: the target does; -1: an exception.
 int passes_through(Intercept* ic, PyObject* obj, PyObject* const* kwvalues, PyObject* kwnames) {
   Ref trace(attr_or_none(obj, g_call_names.trace));
@@ -176,20 +170,11 @@ int tuner_clear(PyObject* self) {
   return 0;
 }
 
-void tuner_dealloc(PyObject* self) {
-  PyObject_GC_UnTrack(self);
-  tuner_clear(self);
-  Py_TYPE(self)->tp_free(self);
-}
-
 // A frame with its ten slots set (`values` borrowed; nullptr and an exception on failure).
 PyObject* new_frame(PyTypeObject* type, const Py_ssize_t* offsets, PyObject* const* values) {
   PyObject* frame = type->tp_alloc(type, 0);
   if (frame == nullptr) return nullptr;
-  for (int i = 0; i < NFRAME; ++i) {
-    PyObject** slot = reinterpret_cast<PyObject**>(reinterpret_cast<char*>(frame) + offsets[i]);
-    Py_XSETREF(*slot, Py_NewRef(values[i]));
-  }
+  for (int i = 0; i < NFRAME; ++i) Py_XSETREF(frame_slot(frame, offsets, i), Py_NewRef(values[i]));
   return frame;
 }
 
@@ -533,7 +518,7 @@ int add_call_types(PyObject* module) {
   }
   InterceptType.tp_name = "_tilelens_capture.Intercept";
   InterceptType.tp_basicsize = sizeof(Intercept);
-  InterceptType.tp_dealloc = intercept_dealloc;
+  InterceptType.tp_dealloc = tilelens_native::gc_dealloc;
   InterceptType.tp_traverse = intercept_traverse;
   InterceptType.tp_clear = intercept_clear;
   InterceptType.tp_new = intercept_new;
@@ -546,7 +531,7 @@ int add_call_types(PyObject* module) {
   InterceptType.tp_doc = "A Triton run method intercepted for a compiled recording (see native_calls.cpp).";
   TunerType.tp_name = "_tilelens_capture.Tuner";
   TunerType.tp_basicsize = sizeof(Tuner);
-  TunerType.tp_dealloc = tuner_dealloc;
+  TunerType.tp_dealloc = tilelens_native::gc_dealloc;
   TunerType.tp_traverse = tuner_traverse;
   TunerType.tp_clear = tuner_clear;
   TunerType.tp_new = tuner_new;

@@ -410,12 +410,6 @@ int launcher_clear(PyObject* self) {
   return 0;
 }
 
-void launcher_dealloc(PyObject* self) {
-  PyObject_GC_UnTrack(self);
-  launcher_clear(self);
-  Py_TYPE(self)->tp_free(self);
-}
-
 // The frames on a launch's stack: `compiled_frames.Frame` instances (the class `configure` was given), whose
 // slots are read directly at the offsets read from its member descriptors; a frame of another class (none
 // is made) is read by attribute.
@@ -526,6 +520,30 @@ struct LaunchArgs {
     }
     return kwargs.get();
   }
+  // The names of the keyword arguments besides `grid`/`warmup`, in their order (a new tuple).
+  PyObject* option_names() const {
+    Ref names(PyTuple_New(options()));
+    if (!names) return nullptr;
+    Py_ssize_t j = 0;
+    if (vector()) {
+      for (Py_ssize_t i = 0; i < nkw(); ++i) {
+        if (i != grid_at && i != warmup_at) PyTuple_SET_ITEM(names.get(), j++, Py_NewRef(PyTuple_GET_ITEM(kwnames, i)));
+      }
+    } else {
+      Py_ssize_t pos = 0;
+      PyObject *name, *value;
+      while (PyDict_Next(kwargs.get(), &pos, &name, &value)) PyTuple_SET_ITEM(names.get(), j++, Py_NewRef(name));
+    }
+    return names.release();
+  }
+  // The value of keyword argument `name` (borrowed), or nullptr (an exception set only on an error).
+  PyObject* option_value(PyObject* name) const {
+    if (!vector()) return PyDict_GetItemWithError(kwargs.get(), name);
+    for (Py_ssize_t i = 0; i < nkw(); ++i) {
+      if (tilelens_native::is_name(PyTuple_GET_ITEM(kwnames, i), name)) return vec[nargs + i];
+    }
+    return nullptr;
+  }
   // The keyword arguments as the interception's dict holds them before `launch` takes `grid`/`warmup` out
   // (the router's `launch` takes them out itself).
   PyObject* whole_dict() {
@@ -538,34 +556,25 @@ struct LaunchArgs {
   }
 };
 
-// `RoutedKernel.options_key(kwargs)` for a launch in vector form: the names besides `grid`/`warmup`, and the
-// kernel's plan for them as `options_key` reads it, without the dict (the method itself when no plan is made).
-PyObject* options_key(PyObject* k, PyObject* kwargs);
-
+// `RoutedKernel.options_key(kwargs)`: from the plan the kernel made for these keyword names (`option_plans`:
+// names -> (the names kept, their getter)), the same (kept names, `itemgetter(*kept)(kwargs)` or ()) without
+// a Python call or, in vector form, the dict; the method itself when no plan is made yet.
 PyObject* options_key(PyObject* k, LaunchArgs& a) {
-  if (!a.vector()) return options_key(k, a.kwargs.get());
-  Ref names(PyTuple_New(a.options()));
+  Ref names(a.option_names());
   Ref plans(PyObject_GetAttr(k, g_names.option_plans));
   if (!names || !plans) return nullptr;
-  for (Py_ssize_t i = 0, j = 0; i < a.nkw(); ++i) {
-    if (i != a.grid_at && i != a.warmup_at) PyTuple_SET_ITEM(names.get(), j++, Py_NewRef(PyTuple_GET_ITEM(a.kwnames, i)));
-  }
   PyObject* plan = PyDict_CheckExact(plans.get()) ? PyDict_GetItemWithError(plans.get(), names.get()) : nullptr;
   if (plan == nullptr && PyErr_Occurred()) return nullptr;
   PyObject* kept = plan != nullptr && PyTuple_CheckExact(plan) && PyTuple_GET_SIZE(plan) == 2
                        ? PyTuple_GET_ITEM(plan, 0) : nullptr;
-  PyObject* kwargs = kept == nullptr || !PyTuple_CheckExact(kept) ? a.dict() : nullptr;
-  if (kwargs != nullptr) return PyObject_CallMethodOneArg(k, g_names.options_key, kwargs);
-  if (PyErr_Occurred()) return nullptr;
+  if (kept == nullptr || !PyTuple_CheckExact(kept)) {
+    PyObject* kwargs = a.dict();
+    return kwargs ? PyObject_CallMethodOneArg(k, g_names.options_key, kwargs) : nullptr;
+  }
   Py_ssize_t m = PyTuple_GET_SIZE(kept);
   Ref got(m == 1 ? nullptr : PyTuple_New(m));
-  for (Py_ssize_t j = 0; j < m; ++j) {  // each kept name is one of `names`, so one of `kwnames`
-    PyObject* want = PyTuple_GET_ITEM(kept, j);
-    PyObject* value = nullptr;
-    for (Py_ssize_t i = 0; value == nullptr && i < a.nkw(); ++i) {
-      PyObject* name = PyTuple_GET_ITEM(a.kwnames, i);
-      if (name == want || PyUnicode_Compare(name, want) == 0) value = a.vec[a.nargs + i];
-    }
+  for (Py_ssize_t j = 0; j < m; ++j) {  // each kept name is one of `names`
+    PyObject* value = a.option_value(PyTuple_GET_ITEM(kept, j));
     if (value == nullptr) {
       if (!PyErr_Occurred()) PyErr_SetString(PyExc_KeyError, "a kept launch option is missing");
       return nullptr;
@@ -574,40 +583,6 @@ PyObject* options_key(PyObject* k, LaunchArgs& a) {
     else if (got) PyTuple_SET_ITEM(got.get(), j, Py_NewRef(value));
   }
   if (!got) return nullptr;
-  return PyTuple_Pack(2, kept, got.get());
-}
-
-// `RoutedKernel.options_key(kwargs)`: from the plan the kernel made for these keyword names (`option_plans`:
-// names -> (the names kept, their getter)), the same (kept names, `itemgetter(*kept)(kwargs)` or ()) without
-// a Python call; the method itself when no plan is made yet.
-PyObject* options_key(PyObject* k, PyObject* kwargs) {
-  Ref names(PyTuple_New(PyDict_GET_SIZE(kwargs)));
-  Ref plans(PyObject_GetAttr(k, g_names.option_plans));
-  if (!names || !plans) return nullptr;
-  Py_ssize_t pos = 0, i = 0;
-  PyObject *name, *value;
-  while (PyDict_Next(kwargs, &pos, &name, &value)) PyTuple_SET_ITEM(names.get(), i++, Py_NewRef(name));
-  PyObject* plan = PyDict_CheckExact(plans.get()) ? PyDict_GetItemWithError(plans.get(), names.get()) : nullptr;
-  if (plan == nullptr && PyErr_Occurred()) return nullptr;
-  PyObject* kept = plan != nullptr && PyTuple_CheckExact(plan) && PyTuple_GET_SIZE(plan) == 2
-                       ? PyTuple_GET_ITEM(plan, 0) : nullptr;
-  if (kept == nullptr || !PyTuple_CheckExact(kept)) return PyObject_CallMethodOneArg(k, g_names.options_key, kwargs);
-  Py_ssize_t m = PyTuple_GET_SIZE(kept);
-  Ref got;
-  if (m == 1) {
-    got.reset(Py_XNewRef(PyDict_GetItemWithError(kwargs, PyTuple_GET_ITEM(kept, 0))));
-  } else {
-    got.reset(PyTuple_New(m));
-    for (Py_ssize_t j = 0; got && j < m; ++j) {
-      PyObject* v = PyDict_GetItemWithError(kwargs, PyTuple_GET_ITEM(kept, j));
-      if (v == nullptr) got.reset(nullptr);
-      else PyTuple_SET_ITEM(got.get(), j, Py_NewRef(v));
-    }
-  }
-  if (!got) {
-    if (!PyErr_Occurred()) PyErr_SetString(PyExc_KeyError, "a kept launch option is missing");
-    return nullptr;
-  }
   return PyTuple_Pack(2, kept, got.get());
 }
 
@@ -1021,7 +996,7 @@ PyMODINIT_FUNC PyInit__tilelens_capture(void) {
   if (PyType_Ready(&ProbeType) < 0) return nullptr;
   LauncherType.tp_name = "_tilelens_capture.Launcher";
   LauncherType.tp_basicsize = sizeof(Launcher);
-  LauncherType.tp_dealloc = launcher_dealloc;
+  LauncherType.tp_dealloc = tilelens_native::gc_dealloc;
   LauncherType.tp_traverse = launcher_traverse;
   LauncherType.tp_clear = launcher_clear;
   LauncherType.tp_new = launcher_new;

@@ -1,5 +1,5 @@
 // What TileLens's compiled module's two sources share (native_capture.cpp, native_calls.cpp): an owned
-// reference, a vectorcall helper, an optional attribute lookup and a name comparison; the frame slots' order
+// reference, a GC type's dealloc, a vectorcall helper, an optional attribute lookup and a name comparison; the frame slots' order
 // and offsets; and what each source calls of the other (`add_call_types`, `is_launcher`, `launch_vector`).
 //
 // Invariant: the GIL is held wherever these run.
@@ -29,6 +29,13 @@ struct Ref {
   }
   explicit operator bool() const { return p != nullptr; }
 };
+
+// `tp_dealloc` of a garbage-collected type whose `tp_clear` drops every reference an instance holds.
+inline void gc_dealloc(PyObject* self) {
+  PyObject_GC_UnTrack(self);
+  Py_TYPE(self)->tp_clear(self);
+  Py_TYPE(self)->tp_free(self);
+}
 
 inline PyObject* call_n(PyObject* fn, std::initializer_list<PyObject*> args) {
   return PyObject_Vectorcall(fn, const_cast<PyObject* const*>(args.begin()), args.size(), nullptr);
