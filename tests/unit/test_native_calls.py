@@ -92,6 +92,36 @@ def test_traced_layers_interpreted_launches_and_warmups_keep_tritons_own_run(int
     assert not_traced.run() == "target result"
 
 
+def test_each_thread_sees_its_own_thread_state_through_the_kept_dict(intercepted: Any) -> None:
+    """The interception keeps the last asking thread's ``__dict__`` of the thread state: calls alternating
+    between a thread inside an interpreted launch and one outside must each see their own state, and a
+    thread that never set ``launch`` the class default (None)."""
+    import threading
+
+    plain = Layer()
+    inside, outside = threading.Event(), threading.Event()
+    seen: dict[str, list[str]] = {"inside": [], "outside": []}
+
+    def run(name: str, mine: threading.Event, other: threading.Event, launch: object | None) -> None:
+        if launch is not None:
+            LOCAL.launch = launch
+        for _ in range(4):  # strictly alternating: every call follows the other thread's
+            mine.wait(5)
+            mine.clear()
+            seen[name].append(plain.run(name))
+            other.set()
+
+    a = threading.Thread(target=run, args=("inside", inside, outside, object()))
+    b = threading.Thread(target=run, args=("outside", outside, inside, None))
+    a.start(), b.start()
+    inside.set()
+    a.join(10), b.join(10)
+    assert seen == {"inside": ["original result"] * 4, "outside": ["target result"] * 4}
+    assert plain.run(0) == "target result"  # this thread never set it either
+    LOCAL.launch = object()
+    assert plain.run(0) == "original result"  # and sees its own change at once
+
+
 def test_an_intercepted_calls_exception_is_passed_on_unchanged(native_module: Any) -> None:
     raised = KeyError("from the target")
 

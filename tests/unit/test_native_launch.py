@@ -14,6 +14,8 @@ import pytest
 import torch
 
 import tilelens
+from tilelens.core import launch_pack
+from tilelens.core.writer_process import ProcessWriter
 
 from .test_compiled_fast_path import tuned_add
 from .test_compiled_recording import scale_kernel
@@ -74,6 +76,20 @@ def _program(counts: list[tuple[int, int]], launcher: Any) -> list[torch.Tensor]
 def test_launches_like_the_last_are_finished_by_the_launcher_and_store_the_python_routers_rows(
     tmp_path: Path, native_module: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    queued: list[bytes] = []  # what the launcher queued for the writer process
+    parts_of = ProcessWriter.flat_parts
+
+    def spied_parts(writer: ProcessWriter) -> tuple[Any, ...]:
+        parts = parts_of(writer)
+        append = parts[2]
+
+        def spy(data: bytes) -> None:
+            queued.append(data)
+            append(data)
+
+        return (*parts[:2], spy, *parts[3:])
+
+    monkeypatch.setattr(ProcessWriter, "flat_parts", spied_parts)
     results = {}
     for native in ("1", "0"):
         monkeypatch.setenv("TILELENS_NATIVE", native)
@@ -91,6 +107,9 @@ def test_launches_like_the_last_are_finished_by_the_launcher_and_store_the_pytho
         results[native] = (outs, _all_rows(db, blobs), counts)
     (outs, rows, counts), (py_outs, py_rows, _) = results["1"], results["0"]
     assert counts == [(4, 1), (7, 3), (9, 4), (11, 5)]
+    # Every steady launch was queued packed (``launch_pack``), and the writer process made the same rows of them.
+    assert len(queued) == 11 and all(data[0] == launch_pack.MARK for data in queued)
+    assert [launch_pack.loads(data)[6][-1] for data in queued[:4]] == [2.0] * 4  # the factor, a float
     assert all(torch.equal(a, b) for a, b in zip(outs, py_outs))
     assert rows == py_rows
     assert [r[0]["grid_x"] for r in rows[-3:]] == [2, 2, 2]  # 8 // 8 + 1, from the probe's call

@@ -35,6 +35,7 @@ struct Intercept {
   PyObject* original;
   PyObject* target;
   PyObject* thread;
+  LocalDict thread_dict;  // `thread`'s dict for the thread last asking
 };
 
 PyTypeObject InterceptType = {PyVarObject_HEAD_INIT(nullptr, 0)};
@@ -46,6 +47,7 @@ int intercept_traverse(PyObject* self, visitproc visit, void* arg) {
   Py_VISIT(i->original);
   Py_VISIT(i->target);
   Py_VISIT(i->thread);
+  Py_VISIT(i->thread_dict.dict);
   return 0;
 }
 
@@ -54,6 +56,7 @@ int intercept_clear(PyObject* self) {
   Py_CLEAR(i->original);
   Py_CLEAR(i->target);
   Py_CLEAR(i->thread);
+  i->thread_dict.reset();
   return 0;
 }
 
@@ -62,7 +65,7 @@ int passes_through(Intercept* ic, PyObject* obj, PyObject* const* kwvalues, PyOb
   Ref trace(attr_or_none(obj, g_call_names.trace));
   if (!trace) return -1;
   if (trace.get() != Py_None) return 1;
-  Ref launch(PyObject_GetAttr(ic->thread, g_call_names.launch));
+  Ref launch(ic->thread_dict.get(ic->thread, g_call_names.launch));
   if (!launch) return -1;
   if (launch.get() != Py_None) return 1;
   Py_ssize_t nk = kwnames == nullptr ? 0 : PyTuple_GET_SIZE(kwnames);
@@ -118,6 +121,7 @@ PyObject* intercept_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
   ic->original = Py_NewRef(original);
   ic->target = Py_NewRef(target);
   ic->thread = Py_NewRef(thread);
+  ic->thread_dict = LocalDict{0, nullptr};
   PyObject_GC_Track(ic);
   return reinterpret_cast<PyObject*>(ic);
 }
@@ -152,6 +156,7 @@ struct Tuner {
   Py_ssize_t offsets[NFRAME];
   Py_ssize_t steady;
   Py_ssize_t fallbacks;
+  LocalDict local_dict;  // the configured LOCAL's dict for the thread last asking
 };
 
 PyTypeObject TunerType = {PyVarObject_HEAD_INIT(nullptr, 0)};
@@ -160,6 +165,7 @@ int tuner_traverse(PyObject* self, visitproc visit, void* arg) {
   Tuner* t = reinterpret_cast<Tuner*>(self);
   Py_VISIT(t->slow);
   Py_VISIT(t->config);
+  Py_VISIT(t->local_dict.dict);
   return 0;
 }
 
@@ -167,6 +173,7 @@ int tuner_clear(PyObject* self) {
   Tuner* t = reinterpret_cast<Tuner*>(self);
   Py_CLEAR(t->slow);
   Py_CLEAR(t->config);
+  t->local_dict.reset();
   return 0;
 }
 
@@ -266,7 +273,7 @@ struct Plan {
 };
 
 // 1: this call is the Tuner's (`out` set); 0: Python's; -1: an exception (the caller clears it: Python's).
-int plan_call(PyObject* config, PyObject* tuner, TuneArgs& a, Plan& out) {
+int plan_call(PyObject* config, LocalDict& local_dict, PyObject* tuner, TuneArgs& a, Plan& out) {
   PyObject* args = a.args.get();
   Ref configs(PyObject_GetAttr(tuner, g_call_names.configs));
   if (!configs) return -1;
@@ -298,7 +305,7 @@ int plan_call(PyObject* config, PyObject* tuner, TuneArgs& a, Plan& out) {
   out.cache.reset(PyObject_GetAttr(tuner, g_call_names.cache));
   if (!out.cache) return -1;
   if (!PyDict_Check(out.cache.get())) return 0;
-  out.stack.reset(PyObject_GetAttr(PyTuple_GET_ITEM(config, LOCAL), g_call_names.stack));
+  out.stack.reset(local_dict.get(PyTuple_GET_ITEM(config, LOCAL), g_call_names.stack));
   if (!out.stack) return -1;
   return PyList_CheckExact(out.stack.get()) ? 1 : 0;
 }
@@ -321,7 +328,7 @@ PyObject* tune(Tuner* t, PyObject* tuner, TuneArgs& a) {
   Py_ssize_t offsets[NFRAME];
   std::memcpy(offsets, t->offsets, sizeof(offsets));
   Plan plan;
-  int mine = plan_call(config.get(), tuner, a, plan);
+  int mine = plan_call(config.get(), t->local_dict, tuner, a, plan);
   if (mine <= 0) {
     PyErr_Clear();
     ++t->fallbacks;
@@ -421,6 +428,7 @@ PyObject* tuner_new(PyTypeObject* type, PyObject* args, PyObject*) {
   t->config = nullptr;
   std::memset(t->offsets, 0, sizeof(t->offsets));
   t->steady = t->fallbacks = 0;
+  t->local_dict = LocalDict{0, nullptr};
   PyObject_GC_Track(t);
   return reinterpret_cast<PyObject*>(t);
 }
@@ -433,6 +441,7 @@ PyObject* tuner_configure(PyObject* self, PyObject* args) {
     PyErr_Format(PyExc_TypeError, "configure() takes 0 or %d arguments", static_cast<int>(NTUNER));
     return nullptr;
   }
+  t->local_dict.reset();  // another LOCAL, or none
   if (n == 0) {
     Py_CLEAR(t->config);
     Py_RETURN_NONE;

@@ -45,6 +45,10 @@ PyObject* g_tensor_type = nullptr;  // torch.Tensor (exact type only, as `type(v
 PyObject* g_runtime_name = nullptr;  // "runtime_names"
 PyObject* g_constexpr_name = nullptr;  // "constexpr_names"
 
+// launch_pack.py's MARK and HEAD.size (keep in step).
+constexpr int kPackMark = 0;
+constexpr Py_ssize_t kPackHead = 60;
+
 enum Tag : int64_t { TENSOR = 1, INT = 2, FLOAT = 3, BOOL = 4, NONE = 5, CONSTEXPR = 6 };
 
 // A launch's signature: `n` integers (tags, dtypes, devices, shapes, strides, constexpr type codes) and the
@@ -386,6 +390,7 @@ struct Launcher {
   Py_ssize_t steady;     // launches finished here
   Py_ssize_t fallbacks;  // launches given to Python (rest or after)
   Py_ssize_t frame_offsets[tilelens_native::NFRAME];  // of the configured frame class's slots
+  tilelens_native::LocalDict local_dict, thread_dict;  // the configured LOCAL's and THREAD's, per thread
 };
 
 PyTypeObject LauncherType = {PyVarObject_HEAD_INIT(nullptr, 0)};
@@ -400,6 +405,8 @@ int launcher_traverse(PyObject* self, visitproc visit, void* arg) {
   Launcher* l = reinterpret_cast<Launcher*>(self);
   Py_VISIT(l->slow);
   Py_VISIT(l->config);
+  Py_VISIT(l->local_dict.dict);
+  Py_VISIT(l->thread_dict.dict);
   return 0;
 }
 
@@ -407,6 +414,8 @@ int launcher_clear(PyObject* self) {
   Launcher* l = reinterpret_cast<Launcher*>(self);
   Py_CLEAR(l->slow);
   Py_CLEAR(l->config);
+  l->local_dict.reset();
+  l->thread_dict.reset();
   return 0;
 }
 
@@ -676,6 +685,97 @@ PyObject* run_triton(PyObject* run, PyObject* jit, PyObject* args, PyObject* gri
   return PyObject_Vectorcall(run, stack.data(), static_cast<size_t>(n + 1), names.get());
 }
 
+// An exact int that fits in 64 bits, into `out`; false (no exception) otherwise.
+bool int64_of(PyObject* v, int64_t& out) {
+  if (!PyLong_CheckExact(v)) return false;
+  int overflow = 0;
+  long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+  if (overflow != 0 || (x == -1 && PyErr_Occurred())) {
+    PyErr_Clear();
+    return false;
+  }
+  out = static_cast<int64_t>(x);
+  return true;
+}
+
+void put_le(char*& p, uint64_t x, int bytes) {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+  std::memcpy(p, &x, static_cast<size_t>(bytes));  // the low `bytes` bytes, least significant first
+  p += bytes;
+#else
+  for (int i = 0; i < bytes; ++i) *p++ = static_cast<char>((x >> (8 * i)) & 0xff);
+#endif
+}
+
+void put_double(char*& p, PyObject* v) {
+  double d = PyFloat_AS_DOUBLE(v);
+  uint64_t bits;
+  std::memcpy(&bits, &d, sizeof(bits));
+  put_le(p, bits, 8);
+}
+
+// `launch_pack.pack` (the same bytes): the item ("m", n, number, started, duration, grid, values) as the
+// writer process reads it without marshal. nullptr without an exception when a value does not fit (a str,
+// None, an int past 64 bits, a subclass): the caller marshals the item then; nullptr with one on failure.
+PyObject* pack_flat(PyObject* n, PyObject* number, PyObject* started, PyObject* duration, PyObject* grid,
+                    PyObject* values) {
+  if (!PyList_CheckExact(values) || !PyTuple_CheckExact(grid) || PyTuple_GET_SIZE(grid) != 3 ||
+      !PyFloat_CheckExact(started) || !PyFloat_CheckExact(duration))
+    return nullptr;
+  int64_t head[5];
+  if (!int64_of(n, head[0]) || !int64_of(number, head[1])) return nullptr;
+  for (int i = 0; i < 3; ++i)
+    if (!int64_of(PyTuple_GET_ITEM(grid, i), head[2 + i])) return nullptr;
+  Py_ssize_t count = PyList_GET_SIZE(values);
+  if (count > static_cast<Py_ssize_t>(UINT32_MAX)) return nullptr;
+  Py_ssize_t size = 1 + kPackHead + count;
+  for (Py_ssize_t i = 0; i < count; ++i) {
+    PyObject* v = PyList_GET_ITEM(values, i);
+    if (PyBool_Check(v)) size += 1;
+    else if (PyLong_CheckExact(v) || PyFloat_CheckExact(v)) size += 8;
+    else return nullptr;
+  }
+  Ref out(PyBytes_FromStringAndSize(nullptr, size));
+  if (!out) return nullptr;
+  char* p = PyBytes_AS_STRING(out.get());
+  *p++ = static_cast<char>(kPackMark);
+  put_le(p, static_cast<uint64_t>(head[0]), 8);
+  put_le(p, static_cast<uint64_t>(head[1]), 8);
+  put_double(p, started);
+  put_double(p, duration);
+  for (int i = 2; i < 5; ++i) put_le(p, static_cast<uint64_t>(head[i]), 8);
+  put_le(p, static_cast<uint64_t>(count), 4);
+  char* codes = p;
+  p += count;
+  for (Py_ssize_t i = 0; i < count; ++i) {
+    PyObject* v = PyList_GET_ITEM(values, i);
+    int64_t x;
+    if (PyBool_Check(v)) {
+      codes[i] = '?';
+      *p++ = static_cast<char>(v == Py_True);
+    } else if (PyFloat_CheckExact(v)) {
+      codes[i] = 'd';
+      put_double(p, v);
+    } else if (int64_of(v, x)) {
+      codes[i] = 'q';
+      put_le(p, static_cast<uint64_t>(x), 8);
+    } else {
+      return nullptr;
+    }
+  }
+  return out.release();
+}
+
+PyObject* pack_flat_py(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 6) {
+    PyErr_SetString(PyExc_TypeError, "pack_flat(n, template, started, duration, grid, values)");
+    return nullptr;
+  }
+  PyObject* out = pack_flat(args[0], args[1], args[2], args[3], args[4], args[5]);
+  if (out == nullptr && !PyErr_Occurred()) Py_RETURN_NONE;
+  return out;
+}
+
 // `WriterProcess.submit_flat(number, started, duration, grid, values)`'s steps, in its order, from the writer's
 // `flat_parts()` (writer, numbers, items.append, items, queued, limit): the next launch number, the marshalled
 // item ("m", n, ...) in format 2 appended to the queue, `_queued_n` advanced, and the wait for the feeder when
@@ -692,8 +792,12 @@ PyObject* queue_flat(PyObject* parts, PyObject* number, PyObject* started, PyObj
     if (!PyErr_Occurred()) PyErr_SetNone(PyExc_StopIteration);
     return nullptr;
   }
-  Ref item(PyTuple_Pack(7, g_names.m, n.get(), number, started, duration, grid, values));
-  Ref data(item ? PyMarshal_WriteObjectToString(item.get(), 2) : nullptr);
+  Ref data(pack_flat(n.get(), number, started, duration, grid, values));
+  if (!data) {  // a value the packed form does not take: marshalled, as `submit_flat` does
+    if (PyErr_Occurred()) return nullptr;
+    Ref item(PyTuple_Pack(7, g_names.m, n.get(), number, started, duration, grid, values));
+    data.reset(item ? PyMarshal_WriteObjectToString(item.get(), 2) : nullptr);
+  }
   Ref appended(data ? call_n(PyTuple_GET_ITEM(parts, 2), {data.get()}) : nullptr);
   if (!appended) return nullptr;
   Ref queued(PyIter_Next(PyTuple_GET_ITEM(parts, 4)));
@@ -766,11 +870,11 @@ PyObject* launch(Launcher* l, LaunchArgs& a) {
     if (warmup != nullptr ? PyDict_DelItem(kwargs, g_names.warmup) < 0 : PyErr_Occurred() != nullptr)
       return nullptr;
   }
-  Ref stack(PyObject_GetAttr(f[LOCAL], g_names.stack));
+  Ref stack(l->local_dict.get(f[LOCAL], g_names.stack));
   Ref k, last;
   bool mine = stack && PyList_CheckExact(stack.get());
   if (mine && PyList_GET_SIZE(stack.get())) {  // inside a tuning: a benchmark launch is Python's
-    Ref depth(PyObject_GetAttr(f[THREAD], g_names.bench_depth));
+    Ref depth(l->thread_dict.get(f[THREAD], g_names.bench_depth));
     long d = depth ? PyLong_AsLong(depth.get()) : -1;
     mine = d == 0;
   }
@@ -873,6 +977,8 @@ PyObject* launcher_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
   l->config = nullptr;
   l->steady = l->fallbacks = 0;
   std::memset(l->frame_offsets, 0, sizeof(l->frame_offsets));
+  l->local_dict = tilelens_native::LocalDict{0, nullptr};
+  l->thread_dict = tilelens_native::LocalDict{0, nullptr};
   PyObject_GC_Track(l);
   return reinterpret_cast<PyObject*>(l);
 }
@@ -888,6 +994,8 @@ PyObject* launcher_configure(PyObject* self, PyObject* args) {
     PyErr_Format(PyExc_TypeError, "configure() takes 0 or %d arguments", static_cast<int>(NFIELDS));
     return nullptr;
   }
+  l->local_dict.reset();  // another LOCAL and THREAD, or none
+  l->thread_dict.reset();
   if (n == 0 || g_tensor_type == nullptr) {
     Py_CLEAR(l->config);
     Py_RETURN_NONE;
@@ -936,6 +1044,8 @@ PyMethodDef methods[] = {
     {"capture", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(capture)), METH_FASTCALL,
      "capture(plan, bound, last) -> (sig, values) | None"},
     {"setup", setup, METH_O, "setup(torch.Tensor): the tensor type captured"},
+    {"pack_flat", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(pack_flat_py)), METH_FASTCALL,
+     "pack_flat(n, template, started, duration, grid, values) -> bytes | None (launch_pack.pack)"},
     {nullptr, nullptr, 0, nullptr}};
 
 PyModuleDef module = {PyModuleDef_HEAD_INIT, "_tilelens_capture", "TileLens's compiled capture", -1, methods};

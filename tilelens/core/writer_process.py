@@ -6,7 +6,8 @@ GIL that is time a launch-bound program waits for, deferred or not. With ``snaps
 
 * the program's thread marshals ``("l", n, kernel number, raw)`` (C code, about a microsecond a launch) and
   appends the bytes to a deque (atomic, wakes nobody): bytes, because a backlog of tuples would be walked by
-  every garbage collection of the program;
+  every garbage collection of the program; the compiled launcher packs a templated launch's item instead
+  (``launch_pack``: fixed-width fields, a fraction of marshal's cost) when its values fit;
 * a feeder thread here sends what accumulated every ``FEED_S`` as one marshalled frame on the child's stdin (the
   pipe write releases the GIL);
 * the child (``tilelens.core.writer_child``, a fresh ``python -m``: never a fork of a process holding CUDA)
@@ -36,6 +37,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from tilelens.core.launch_pack import loads as load_item
 from tilelens.core.writer_child import RawWriter, event_item, frame, kernel_item, read_frame
 
 _dumps = marshal.dumps
@@ -303,7 +305,7 @@ class ProcessWriter:
                 return
 
     def _send(self, items: list[Any]) -> None:
-        """``items``: launches as marshalled bytes, other messages as tuples (the child reads both)."""
+        """``items``: launches as marshalled or packed bytes, other messages as tuples (the child reads both)."""
         launches = sum(1 for item in items if type(item) is bytes)
         if self._local is None:
             try:
@@ -318,7 +320,7 @@ class ProcessWriter:
             except (OSError, ValueError):
                 self._child_died()
         assert self._local is not None
-        decoded = [marshal.loads(item) if type(item) is bytes else item for item in items]
+        decoded = [load_item(item) if type(item) is bytes else item for item in items]
         self._local.handle([item for item in decoded if item[0] not in ("f", "x")])
 
     def _frames_one_by_one(self, items: list[Any]) -> list[bytes]:
