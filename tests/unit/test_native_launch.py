@@ -245,3 +245,36 @@ def test_threads_launching_at_once_each_get_their_launches_recorded(
     scaled = Counter((r[1][2]["value"], r[1][3]["value"]) for r in rows if r[0]["grid_x"] == 3)
     assert scaled == Counter((40 - i % 7, float(t)) for t in range(4) for i in range(100))
     assert sum(1 for r in rows if r[0]["grid_x"] == 2) == 400
+
+
+def test_a_steady_launch_with_an_int_past_64_bits_is_marshalled_and_stores_the_python_routers_rows(
+    tmp_path: Path, native_module: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The packed form holds 64-bit ints only: a launch whose scalar is past that is captured again into a
+    list and marshalled, and the next launch like it is packed again."""
+    queued: list[bytes] = []
+    parts_of = ProcessWriter.flat_parts
+
+    def spied_parts(writer: ProcessWriter) -> tuple[Any, ...]:
+        parts = parts_of(writer)
+        append = parts[2]
+        return (*parts[:2], lambda data: (queued.append(data), append(data)), *parts[3:])
+
+    monkeypatch.setattr(ProcessWriter, "flat_parts", spied_parts)
+    x, out = torch.arange(40, dtype=torch.float32), torch.zeros(40)
+    rows = {}
+    for native in ("1", "0"):
+        monkeypatch.setenv("TILELENS_NATIVE", native)
+        db, blobs = tmp_path / f"n{native}.db", tmp_path / f"n{native}"
+        rec = tilelens.Recording(
+            str(db), blobs, backend="compiled", snapshots="none", runner=StableTritonLike()
+        )
+        with rec:
+            for n in (40, 2**63 + 5, 39):  # the first makes the template; the other two are like it
+                scale_kernel[(1,)](x, out, n, 2.0, BLOCK=16)
+        assert rec.write_failure is None and len(rec.launch_ids) == 3
+        rows[native] = _all_rows(db, blobs)
+    assert rows["1"] == rows["0"]
+    assert [rows["1"][i][1][2]["value"] for i in (0, 2)] == [40, 39]
+    assert [data[0] == launch_pack.MARK for data in queued] == [False, True]
+    assert launch_pack.loads(queued[0])[6][6] == 2**63 + 5

@@ -98,10 +98,109 @@ PyObject* sig_repr(PyObject* self) {
   return PyUnicode_FromFormat("<Sig of %zd codes, constexprs %R>", Py_SIZE(s), s->values);
 }
 
-// The encoded signature of one launch, built on the stack of the call.
+// A vector whose first `N` items live in the object (on the caller's stack), the rest on the heap.
+template <typename T, size_t N>
+struct SmallVec {
+  T local[N];
+  std::vector<T> heap;
+  size_t count = 0;
+
+  void push_back(T v) {
+    if (count < N && heap.empty()) {
+      local[count++] = v;
+      return;
+    }
+    if (heap.empty()) heap.assign(local, local + count);
+    heap.push_back(v);
+    ++count;
+  }
+  const T* data() const { return heap.empty() ? local : heap.data(); }
+  size_t size() const { return count; }
+  T operator[](size_t i) const { return data()[i]; }
+};
+
+// The encoded signature of one launch, built on the stack of its call (a garbage collection during the
+// capture may run a finalizer that launches a kernel: nothing here is shared between calls).
 struct Scratch {
-  std::vector<int64_t> code;
-  std::vector<PyObject*> constexprs;  // borrowed from `bound` for the duration of the call
+  SmallVec<int64_t, 256> code;
+  SmallVec<PyObject*, 64> constexprs;  // borrowed from `bound` for the duration of the call
+};
+
+// A capture's values as machine words, in the packed item's terms (launch_pack.py): per value its format
+// code ('q' int64, 'd' float64, '?' bool) and 8 bytes. `fits` is false when a value needs marshal (an int
+// past 64 bits, more values than `kMax`): the caller then captures into a list.
+struct Words {
+  static constexpr Py_ssize_t kMax = 512;
+  Py_ssize_t n = 0;
+  bool fits = true;
+  char codes[kMax];
+  uint64_t words[kMax];
+
+  void add(char code, uint64_t word) {
+    if (n == kMax) {
+      fits = false;
+      return;
+    }
+    codes[n] = code;
+    words[n++] = word;
+  }
+};
+
+// An exact int that fits in 64 bits, into `out`; false (no exception) otherwise.
+bool int64_of(PyObject* v, int64_t& out) {
+  if (!PyLong_CheckExact(v)) return false;
+  int overflow = 0;
+  long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+  if (overflow != 0 || (x == -1 && PyErr_Occurred())) {
+    PyErr_Clear();
+    return false;
+  }
+  out = static_cast<int64_t>(x);
+  return true;
+}
+
+// Where a capture puts its values: appended to a Python list (`capture`'s result), or as `Words`.
+struct Values {
+  PyObject* list = nullptr;  // borrowed
+  Words* words = nullptr;
+
+  bool tensor(int64_t offset, const void* pointer, size_t nbytes) {
+    if (words != nullptr) {
+      uint64_t p = static_cast<uint64_t>(reinterpret_cast<uintptr_t>(pointer));
+      if (p > static_cast<uint64_t>(INT64_MAX) || nbytes > static_cast<size_t>(INT64_MAX)) words->fits = false;
+      words->add('q', static_cast<uint64_t>(offset));
+      words->add('q', p);
+      words->add('q', static_cast<uint64_t>(nbytes));
+      return true;
+    }
+    PyObject* o = PyLong_FromLongLong(offset);
+    PyObject* q = PyLong_FromVoidPtr(const_cast<void*>(pointer));
+    PyObject* b = PyLong_FromSize_t(nbytes);
+    bool ok = o && q && b && PyList_Append(list, o) == 0 && PyList_Append(list, q) == 0 &&
+              PyList_Append(list, b) == 0;
+    Py_XDECREF(o);
+    Py_XDECREF(q);
+    Py_XDECREF(b);
+    return ok;
+  }
+
+  // An exact int, float or bool.
+  bool scalar(PyObject* v) {
+    if (words == nullptr) return PyList_Append(list, v) == 0;
+    if (PyBool_Check(v)) {
+      words->add('?', v == Py_True ? 1 : 0);
+    } else if (PyFloat_CheckExact(v)) {
+      double d = PyFloat_AS_DOUBLE(v);
+      uint64_t bits;
+      std::memcpy(&bits, &d, sizeof(bits));
+      words->add('d', bits);
+    } else {
+      int64_t x = 0;
+      if (!int64_of(v, x)) words->fits = false;
+      words->add('q', static_cast<uint64_t>(x));
+    }
+    return true;
+  }
 };
 
 int constexpr_code(PyObject* v) {
@@ -116,7 +215,7 @@ int constexpr_code(PyObject* v) {
 
 // Appends one tensor; false: libtorch will not describe it (no storage, not strided, symbolic sizes, an
 // exception) or a Python error (cleared by the caller).
-bool add_tensor(PyObject* v, Scratch& s, PyObject* values) noexcept try {
+bool add_tensor(PyObject* v, Scratch& s, Values& values) noexcept try {
   const at::Tensor& tensor = THPVariable_Unpack(v);
   if (!tensor.defined() || tensor.layout() != c10::kStrided) return false;
   c10::TensorImpl* impl = tensor.unsafeGetTensorImpl();
@@ -129,29 +228,21 @@ bool add_tensor(PyObject* v, Scratch& s, PyObject* values) noexcept try {
   s.code.push_back(static_cast<int64_t>(device.type()));
   s.code.push_back(static_cast<int64_t>(device.index()));
   s.code.push_back(static_cast<int64_t>(sizes.size()));
-  s.code.insert(s.code.end(), sizes.begin(), sizes.end());
-  s.code.insert(s.code.end(), strides.begin(), strides.end());
+  for (int64_t d : sizes) s.code.push_back(d);
+  for (int64_t d : strides) s.code.push_back(d);
   const c10::Storage& storage = impl->storage();
-  PyObject* offset = PyLong_FromLongLong(impl->storage_offset());
-  PyObject* pointer = PyLong_FromVoidPtr(const_cast<void*>(storage.data()));
-  PyObject* nbytes = PyLong_FromSize_t(storage.nbytes());
-  bool ok = offset && pointer && nbytes && PyList_Append(values, offset) == 0 &&
-            PyList_Append(values, pointer) == 0 && PyList_Append(values, nbytes) == 0;
-  Py_XDECREF(offset);
-  Py_XDECREF(pointer);
-  Py_XDECREF(nbytes);
-  return ok;
+  return values.tensor(impl->storage_offset(), storage.data(), storage.nbytes());
 } catch (...) {
   return false;
 }
 
 // Appends one runtime argument; false: not a kind a template can hold.
-bool add_runtime(PyObject* v, Scratch& s, PyObject* values) {
+bool add_runtime(PyObject* v, Scratch& s, Values& values) {
   PyTypeObject* t = Py_TYPE(v);
   if (reinterpret_cast<PyObject*>(t) == g_tensor_type) return add_tensor(v, s, values);
   if (t == &PyLong_Type || t == &PyFloat_Type || t == &PyBool_Type) {
     s.code.push_back(t == &PyLong_Type ? INT : t == &PyFloat_Type ? FLOAT : BOOL);
-    return PyList_Append(values, v) == 0;
+    return values.scalar(v);
   }
   if (v == Py_None) {
     s.code.push_back(NONE);
@@ -220,27 +311,21 @@ PyObject* names_of(PyObject* plan, PyObject* attr) {
   return names;
 }
 
-PyObject* capture_impl(PyObject* plan, PyObject* bound, PyObject* last) {
-  if (!PyDict_Check(bound)) Py_RETURN_NONE;
-  PyObject* runtime = names_of(plan, g_runtime_name);
-  if (runtime == nullptr) return nullptr;
-  PyObject* constexprs = names_of(plan, g_constexpr_name);
-  if (constexprs == nullptr) {
-    Py_DECREF(runtime);
-    return nullptr;
-  }
-  thread_local Scratch s;
-  s.code.clear();
-  s.constexprs.clear();
-  PyObject* values = PyList_New(0);
-  PyObject* out = nullptr;
-  bool ok = values != nullptr;
-  for (Py_ssize_t i = 0; ok && i < PyTuple_GET_SIZE(runtime); ++i) {
-    PyObject* v = PyDict_GetItemWithError(bound, PyTuple_GET_ITEM(runtime, i));
+// The launch's Sig (`last` itself when equal), its values put into `values`. nullptr with an exception: the
+// plan has no name tuples; nullptr without one: the launch is not templatable, however that was found.
+PyObject* capture_sig(PyObject* plan, PyObject* bound, PyObject* last, Values& values) {
+  if (!PyDict_Check(bound)) return nullptr;
+  Ref runtime(names_of(plan, g_runtime_name));
+  Ref constexprs(runtime ? names_of(plan, g_constexpr_name) : nullptr);
+  if (!constexprs) return nullptr;
+  Scratch s;
+  bool ok = true;
+  for (Py_ssize_t i = 0; ok && i < PyTuple_GET_SIZE(runtime.get()); ++i) {
+    PyObject* v = PyDict_GetItemWithError(bound, PyTuple_GET_ITEM(runtime.get(), i));
     ok = v != nullptr && add_runtime(v, s, values);
   }
-  for (Py_ssize_t i = 0; ok && i < PyTuple_GET_SIZE(constexprs); ++i) {
-    PyObject* v = PyDict_GetItemWithError(bound, PyTuple_GET_ITEM(constexprs, i));
+  for (Py_ssize_t i = 0; ok && i < PyTuple_GET_SIZE(constexprs.get()); ++i) {
+    PyObject* v = PyDict_GetItemWithError(bound, PyTuple_GET_ITEM(constexprs.get(), i));
     int code = v == nullptr ? 0 : constexpr_code(v);
     ok = code != 0;
     if (ok) {
@@ -249,22 +334,22 @@ PyObject* capture_impl(PyObject* plan, PyObject* bound, PyObject* last) {
       s.constexprs.push_back(v);
     }
   }
-  if (ok) {
-    PyObject* sig = sig_of(s, last);
-    if (sig != nullptr) {
-      out = PyTuple_Pack(2, sig, values);
-      Py_DECREF(sig);
-    }
-  }
-  s.constexprs.clear();
-  Py_XDECREF(values);
-  Py_DECREF(runtime);
-  Py_DECREF(constexprs);
-  if (out == nullptr) {
-    PyErr_Clear();  // not templatable, however it failed: the caller takes the untemplated path
+  PyObject* sig = ok ? sig_of(s, last) : nullptr;
+  if (sig == nullptr) PyErr_Clear();  // not templatable: the caller takes the untemplated path
+  return sig;
+}
+
+// `capture(plan, bound, last)`: (sig, values) or None.
+PyObject* capture_impl(PyObject* plan, PyObject* bound, PyObject* last) {
+  Ref list(PyList_New(0));
+  if (!list) return nullptr;
+  Values values{list.get(), nullptr};
+  Ref sig(capture_sig(plan, bound, last, values));
+  if (!sig) {
+    if (PyErr_Occurred()) return nullptr;
     Py_RETURN_NONE;
   }
-  return out;
+  return PyTuple_Pack(2, sig.get(), list.get());
 }
 
 PyObject* capture(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
@@ -596,17 +681,30 @@ PyObject* options_key(PyObject* k, LaunchArgs& a) {
 }
 
 // 1: the launch is of a template already made: its kernel's last one (`last`), or one found in the templates
-// table by its key (then it becomes the kernel's last, as `_templated` does); `number`, `values` and
-// `resolved` are set. 0: a new template, or anything unusual, or a failure (any exception is cleared by the
-// caller): Python decides, from the same facts.
+// table by its key (then it becomes the kernel's last, as `_templated` does); `number`, `resolved` and the
+// values are set: as `words` when they fit it and the launcher queues (`QUEUE`), else as the list `values`.
+// 0: a new template, or anything unusual, or a failure (any exception is cleared by the caller): Python
+// decides, from the same facts.
 int steady(const Config& f, const Frames& frame_slots, PyObject* k, PyObject* last, PyObject* bound,
-           PyObject* result, LaunchArgs& a, PyObject* stack, Probe* probe, Ref& number, Ref& values,
-           Ref& resolved) {
+           PyObject* result, LaunchArgs& a, PyObject* stack, Probe* probe, Ref& number, Words& words,
+           Ref& values, Ref& resolved) {
   Ref plan(PyObject_GetAttr(k, g_names.flat_plan));
   if (!plan) return -1;
-  Ref got(capture_impl(plan.get(), bound, PyTuple_GET_ITEM(last, 1)));
-  if (!got || got.get() == Py_None) return got ? 0 : -1;
-  PyObject* sig = PyTuple_GET_ITEM(got.get(), 0);
+  Values sink{nullptr, &words};
+  if (f[QUEUE] == Py_None) {  // `flat` takes the list
+    values.reset(PyList_New(0));
+    if (!values) return -1;
+    sink = Values{values.get(), nullptr};
+  }
+  Ref sig_ref(capture_sig(plan.get(), bound, PyTuple_GET_ITEM(last, 1), sink));
+  if (!sig_ref) return PyErr_Occurred() ? -1 : 0;
+  if (sink.words != nullptr && !words.fits) {  // a value needs marshal: the list after all
+    values.reset(PyList_New(0));
+    Values list{values.get(), nullptr};
+    Ref again(values ? capture_sig(plan.get(), bound, sig_ref.get(), list) : nullptr);
+    if (!again) return PyErr_Occurred() ? -1 : 0;
+  }
+  PyObject* sig = sig_ref.get();
   // The compiled kernel's metadata, as the router cached it at this kernel object's first launch.
   PyObject* metadata = Py_None;
   if (result != Py_None) {
@@ -658,7 +756,6 @@ int steady(const Config& f, const Frames& frame_slots, PyObject* k, PyObject* la
     resolved.reset(call_n(f[GRID_OF], {value, bound}));
     if (!resolved) return -1;
   }
-  values.reset(Py_NewRef(PyTuple_GET_ITEM(got.get(), 1)));
   return 1;
 }
 
@@ -685,19 +782,6 @@ PyObject* run_triton(PyObject* run, PyObject* jit, PyObject* args, PyObject* gri
   return PyObject_Vectorcall(run, stack.data(), static_cast<size_t>(n + 1), names.get());
 }
 
-// An exact int that fits in 64 bits, into `out`; false (no exception) otherwise.
-bool int64_of(PyObject* v, int64_t& out) {
-  if (!PyLong_CheckExact(v)) return false;
-  int overflow = 0;
-  long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
-  if (overflow != 0 || (x == -1 && PyErr_Occurred())) {
-    PyErr_Clear();
-    return false;
-  }
-  out = static_cast<int64_t>(x);
-  return true;
-}
-
 void put_le(char*& p, uint64_t x, int bytes) {
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
   std::memcpy(p, &x, static_cast<size_t>(bytes));  // the low `bytes` bytes, least significant first
@@ -707,63 +791,77 @@ void put_le(char*& p, uint64_t x, int bytes) {
 #endif
 }
 
-void put_double(char*& p, PyObject* v) {
+uint64_t double_bits(PyObject* v) {
   double d = PyFloat_AS_DOUBLE(v);
   uint64_t bits;
   std::memcpy(&bits, &d, sizeof(bits));
-  put_le(p, bits, 8);
+  return bits;
 }
 
 // `launch_pack.pack` (the same bytes): the item ("m", n, number, started, duration, grid, values) as the
-// writer process reads it without marshal. nullptr without an exception when a value does not fit (a str,
-// None, an int past 64 bits, a subclass): the caller marshals the item then; nullptr with one on failure.
-PyObject* pack_flat(PyObject* n, PyObject* number, PyObject* started, PyObject* duration, PyObject* grid,
-                    PyObject* values) {
-  if (!PyList_CheckExact(values) || !PyTuple_CheckExact(grid) || PyTuple_GET_SIZE(grid) != 3 ||
-      !PyFloat_CheckExact(started) || !PyFloat_CheckExact(duration))
+// writer process reads it without marshal, the values given as `Words`. nullptr without an exception when
+// a value does not fit (the caller marshals the item then); nullptr with one on failure.
+PyObject* pack_words(PyObject* n, PyObject* number, PyObject* started, PyObject* duration, PyObject* grid,
+                     const Words& values) {
+  if (!values.fits || !PyTuple_CheckExact(grid) || PyTuple_GET_SIZE(grid) != 3 || !PyFloat_CheckExact(started) ||
+      !PyFloat_CheckExact(duration))
     return nullptr;
   int64_t head[5];
   if (!int64_of(n, head[0]) || !int64_of(number, head[1])) return nullptr;
   for (int i = 0; i < 3; ++i)
     if (!int64_of(PyTuple_GET_ITEM(grid, i), head[2 + i])) return nullptr;
-  Py_ssize_t count = PyList_GET_SIZE(values);
-  if (count > static_cast<Py_ssize_t>(UINT32_MAX)) return nullptr;
-  Py_ssize_t size = 1 + kPackHead + count;
-  for (Py_ssize_t i = 0; i < count; ++i) {
-    PyObject* v = PyList_GET_ITEM(values, i);
-    if (PyBool_Check(v)) size += 1;
-    else if (PyLong_CheckExact(v) || PyFloat_CheckExact(v)) size += 8;
-    else return nullptr;
-  }
+  Py_ssize_t count = values.n, size = 1 + kPackHead + count;
+  for (Py_ssize_t i = 0; i < count; ++i) size += values.codes[i] == '?' ? 1 : 8;
   Ref out(PyBytes_FromStringAndSize(nullptr, size));
   if (!out) return nullptr;
   char* p = PyBytes_AS_STRING(out.get());
   *p++ = static_cast<char>(kPackMark);
   put_le(p, static_cast<uint64_t>(head[0]), 8);
   put_le(p, static_cast<uint64_t>(head[1]), 8);
-  put_double(p, started);
-  put_double(p, duration);
+  put_le(p, double_bits(started), 8);
+  put_le(p, double_bits(duration), 8);
   for (int i = 2; i < 5; ++i) put_le(p, static_cast<uint64_t>(head[i]), 8);
   put_le(p, static_cast<uint64_t>(count), 4);
-  char* codes = p;
+  if (count) std::memcpy(p, values.codes, static_cast<size_t>(count));
   p += count;
-  for (Py_ssize_t i = 0; i < count; ++i) {
-    PyObject* v = PyList_GET_ITEM(values, i);
-    int64_t x;
-    if (PyBool_Check(v)) {
-      codes[i] = '?';
-      *p++ = static_cast<char>(v == Py_True);
-    } else if (PyFloat_CheckExact(v)) {
-      codes[i] = 'd';
-      put_double(p, v);
-    } else if (int64_of(v, x)) {
-      codes[i] = 'q';
-      put_le(p, static_cast<uint64_t>(x), 8);
-    } else {
-      return nullptr;
-    }
-  }
+  for (Py_ssize_t i = 0; i < count; ++i) put_le(p, values.words[i], values.codes[i] == '?' ? 1 : 8);
   return out.release();
+}
+
+// The values of `words` as the list a capture into a list makes (nullptr and an exception on failure).
+PyObject* list_of(const Words& words) {
+  Ref list(PyList_New(words.n));
+  if (!list) return nullptr;
+  for (Py_ssize_t i = 0; i < words.n; ++i) {
+    PyObject* v;
+    if (words.codes[i] == '?') {
+      v = PyBool_FromLong(words.words[i] != 0);
+    } else if (words.codes[i] == 'd') {
+      double d;
+      std::memcpy(&d, &words.words[i], sizeof(d));
+      v = PyFloat_FromDouble(d);
+    } else {
+      v = PyLong_FromLongLong(static_cast<long long>(words.words[i]));
+    }
+    if (v == nullptr) return nullptr;
+    PyList_SET_ITEM(list.get(), i, v);
+  }
+  return list.release();
+}
+
+// The same from a list of values (what `capture` returns): nullptr without an exception when one is not an
+// exact int, float or bool.
+PyObject* pack_flat(PyObject* n, PyObject* number, PyObject* started, PyObject* duration, PyObject* grid,
+                    PyObject* values) {
+  if (!PyList_CheckExact(values)) return nullptr;
+  Words words;
+  Values sink{nullptr, &words};
+  for (Py_ssize_t i = 0; i < PyList_GET_SIZE(values); ++i) {
+    PyObject* v = PyList_GET_ITEM(values, i);
+    if (!PyBool_Check(v) && !PyLong_CheckExact(v) && !PyFloat_CheckExact(v)) return nullptr;
+    sink.scalar(v);
+  }
+  return pack_words(n, number, started, duration, grid, words);
 }
 
 PyObject* pack_flat_py(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
@@ -781,7 +879,7 @@ PyObject* pack_flat_py(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
 // item ("m", n, ...) in format 2 appended to the queue, `_queued_n` advanced, and the wait for the feeder when
 // the queue is past its limit. Returns the launch number (nullptr and an exception on failure).
 PyObject* queue_flat(PyObject* parts, PyObject* number, PyObject* started, PyObject* duration, PyObject* grid,
-                     PyObject* values) {
+                     PyObject* values, const Words& words) {
   if (!PyTuple_CheckExact(parts) || PyTuple_GET_SIZE(parts) != 6) {
     PyErr_SetString(PyExc_TypeError, "flat_parts() must give 6 items");
     return nullptr;
@@ -792,10 +890,13 @@ PyObject* queue_flat(PyObject* parts, PyObject* number, PyObject* started, PyObj
     if (!PyErr_Occurred()) PyErr_SetNone(PyExc_StopIteration);
     return nullptr;
   }
-  Ref data(pack_flat(n.get(), number, started, duration, grid, values));
+  Ref data(values != nullptr ? pack_flat(n.get(), number, started, duration, grid, values)
+                             : pack_words(n.get(), number, started, duration, grid, words));
   if (!data) {  // a value the packed form does not take: marshalled, as `submit_flat` does
     if (PyErr_Occurred()) return nullptr;
-    Ref item(PyTuple_Pack(7, g_names.m, n.get(), number, started, duration, grid, values));
+    Ref list(values != nullptr ? Py_NewRef(values) : list_of(words));
+    if (!list) return nullptr;
+    Ref item(PyTuple_Pack(7, g_names.m, n.get(), number, started, duration, grid, list.get()));
     data.reset(item ? PyMarshal_WriteObjectToString(item.get(), 2) : nullptr);
   }
   Ref appended(data ? call_n(PyTuple_GET_ITEM(parts, 2), {data.get()}) : nullptr);
@@ -924,11 +1025,13 @@ PyObject* launch(Launcher* l, LaunchArgs& a) {
   if (!duration) return nullptr;
   if (!error && probe->bound != nullptr) {
     Ref number, values, resolved;
+    Words words;  // on this call's stack: a finalizer run meanwhile may launch (and capture) too
     int ok = steady(f, frames, k.get(), last.get(), probe->bound, result.get(), a, stack.get(), probe, number,
-                    values, resolved);
+                    words, values, resolved);
     if (ok == 1) {
       Ref handle(f[QUEUE] != Py_None
-                     ? queue_flat(f[QUEUE], number.get(), started.get(), duration.get(), resolved.get(), values.get())
+                     ? queue_flat(f[QUEUE], number.get(), started.get(), duration.get(), resolved.get(),
+                                  values.get(), words)
                      : call_n(f[FLAT], {number.get(), started.get(), duration.get(), resolved.get(), values.get()}));
       if (!handle) return nullptr;
       if (PyList_GET_SIZE(stack.get()) && attach(frames, stack.get(), handle.get()) < 0) return nullptr;
