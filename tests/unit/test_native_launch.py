@@ -278,3 +278,73 @@ def test_a_steady_launch_with_an_int_past_64_bits_is_marshalled_and_stores_the_p
     assert [rows["1"][i][1][2]["value"] for i in (0, 2)] == [40, 39]
     assert [data[0] == launch_pack.MARK for data in queued] == [False, True]
     assert launch_pack.loads(queued[0])[6][6] == 2**63 + 5
+
+
+def test_one_kernel_launched_through_different_layers_takes_each_layers_template(
+    tmp_path: Path, native_module: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same JITFunction launched through its autotuner (a tuner and a heuristics frame), through its
+    heuristics layer (one frame) and directly (none), in turn: every launch differs from the kernel's last
+    template in its frames, so the launcher finds each in the templates table, and stores the Python
+    router's rows."""
+    x = torch.arange(40, dtype=torch.float32)
+    tuned_add.cache.clear()
+    tuned_add.cache[(40, "torch.float32", "torch.float32")] = tuned_add.configs[0]
+    block = tuned_add.configs[0].kwargs["BLOCK"]
+    rows, counts = {}, {}
+    for native in ("1", "0"):
+        monkeypatch.setenv("TILELENS_NATIVE", native)
+        db, blobs = tmp_path / f"n{native}.db", tmp_path / f"n{native}"
+        outs = [torch.zeros(40) for _ in range(3)]
+        rec = tilelens.Recording(
+            str(db), blobs, backend="compiled", snapshots="none", runner=StableTritonLike()
+        )
+        with rec:
+            for _ in range(3):
+                tuned_add[(2,)](x, outs[0], 40, 0.5)
+                tuned_add.fn[(2,)](x, outs[1], 40, 0.5, BLOCK=block)
+                tuned_add.fn.fn[(2,)](x, outs[2], 40, 0.5, BLOCK=block, EVEN=True)
+            router = rec._compiled
+            assert router is not None
+            if native == "1":
+                counts[native] = (router._launcher.steady, router._launcher.fallbacks)
+        assert rec.write_failure is None and len(rec.launch_ids) == 9
+        rows[native] = _all_rows(db, blobs)
+    assert counts["1"] == (6, 3)  # each layer's first launch makes its template; the rest are found
+    assert rows["1"] == rows["0"]
+
+
+def test_launch_options_are_told_apart_by_value_and_order_as_the_python_router_does(
+    tmp_path: Path, native_module: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The launcher compares a launch's options with its kernel's last template in place (the plan of the
+    call's keyword names): another value is another template, a template made earlier is found again in
+    the table, the same options in another order are another template (their stored order differs), and
+    the rows are the Python router's."""
+    x = torch.arange(40, dtype=torch.float32)
+    rows, counts = {}, {}
+    for native in ("1", "0"):
+        monkeypatch.setenv("TILELENS_NATIVE", native)
+        db, blobs = tmp_path / f"n{native}.db", tmp_path / f"n{native}"
+        out = torch.zeros(40)
+        rec = tilelens.Recording(
+            str(db), blobs, backend="compiled", snapshots="none", runner=StableTritonLike()
+        )
+        with rec:
+            for warps in (2, 2, 4, 4, 2):
+                scale_kernel[(3,)](x, out, 40, 2.0, BLOCK=16, num_warps=warps)
+            scale_kernel[(3,)](x, out, 40, 2.0, BLOCK=16, num_warps=4, num_stages=1)
+            scale_kernel[(3,)](x, out, 40, 2.0, BLOCK=16, num_stages=1, num_warps=4)
+            router = rec._compiled
+            assert router is not None
+            if native == "1":
+                counts[native] = (router._launcher.steady, router._launcher.fallbacks)
+        assert rec.write_failure is None and len(rec.launch_ids) == 7
+        rows[native] = _all_rows(db, blobs)
+    assert rows["1"] == rows["0"]
+    assert counts["1"] == (3, 4)  # made in Python: the first 2, the first 4, and each num_stages order
+    assert [r[0]["config"]["options"] for r in rows["1"]] == [
+        *({"num_warps": w} for w in (2, 2, 4, 4, 2)),
+        {"num_warps": 4, "num_stages": 1},
+        {"num_stages": 1, "num_warps": 4},
+    ]

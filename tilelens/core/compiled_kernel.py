@@ -37,7 +37,9 @@ class RoutedKernel:
     plan: Any = None  # ``capture.SnapPlan``
     flat_plan: Any = None  # ``compiled_templates.FlatPlan``
     not_options: frozenset[str] = frozenset()
-    # The names of a call's keyword arguments -> (its launch options' names, a getter of their values).
+    # The names of a call's keyword arguments -> (its launch options' names, a getter of their values). The
+    # compiled launcher (``native_capture.cpp``) also files each plan under the names as the call arrived,
+    # ``grid`` and ``warmup`` included (which a key made here never holds), to find it without a new tuple.
     option_plans: dict[tuple[str, ...], tuple[tuple[str, ...], Any]] = field(default_factory=dict)
     # This kernel's last templated launch: (the Templates it numbered, its signature list, options key,
     # frames key, metadata id, node id, template number). A launch like the last one (the same layer of the

@@ -577,6 +577,64 @@ PyObject* frames_key(const Frames& frames, PyObject* stack) {
   return out.release();
 }
 
+// Whether `frames_key(frames, stack)` equals `key` (a kernel's last template's frames key), seen in place
+// without making it: 1 when every part is equal as the tuples' comparison would find (ids by value, the
+// tuning key and its values and the heuristics values by `==`, in that order); 0 when that is not certain
+// (the caller makes the key and compares); -1 and an exception when reading a frame failed as
+// `frames_key` would have.
+int frames_match(const Frames& frames, PyObject* stack, PyObject* key) {
+  Py_ssize_t n = PyList_GET_SIZE(stack);
+  if (n == 0) return key == Py_None;
+  if (!PyTuple_CheckExact(key) || PyTuple_GET_SIZE(key) != n) return 0;
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    PyObject* frame = PyList_GET_ITEM(stack, i);
+    PyObject* item = PyTuple_GET_ITEM(key, i);
+    Ref tuner(frames.get(frame, tilelens_native::FRAME_TUNER, g_names.tuner));
+    Ref layer(frames.get(frame, tilelens_native::FRAME_LAYER, g_names.layer));
+    if (!tuner || !layer) return -1;
+    int is = PyObject_IsTrue(tuner.get());
+    if (is < 0) return -1;
+    if (!PyTuple_CheckExact(item) || PyTuple_GET_SIZE(item) != (is ? 4 : 2)) return 0;
+    PyObject* id = PyTuple_GET_ITEM(item, 0);
+    if (!PyLong_CheckExact(id) || PyLong_AsVoidPtr(id) != layer.get()) {
+      PyErr_Clear();
+      return 0;
+    }
+    Ref value;  // the frame's part compared by `==`, then the next
+    if (is) {
+      Ref best(PyObject_GetAttr(layer.get(), g_names.best_config));
+      if (!best) {
+        if (!PyErr_ExceptionMatches(PyExc_AttributeError)) return -1;
+        PyErr_Clear();
+        best.reset(Py_NewRef(Py_None));
+      }
+      PyObject* best_id = PyTuple_GET_ITEM(item, 1);
+      if (!PyLong_CheckExact(best_id) || PyLong_AsVoidPtr(best_id) != best.get()) {
+        PyErr_Clear();
+        return 0;
+      }
+      Ref tuning_key(frames.get(frame, tilelens_native::FRAME_KEY, g_names.key));
+      Ref values(frames.get(frame, tilelens_native::FRAME_KEY_VALUES, g_names.key_values));
+      if (!tuning_key || !values) return -1;
+      int eq = PyObject_RichCompareBool(PyTuple_GET_ITEM(item, 2), tuning_key.get(), Py_EQ);
+      if (eq == 1) eq = PyObject_RichCompareBool(PyTuple_GET_ITEM(item, 3), values.get(), Py_EQ);
+      if (eq != 1) {
+        PyErr_Clear();
+        return 0;
+      }
+    } else {
+      Ref heuristics(frames.get(frame, tilelens_native::FRAME_HEURISTICS, g_names.heuristics));
+      if (!heuristics) return -1;
+      int eq = PyObject_RichCompareBool(PyTuple_GET_ITEM(item, 1), heuristics.get(), Py_EQ);
+      if (eq != 1) {
+        PyErr_Clear();
+        return 0;
+      }
+    }
+  }
+  return 1;
+}
+
 // A launch's arguments as interception handed them over: either a tuple and a dict (`grid`/`warmup` taken out
 // of it by `launch`), or the vectorcall arguments `obj.run(*args, **kwargs)` arrived with (`vec`: the positional
 // arguments after the kernel, then the keyword values named by `kwnames`, among them `grid` and `warmup` at
@@ -665,6 +723,10 @@ PyObject* options_key(PyObject* k, LaunchArgs& a) {
     PyObject* kwargs = a.dict();
     return kwargs ? PyObject_CallMethodOneArg(k, g_names.options_key, kwargs) : nullptr;
   }
+  // The same plan under the names as the call came (with `grid` and `warmup`, which a plan's own key never
+  // holds), for `options_match`.
+  if (a.vector() && PyDict_CheckExact(plans.get()) && PyDict_SetItem(plans.get(), a.kwnames, plan) < 0)
+    return nullptr;
   Py_ssize_t m = PyTuple_GET_SIZE(kept);
   Ref got(m == 1 ? nullptr : PyTuple_New(m));
   for (Py_ssize_t j = 0; j < m; ++j) {  // each kept name is one of `names`
@@ -678,6 +740,35 @@ PyObject* options_key(PyObject* k, LaunchArgs& a) {
   }
   if (!got) return nullptr;
   return PyTuple_Pack(2, kept, got.get());
+}
+
+// Whether `options_key(k, a)` equals `key` (the kernel's last template's options key), seen in place without
+// making it: 1 when the plan of the call's names (as the call came, see `options_key`) keeps `key`'s names
+// (the same tuple) and each kept value is `==` the last's; 0 when that is not certain (the caller makes the
+// key and compares); -1 and an exception.
+int options_match(PyObject* k, LaunchArgs& a, PyObject* key) {
+  if (!a.options()) return key == Py_None;  // the key is None: equal only to None (a tuple never is)
+  if (!a.vector() || !PyTuple_CheckExact(key) || PyTuple_GET_SIZE(key) != 2) return 0;
+  Ref plans(PyObject_GetAttr(k, g_names.option_plans));
+  if (!plans) return -1;
+  if (!PyDict_CheckExact(plans.get())) return 0;
+  PyObject* plan = PyDict_GetItemWithError(plans.get(), a.kwnames);
+  if (plan == nullptr) return PyErr_Occurred() ? -1 : 0;
+  if (!PyTuple_CheckExact(plan) || PyTuple_GET_SIZE(plan) != 2) return 0;
+  PyObject* kept = PyTuple_GET_ITEM(plan, 0);
+  if (kept != PyTuple_GET_ITEM(key, 0) || !PyTuple_CheckExact(kept)) return 0;
+  Py_ssize_t m = PyTuple_GET_SIZE(kept);
+  PyObject* last = PyTuple_GET_ITEM(key, 1);
+  if (m != 1 && (!PyTuple_CheckExact(last) || PyTuple_GET_SIZE(last) != m)) return 0;
+  for (Py_ssize_t j = 0; j < m; ++j) {
+    PyObject* value = a.option_value(PyTuple_GET_ITEM(kept, j));
+    int eq = value == nullptr ? 0 : PyObject_RichCompareBool(m == 1 ? last : PyTuple_GET_ITEM(last, j), value, Py_EQ);
+    if (eq != 1) {
+      PyErr_Clear();
+      return 0;
+    }
+  }
+  return 1;
 }
 
 // 1: the launch is of a template already made: its kernel's last one (`last`), or one found in the templates
@@ -717,9 +808,21 @@ int steady(const Config& f, const Frames& frame_slots, PyObject* k, PyObject* la
     metadata = PyTuple_GET_ITEM(known, 1);
   }
   Ref node(PyObject_GetAttr(f[TESTID], g_names.current));
-  Ref options(a.options() ? options_key(k, a) : Py_NewRef(Py_None));
-  Ref frames(PyList_GET_SIZE(stack) ? frames_key(frame_slots, stack) : Py_NewRef(Py_None));
-  if (!node || !options || !frames) return -1;
+  if (!node) return -1;
+  Ref options;  // `options_key(k, a)`, made only when the last template's cannot be seen equal in place
+  int options_same = options_match(k, a, PyTuple_GET_ITEM(last, 2));
+  if (options_same < 0) return -1;
+  if (!options_same) {
+    options.reset(a.options() ? options_key(k, a) : Py_NewRef(Py_None));
+    if (!options) return -1;
+  }
+  Ref frames;  // `frames_key(stack)`, made only when the last template's cannot be seen equal in place
+  int frames_same = frames_match(frame_slots, stack, PyTuple_GET_ITEM(last, 3));
+  if (frames_same < 0) return -1;
+  if (!frames_same) {
+    frames.reset(PyList_GET_SIZE(stack) ? frames_key(frame_slots, stack) : Py_NewRef(Py_None));
+    if (!frames) return -1;
+  }
   // `_templated`'s test of the kernel's last template, in its order.
   int same = PyTuple_GET_ITEM(last, 0) == f[TEMPLATES];
   if (same) {
@@ -729,12 +832,15 @@ int steady(const Config& f, const Frames& frame_slots, PyObject* k, PyObject* la
   }
   if (same) same = PyObject_RichCompareBool(PyTuple_GET_ITEM(last, 5), node.get(), Py_EQ);
   if (same == 1) same = PyTuple_GET_ITEM(last, 1) == sig;  // the capture returns `last[1]` when equal
-  if (same == 1) same = PyObject_RichCompareBool(PyTuple_GET_ITEM(last, 2), options.get(), Py_EQ);
-  if (same == 1) same = PyObject_RichCompareBool(PyTuple_GET_ITEM(last, 3), frames.get(), Py_EQ);
+  if (same == 1 && !options_same) same = PyObject_RichCompareBool(PyTuple_GET_ITEM(last, 2), options.get(), Py_EQ);
+  if (same == 1 && !frames_same) same = PyObject_RichCompareBool(PyTuple_GET_ITEM(last, 3), frames.get(), Py_EQ);
   if (same < 0) return -1;
   if (same) {
     number.reset(Py_NewRef(PyTuple_GET_ITEM(last, 6)));
   } else {  // the hashed lookup: key (kernel number, sig, options, frames, metadata id, node id)
+    if (!frames) frames.reset(PyList_GET_SIZE(stack) ? frames_key(frame_slots, stack) : Py_NewRef(Py_None));
+    if (!options) options.reset(a.options() ? options_key(k, a) : Py_NewRef(Py_None));
+    if (!frames || !options) return -1;
     Ref kernel_number(PyObject_GetAttr(k, g_names.number));
     Ref mid(PyLong_FromVoidPtr(metadata));
     Ref table(PyObject_GetAttr(f[TEMPLATES], g_names.numbers));
@@ -931,12 +1037,15 @@ PyObject* run_launch(const Config& f, LaunchArgs& a, PyObject* probe) {
   }
   if (!a.vector()) return run_triton(f[TRITON_RUN], a.jit, a.args.get(), probe, a.kwargs.get());
   // `obj.run(*args, grid=probe, warmup=False, **kwargs)` with the names the call came with
-  std::vector<PyObject*> stack(static_cast<size_t>(1 + a.nargs + a.nkw()));
+  size_t n = static_cast<size_t>(1 + a.nargs + a.nkw());
+  PyObject* local[64];  // most calls: no heap allocation
+  std::vector<PyObject*> heap(n > 64 ? n : 0);
+  PyObject** stack = n > 64 ? heap.data() : local;
   stack[0] = a.jit;
-  for (Py_ssize_t i = 0; i < a.nargs + a.nkw(); ++i) stack[static_cast<size_t>(i + 1)] = a.vec[i];
-  stack[static_cast<size_t>(1 + a.nargs + a.grid_at)] = probe;
-  stack[static_cast<size_t>(1 + a.nargs + a.warmup_at)] = Py_False;
-  return PyObject_Vectorcall(f[TRITON_RUN], stack.data(), static_cast<size_t>(1 + a.nargs), a.kwnames);
+  for (Py_ssize_t i = 0; i < a.nargs + a.nkw(); ++i) stack[i + 1] = a.vec[i];
+  stack[1 + a.nargs + a.grid_at] = probe;
+  stack[1 + a.nargs + a.warmup_at] = Py_False;
+  return PyObject_Vectorcall(f[TRITON_RUN], stack, static_cast<size_t>(1 + a.nargs), a.kwnames);
 }
 
 PyObject* launch(Launcher* l, LaunchArgs& a) {
