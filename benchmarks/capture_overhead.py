@@ -52,10 +52,15 @@ _META = types.SimpleNamespace(metadata=types.SimpleNamespace(shared=0, num_warps
 
 def fake_runner(jit: Any, args: tuple[Any, ...], grid: Any, kwargs: dict[str, Any]) -> Any:
     """What Triton's ``JITFunction.run`` does in Python around its C launcher, cut to the bone: bind the
-    arguments by name and hand them to a callable grid (TileLens reads them there: ``binds_like_triton``)."""
-    bound = dict(zip(jit.arg_names, args))
+    arguments by name, every parameter in order and no launch option (as Triton's binder does; the stand-in
+    kernels have no defaults), and hand them to a callable grid (TileLens reads them there:
+    ``binds_like_triton``)."""
+    names = jit.arg_names
+    bound = dict(zip(names, args))
     if kwargs:
-        bound.update(kwargs)
+        for name in names[len(args) :]:
+            if name in kwargs:
+                bound[name] = kwargs[name]
     if callable(grid):
         grid(bound)
     return _META

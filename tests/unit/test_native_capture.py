@@ -107,6 +107,24 @@ def test_the_compiled_capture_gives_the_python_values_and_equal_signatures_exact
     assert len({c[0] for c in compiled}) == len(launches) - 2 - (1 if cuda else 0)
 
 
+def test_a_dict_bound_in_parameter_order_and_one_in_any_other_order_capture_alike(native_module: Any) -> None:
+    """Triton binds every parameter in order: the compiled capture then reads the dict in one walk (the
+    plan's ``order``); a dict in another order, or with another key, is read name by name. Both give the
+    Python capture's values and equal signatures."""
+    plan = _plan()
+    assert list(_bound()) == list(plan.order[0])  # the walk's case, which every variant above took
+    for b in _variants():
+        walked = native_module.capture(plan, b, None)
+        shuffled = dict(reversed(list(b.items())))
+        extra = {**b, "num_warps": 4}  # an option among the parameters: not Triton's binding
+        for other in (shuffled, extra):
+            looked_up = native_module.capture(plan, other, None)
+            assert repr(looked_up[1]) == repr(walked[1]) == repr(capture(plan, other)[1])
+            assert looked_up[0] == walked[0]
+    flags = plan.order[1]
+    assert flags == bytes(1 if name in plan.constexpr_names else 0 for name in plan.order[0])
+
+
 def test_the_last_signature_is_returned_itself_when_equal(native_module: Any) -> None:
     plan = _plan()
     first = native_module.capture(plan, _bound(), None)

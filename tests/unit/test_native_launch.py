@@ -348,3 +348,51 @@ def test_launch_options_are_told_apart_by_value_and_order_as_the_python_router_d
         {"num_warps": 4, "num_stages": 1},
         {"num_stages": 1, "num_warps": 4},
     ]
+
+
+def test_steady_launches_are_timed_by_the_clocks_the_router_would_read(
+    tmp_path: Path, native_module: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With ``time.time``/``time.perf_counter`` as they are, the launcher reads the same clocks itself; a
+    replaced clock (configured after the change) is called, as the router calls it."""
+    import datetime as dt
+    import time
+
+    from sqlalchemy import select
+
+    from tilelens.store import History
+    from tilelens.store.models import Launch
+
+    def started(db: Path, blobs: Path) -> list[tuple[float, float]]:
+        with History.open(str(db), blobs) as h, h.session() as s:
+            rows = s.execute(select(Launch).order_by(Launch.seq)).scalars()
+            return [(r.started_at.replace(tzinfo=dt.timezone.utc).timestamp(), r.duration_s) for r in rows]
+
+    x, out = torch.arange(40, dtype=torch.float32), torch.zeros(40)
+    before = time.time()
+    rec = _recording(tmp_path)
+    with rec:
+        for _ in range(6):
+            scale_kernel[(3,)](x, out, 40, 2.0, BLOCK=16)
+        assert rec._compiled is not None and rec._compiled._launcher.steady == 5
+    after = time.time()
+    times = started(tmp_path / "h.db", tmp_path / "b")
+    assert len(times) == 6
+    assert all(before - 1e-3 <= t <= after + 1e-3 and 0 <= d <= after - before for t, d in times)
+    assert [t for t, _ in times] == sorted(t for t, _ in times)
+
+    monkeypatch.setattr(time, "time", lambda: 1_700_000_000.25)
+    ticks = iter(range(1000))
+    monkeypatch.setattr(time, "perf_counter", lambda: float(next(ticks)) * 0.5)
+    rec = tilelens.Recording(
+        str(tmp_path / "f.db"),
+        tmp_path / "f",
+        backend="compiled",
+        snapshots="none",
+        runner=StableTritonLike(),
+    )
+    with rec:
+        for _ in range(4):
+            scale_kernel[(3,)](x, out, 40, 2.0, BLOCK=16)
+        assert rec._compiled is not None and rec._compiled._launcher.steady == 3
+    assert started(tmp_path / "f.db", tmp_path / "f") == [(1_700_000_000.25, 0.5)] * 4

@@ -41,13 +41,16 @@ Flat = tuple[Any, ...]
 
 class FlatPlan:
     """What :func:`capture` (and the compiled one, ``tilelens.core.native``) needs of a kernel's parameters,
-    computed once per kernel: the runtime and constexpr parameters' names, in order, and getters of them."""
+    computed once per kernel: the runtime and constexpr parameters' names, in order, and getters of them;
+    and ``order``, every parameter's name in order with a byte per parameter (1: a constexpr), with which the
+    compiled capture reads a dict Triton bound in that order in one walk."""
 
-    __slots__ = ("runtime", "constexprs", "runtime_names", "constexpr_names")
+    __slots__ = ("runtime", "constexprs", "runtime_names", "constexpr_names", "order")
 
     def __init__(self, params: list[Param]) -> None:
         self.runtime_names = tuple(p.name for p in params if not p.constexpr)
         self.constexpr_names = tuple(p.name for p in params if p.constexpr)
+        self.order = (tuple(p.name for p in params), bytes(1 if p.constexpr else 0 for p in params))
         self.runtime = _getter(list(self.runtime_names))
         self.constexprs = _getter(list(self.constexpr_names))
 

@@ -32,6 +32,7 @@
 #include "native_common.h"
 
 #include <cstdint>
+#include <ctime>
 #include <initializer_list>
 #include <cstring>
 #include <vector>
@@ -44,6 +45,7 @@ using tilelens_native::Ref;
 PyObject* g_tensor_type = nullptr;  // torch.Tensor (exact type only, as `type(v) is torch.Tensor`)
 PyObject* g_runtime_name = nullptr;  // "runtime_names"
 PyObject* g_constexpr_name = nullptr;  // "constexpr_names"
+PyObject* g_order_name = nullptr;  // "order"
 
 // launch_pack.py's MARK and HEAD.size (keep in step).
 constexpr int kPackMark = 0;
@@ -106,15 +108,19 @@ struct SmallVec {
   size_t count = 0;
 
   void push_back(T v) {
-    if (count < N && heap.empty()) {
+    if (count < N) {  // then nothing is on the heap yet
       local[count++] = v;
       return;
     }
-    if (heap.empty()) heap.assign(local, local + count);
+    if (count == N) heap.assign(local, local + N);
     heap.push_back(v);
     ++count;
   }
-  const T* data() const { return heap.empty() ? local : heap.data(); }
+  const T* data() const { return count > N ? heap.data() : local; }
+  void clear() {
+    count = 0;
+    heap.clear();
+  }
   size_t size() const { return count; }
   T operator[](size_t i) const { return data()[i]; }
 };
@@ -124,6 +130,11 @@ struct SmallVec {
 struct Scratch {
   SmallVec<int64_t, 256> code;
   SmallVec<PyObject*, 64> constexprs;  // borrowed from `bound` for the duration of the call
+
+  void clear() {
+    code.clear();
+    constexprs.clear();
+  }
 };
 
 // A capture's values as machine words, in the packed item's terms (launch_pack.py): per value its format
@@ -163,6 +174,16 @@ bool int64_of(PyObject* v, int64_t& out) {
 struct Values {
   PyObject* list = nullptr;  // borrowed
   Words* words = nullptr;
+
+  // Back to no values.
+  void clear() {
+    if (words != nullptr) {
+      words->n = 0;
+      words->fits = true;
+    } else if (list != nullptr) {
+      PyList_SetSlice(list, 0, PyList_GET_SIZE(list), nullptr);
+    }
+  }
 
   bool tensor(int64_t offset, const void* pointer, size_t nbytes) {
     if (words != nullptr) {
@@ -313,12 +334,57 @@ PyObject* names_of(PyObject* plan, PyObject* attr) {
 
 // The launch's Sig (`last` itself when equal), its values put into `values`. nullptr with an exception: the
 // plan has no name tuples; nullptr without one: the launch is not templatable, however that was found.
+// Reads `bound` in one walk when it holds exactly the parameters of `order` (`FlatPlan.order`: the names, and
+// a byte per parameter, 1 for a constexpr), in that order, as Triton binds them. 1: read into `s` and
+// `values`; -1: an argument of a kind a template cannot hold (any exception cleared); 0: the dict is not in
+// that order (the caller clears `s` and `values` and reads name by name).
+int walk(PyObject* order, PyObject* bound, Scratch& s, Values& values) {
+  if (!PyTuple_CheckExact(order) || PyTuple_GET_SIZE(order) != 2) return 0;
+  PyObject* names = PyTuple_GET_ITEM(order, 0);
+  PyObject* flags = PyTuple_GET_ITEM(order, 1);
+  if (!PyTuple_CheckExact(names) || !PyBytes_CheckExact(flags) || PyBytes_GET_SIZE(flags) != PyTuple_GET_SIZE(names) ||
+      PyDict_GET_SIZE(bound) != PyTuple_GET_SIZE(names))
+    return 0;
+  const char* constexpr_flags = PyBytes_AS_STRING(flags);
+  Py_ssize_t pos = 0, i = 0;
+  PyObject *key, *v;
+  while (PyDict_Next(bound, &pos, &key, &v)) {
+    if (!tilelens_native::is_name(key, PyTuple_GET_ITEM(names, i))) return 0;
+    if (!constexpr_flags[i++]) {
+      if (!add_runtime(v, s, values)) {
+        PyErr_Clear();
+        return -1;
+      }
+    } else if (constexpr_code(v) != 0) {
+      s.constexprs.push_back(v);
+    } else {
+      return -1;
+    }
+  }
+  for (size_t j = 0; j < s.constexprs.size(); ++j) {
+    s.code.push_back(CONSTEXPR);
+    s.code.push_back(constexpr_code(s.constexprs[j]));
+  }
+  return 1;
+}
+
 PyObject* capture_sig(PyObject* plan, PyObject* bound, PyObject* last, Values& values) {
   if (!PyDict_Check(bound)) return nullptr;
+  // Triton binds every parameter, in order: then the dict is read in one walk instead of a lookup a name.
+  Ref order(PyObject_GetAttr(plan, g_order_name));
+  if (!order) return nullptr;
+  Scratch s;
+  int walked = walk(order.get(), bound, s, values);
+  if (walked != 0) {
+    PyObject* sig = walked == 1 ? sig_of(s, last) : nullptr;
+    if (sig == nullptr) PyErr_Clear();
+    return sig;
+  }
+  s.clear();  // what the walk put there before it found the dict in another order
+  values.clear();
   Ref runtime(names_of(plan, g_runtime_name));
   Ref constexprs(runtime ? names_of(plan, g_constexpr_name) : nullptr);
   if (!constexprs) return nullptr;
-  Scratch s;
   bool ok = true;
   for (Py_ssize_t i = 0; ok && i < PyTuple_GET_SIZE(runtime.get()); ++i) {
     PyObject* v = PyDict_GetItemWithError(bound, PyTuple_GET_ITEM(runtime.get(), i));
@@ -476,6 +542,7 @@ struct Launcher {
   Py_ssize_t fallbacks;  // launches given to Python (rest or after)
   Py_ssize_t frame_offsets[tilelens_native::NFRAME];  // of the configured frame class's slots
   tilelens_native::LocalDict local_dict, thread_dict;  // the configured LOCAL's and THREAD's, per thread
+  bool native_clocks;  // TIME and PERF are `time.time` and `time.perf_counter`: read here (`clock_seconds`)
 };
 
 PyTypeObject LauncherType = {PyVarObject_HEAD_INIT(nullptr, 0)};
@@ -1028,6 +1095,36 @@ double seconds(PyObject* clock, Ref& holder) {
   return holder ? PyFloat_AsDouble(holder.get()) : -1.0;
 }
 
+#if defined(__linux__)
+// `time.time()` (CLOCK_REALTIME) and `time.perf_counter()` (CLOCK_MONOTONIC) as CPython computes them on
+// Linux: the clock's nanoseconds, converted to seconds as `_PyTime_AsSecondsDouble` does.
+double clock_seconds(clockid_t id) {
+  struct timespec ts;
+  clock_gettime(id, &ts);
+  int64_t ns = static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+  if (ns % 1000000000 == 0) return static_cast<double>(ns / 1000000000);
+  return static_cast<double>(ns) / 1e9;
+}
+
+// Whether `fn` is the builtin `name` of the `time` module (not a replacement set on the module).
+bool time_builtin(PyObject* fn, const char* name) {
+  if (!PyCFunction_Check(fn)) return false;
+  PyObject* self = PyCFunction_GET_SELF(fn);
+  const char* module = self != nullptr && PyModule_Check(self) ? PyModule_GetName(self) : nullptr;
+  if (module == nullptr) PyErr_Clear();
+  return module != nullptr && std::strcmp(module, "time") == 0 &&
+         std::strcmp(reinterpret_cast<PyCFunctionObject*>(fn)->m_ml->ml_name, name) == 0;
+}
+
+// Whether `time_fn` and `perf` are the time module's own `time` and `perf_counter`.
+int stock_clocks(PyObject* time_fn, PyObject* perf) {
+  return time_builtin(time_fn, "time") && time_builtin(perf, "perf_counter");
+}
+#else
+double clock_seconds(int) { return 0.0; }
+int stock_clocks(PyObject*, PyObject*) { return 0; }
+#endif
+
 // The runner's call: Triton's own run directly (`triton_run`), else the router's runner.
 PyObject* run_launch(const Config& f, LaunchArgs& a, PyObject* probe) {
   if (f[TRITON_RUN] == Py_None) {
@@ -1108,9 +1205,15 @@ PyObject* launch(Launcher* l, LaunchArgs& a) {
   Probe* probe = new_probe(grid.get());
   if (probe == nullptr) return nullptr;
   Ref probe_ref(reinterpret_cast<PyObject*>(probe));
-  Ref started(PyObject_CallNoArgs(f[TIME]));
-  Ref clock;
-  double t0 = started ? seconds(f[PERF], clock) : -1.0;
+  Ref started, clock;
+  double t0;
+  if (l->native_clocks) {
+    started.reset(PyFloat_FromDouble(clock_seconds(CLOCK_REALTIME)));
+    t0 = clock_seconds(CLOCK_MONOTONIC);
+  } else {
+    started.reset(PyObject_CallNoArgs(f[TIME]));
+    t0 = started ? seconds(f[PERF], clock) : -1.0;
+  }
   if (!started || PyErr_Occurred()) return nullptr;
   Ref result(run_launch(f, a, probe_ref.get()));
   Ref error;
@@ -1128,7 +1231,7 @@ PyObject* launch(Launcher* l, LaunchArgs& a) {
     error.reset(value);
     result.reset(Py_NewRef(Py_None));
   }
-  double t1 = seconds(f[PERF], clock);
+  double t1 = l->native_clocks ? clock_seconds(CLOCK_MONOTONIC) : seconds(f[PERF], clock);
   if (PyErr_Occurred()) return nullptr;
   Ref duration(PyFloat_FromDouble(t1 - t0));
   if (!duration) return nullptr;
@@ -1191,6 +1294,7 @@ PyObject* launcher_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
   std::memset(l->frame_offsets, 0, sizeof(l->frame_offsets));
   l->local_dict = tilelens_native::LocalDict{0, nullptr};
   l->thread_dict = tilelens_native::LocalDict{0, nullptr};
+  l->native_clocks = false;
   PyObject_GC_Track(l);
   return reinterpret_cast<PyObject*>(l);
 }
@@ -1220,6 +1324,9 @@ PyObject* launcher_configure(PyObject* self, PyObject* args) {
   Py_ssize_t offsets[tilelens_native::NFRAME];
   if (!tilelens_native::frame_offsets(f[FRAME_CLASS], offsets)) return nullptr;
   std::memcpy(l->frame_offsets, offsets, sizeof(offsets));
+  int clocks = stock_clocks(f[TIME], f[PERF]);
+  if (clocks < 0) return nullptr;
+  l->native_clocks = clocks == 1;
   Py_XSETREF(l->config, Py_NewRef(args));
   Py_RETURN_NONE;
 }
@@ -1306,7 +1413,8 @@ PyMODINIT_FUNC PyInit__tilelens_capture(void) {
   if (PyType_Ready(&SigType) < 0) return nullptr;
   g_runtime_name = PyUnicode_InternFromString("runtime_names");
   g_constexpr_name = PyUnicode_InternFromString("constexpr_names");
-  if (g_runtime_name == nullptr || g_constexpr_name == nullptr) return nullptr;
+  g_order_name = PyUnicode_InternFromString("order");
+  if (g_runtime_name == nullptr || g_constexpr_name == nullptr || g_order_name == nullptr) return nullptr;
   ProbeType.tp_name = "_tilelens_capture.GridProbe";
   ProbeType.tp_basicsize = sizeof(Probe);
   ProbeType.tp_dealloc = probe_dealloc;
