@@ -234,6 +234,35 @@ int constexpr_code(PyObject* v) {
   return 0;
 }
 
+// A launch's resolved grid (`resolve_grid`): three 64-bit ints when the program's grid gave a tuple of one
+// to three of them (what `resolve_grid` makes of it: padded with 1s), the tuple made only when asked for;
+// else the tuple the router resolved.
+struct Grid {
+  bool words = false;
+  int64_t dims[3] = {1, 1, 1};
+  Ref tuple;
+
+  // Reads a tuple of 1-3 exact ints; false (no exception) for anything else.
+  bool read(PyObject* value) {
+    if (!PyTuple_CheckExact(value) || PyTuple_GET_SIZE(value) < 1 || PyTuple_GET_SIZE(value) > 3) return false;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(value); ++i)
+      if (!int64_of(PyTuple_GET_ITEM(value, i), dims[i])) return false;
+    return words = true;
+  }
+  // The resolved tuple, borrowed (nullptr and an exception on failure).
+  PyObject* get() {
+    if (!tuple && words) {
+      tuple.reset(PyTuple_New(3));
+      for (int i = 0; tuple && i < 3; ++i) {
+        PyObject* d = PyLong_FromLongLong(dims[i]);
+        if (d == nullptr) tuple.reset(nullptr);
+        else PyTuple_SET_ITEM(tuple.get(), i, d);
+      }
+    }
+    return tuple.get();
+  }
+};
+
 // Appends one tensor; false: libtorch will not describe it (no storage, not strided, symbolic sizes, an
 // exception) or a Python error (cleared by the caller).
 bool add_tensor(PyObject* v, Scratch& s, Values& values) noexcept try {
@@ -845,7 +874,7 @@ int options_match(PyObject* k, LaunchArgs& a, PyObject* key) {
 // decides, from the same facts.
 int steady(const Config& f, const Frames& frame_slots, PyObject* k, PyObject* last, PyObject* bound,
            PyObject* result, LaunchArgs& a, PyObject* stack, Probe* probe, Ref& number, Words& words,
-           Ref& values, Ref& resolved) {
+           Ref& values, Grid& resolved) {
   Ref plan(PyObject_GetAttr(k, g_names.flat_plan));
   if (!plan) return -1;
   Values sink{nullptr, &words};
@@ -921,13 +950,14 @@ int steady(const Config& f, const Frames& frame_slots, PyObject* k, PyObject* la
     if (!now || PyObject_SetAttr(k, g_names.last_template, now.get()) < 0) return -1;
   }
   PyObject* value = probe->value != nullptr ? probe->value : Py_None;
+  if (resolved.read(value)) return 1;  // a tuple of ints: what `_grid_of` would resolve it to, without a lookup
   PyObject* known = PyTuple_CheckExact(value) ? PyDict_GetItemWithError(f[GRIDS], value) : nullptr;
   if (known != nullptr) {
-    resolved.reset(Py_NewRef(known));
+    resolved.tuple.reset(Py_NewRef(known));
   } else {
     if (PyErr_Occurred()) return -1;
-    resolved.reset(call_n(f[GRID_OF], {value, bound}));
-    if (!resolved) return -1;
+    resolved.tuple.reset(call_n(f[GRID_OF], {value, bound}));
+    if (!resolved.tuple) return -1;
   }
   return 1;
 }
@@ -974,15 +1004,19 @@ uint64_t double_bits(PyObject* v) {
 // `launch_pack.pack` (the same bytes): the item ("m", n, number, started, duration, grid, values) as the
 // writer process reads it without marshal, the values given as `Words`. nullptr without an exception when
 // a value does not fit (the caller marshals the item then); nullptr with one on failure.
-PyObject* pack_words(PyObject* n, PyObject* number, PyObject* started, PyObject* duration, PyObject* grid,
+PyObject* pack_words(PyObject* n, PyObject* number, PyObject* started, PyObject* duration, Grid& grid,
                      const Words& values) {
-  if (!values.fits || !PyTuple_CheckExact(grid) || PyTuple_GET_SIZE(grid) != 3 || !PyFloat_CheckExact(started) ||
-      !PyFloat_CheckExact(duration))
-    return nullptr;
+  if (!values.fits || !PyFloat_CheckExact(started) || !PyFloat_CheckExact(duration)) return nullptr;
   int64_t head[5];
   if (!int64_of(n, head[0]) || !int64_of(number, head[1])) return nullptr;
-  for (int i = 0; i < 3; ++i)
-    if (!int64_of(PyTuple_GET_ITEM(grid, i), head[2 + i])) return nullptr;
+  if (grid.words) {
+    for (int i = 0; i < 3; ++i) head[2 + i] = grid.dims[i];
+  } else {
+    PyObject* resolved = grid.get();
+    if (resolved == nullptr || !PyTuple_CheckExact(resolved) || PyTuple_GET_SIZE(resolved) != 3) return nullptr;
+    for (int i = 0; i < 3; ++i)
+      if (!int64_of(PyTuple_GET_ITEM(resolved, i), head[2 + i])) return nullptr;
+  }
   Py_ssize_t count = values.n, size = 1 + kPackHead + count;
   for (Py_ssize_t i = 0; i < count; ++i) size += values.codes[i] == '?' ? 1 : 8;
   Ref out(PyBytes_FromStringAndSize(nullptr, size));
@@ -1034,7 +1068,9 @@ PyObject* pack_flat(PyObject* n, PyObject* number, PyObject* started, PyObject* 
     if (!PyBool_Check(v) && !PyLong_CheckExact(v) && !PyFloat_CheckExact(v)) return nullptr;
     sink.scalar(v);
   }
-  return pack_words(n, number, started, duration, grid, words);
+  Grid resolved;
+  resolved.tuple.reset(Py_NewRef(grid));
+  return pack_words(n, number, started, duration, resolved, words);
 }
 
 PyObject* pack_flat_py(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
@@ -1051,7 +1087,7 @@ PyObject* pack_flat_py(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
 // `flat_parts()` (writer, numbers, items.append, items, queued, limit): the next launch number, the marshalled
 // item ("m", n, ...) in format 2 appended to the queue, `_queued_n` advanced, and the wait for the feeder when
 // the queue is past its limit. Returns the launch number (nullptr and an exception on failure).
-PyObject* queue_flat(PyObject* parts, PyObject* number, PyObject* started, PyObject* duration, PyObject* grid,
+PyObject* queue_flat(PyObject* parts, PyObject* number, PyObject* started, PyObject* duration, Grid& grid,
                      PyObject* values, const Words& words) {
   if (!PyTuple_CheckExact(parts) || PyTuple_GET_SIZE(parts) != 6) {
     PyErr_SetString(PyExc_TypeError, "flat_parts() must give 6 items");
@@ -1063,13 +1099,20 @@ PyObject* queue_flat(PyObject* parts, PyObject* number, PyObject* started, PyObj
     if (!PyErr_Occurred()) PyErr_SetNone(PyExc_StopIteration);
     return nullptr;
   }
-  Ref data(values != nullptr ? pack_flat(n.get(), number, started, duration, grid, values)
-                             : pack_words(n.get(), number, started, duration, grid, words));
+  Ref data;
+  if (values == nullptr) {
+    data.reset(pack_words(n.get(), number, started, duration, grid, words));
+  } else {
+    PyObject* resolved = grid.get();
+    if (resolved == nullptr) return nullptr;
+    data.reset(pack_flat(n.get(), number, started, duration, resolved, values));
+  }
   if (!data) {  // a value the packed form does not take: marshalled, as `submit_flat` does
     if (PyErr_Occurred()) return nullptr;
     Ref list(values != nullptr ? Py_NewRef(values) : list_of(words));
-    if (!list) return nullptr;
-    Ref item(PyTuple_Pack(7, g_names.m, n.get(), number, started, duration, grid, list.get()));
+    PyObject* resolved = list ? grid.get() : nullptr;
+    if (resolved == nullptr) return nullptr;
+    Ref item(PyTuple_Pack(7, g_names.m, n.get(), number, started, duration, resolved, list.get()));
     data.reset(item ? PyMarshal_WriteObjectToString(item.get(), 2) : nullptr);
   }
   Ref appended(data ? call_n(PyTuple_GET_ITEM(parts, 2), {data.get()}) : nullptr);
@@ -1236,15 +1279,18 @@ PyObject* launch(Launcher* l, LaunchArgs& a) {
   Ref duration(PyFloat_FromDouble(t1 - t0));
   if (!duration) return nullptr;
   if (!error && probe->bound != nullptr) {
-    Ref number, values, resolved;
+    Ref number, values;
+    Grid resolved;
     Words words;  // on this call's stack: a finalizer run meanwhile may launch (and capture) too
     int ok = steady(f, frames, k.get(), last.get(), probe->bound, result.get(), a, stack.get(), probe, number,
                     words, values, resolved);
     if (ok == 1) {
       Ref handle(f[QUEUE] != Py_None
-                     ? queue_flat(f[QUEUE], number.get(), started.get(), duration.get(), resolved.get(),
-                                  values.get(), words)
-                     : call_n(f[FLAT], {number.get(), started.get(), duration.get(), resolved.get(), values.get()}));
+                     ? queue_flat(f[QUEUE], number.get(), started.get(), duration.get(), resolved, values.get(),
+                                  words)
+                     : (resolved.get() != nullptr
+                            ? call_n(f[FLAT], {number.get(), started.get(), duration.get(), resolved.get(), values.get()})
+                            : nullptr));
       if (!handle) return nullptr;
       if (PyList_GET_SIZE(stack.get()) && attach(frames, stack.get(), handle.get()) < 0) return nullptr;
       ++l->steady;
