@@ -21,10 +21,13 @@ RESERVED = ("grid", "warmup")  # ``kernel[grid](...)``'s keyword arguments that 
 RESERVED_SET = frozenset(RESERVED)
 
 
-@dataclass
+@dataclass(slots=True)
 class RoutedKernel:
     """A kernel as a compiled recording's router knows it: its parameters and identity, and what binding,
-    capturing and templating its launches need, computed once (``compiled.CompiledRouter._kernel``)."""
+    capturing and templating its launches need, computed once (``compiled.CompiledRouter._kernel``).
+
+    Slots only: the compiled launcher (``native_capture.cpp``) reads ``jit``, ``last_template``,
+    ``flat_plan`` and ``option_plans`` at their slots' offsets on every launch."""
 
     jit: Any
     params: list[Param]

@@ -16,7 +16,8 @@ from typing import Any
 
 from tilelens.core import compat, native, testid
 from tilelens.core.compiled_frames import Frame
-from tilelens.core.compiled_kernel import RESERVED_SET
+from tilelens.core.compiled_kernel import RESERVED_SET, RoutedKernel
+from tilelens.core.compiled_templates import FlatPlan
 from tilelens.core.thread_state import LOCAL as _THREAD
 
 
@@ -58,6 +59,8 @@ def launcher_config(router: Any) -> tuple[Any, ...] | None:
         router._original(compat.JITFunction) if router.runner is compat.run_compiled else None,
         queue_parts(router.flat),
         Frame,
+        RoutedKernel,
+        FlatPlan,
     )
 
 

@@ -488,32 +488,36 @@ int add_type(PyObject* module, PyTypeObject* type, const char* name) {
 
 // The offsets of `type`'s slots named in kFrameFields; false (and a TypeError) unless each is a plain
 // object slot of a class without `__dict__` whose instances can be made without arguments.
-bool frame_offsets(PyObject* type_object, Py_ssize_t* offsets) {
+bool slot_offsets(PyObject* type_object, const char* const* names, int n, Py_ssize_t* offsets, const char* what) {
   if (!PyType_Check(type_object)) {
-    PyErr_SetString(PyExc_TypeError, "the frame type must be a class");
+    PyErr_Format(PyExc_TypeError, "the %s type must be a class", what);
     return false;
   }
   PyTypeObject* type = reinterpret_cast<PyTypeObject*>(type_object);
   if (type->tp_dictoffset != 0 || type->tp_alloc == nullptr || type->tp_itemsize != 0) {
-    PyErr_SetString(PyExc_TypeError, "the frame type must have slots only");
+    PyErr_Format(PyExc_TypeError, "the %s type must have slots only", what);
     return false;
   }
-  for (int i = 0; i < NFRAME; ++i) {
-    Ref descr(PyObject_GetAttrString(type_object, kFrameFields[i]));
+  for (int i = 0; i < n; ++i) {
+    Ref descr(PyObject_GetAttrString(type_object, names[i]));
     if (!descr) return false;
     if (!Py_IS_TYPE(descr.get(), &PyMemberDescr_Type)) {
-      PyErr_Format(PyExc_TypeError, "the frame type's %s is not a slot", kFrameFields[i]);
+      PyErr_Format(PyExc_TypeError, "the %s type's %s is not a slot", what, names[i]);
       return false;
     }
     PyMemberDef* member = reinterpret_cast<PyMemberDescrObject*>(descr.get())->d_member;
     if (member->type != T_OBJECT_EX || member->offset <= 0 ||
         member->offset + static_cast<Py_ssize_t>(sizeof(PyObject*)) > type->tp_basicsize) {
-      PyErr_Format(PyExc_TypeError, "the frame type's %s is not an object slot", kFrameFields[i]);
+      PyErr_Format(PyExc_TypeError, "the %s type's %s is not an object slot", what, names[i]);
       return false;
     }
     offsets[i] = member->offset;
   }
   return true;
+}
+
+bool frame_offsets(PyObject* type_object, Py_ssize_t* offsets) {
+  return slot_offsets(type_object, kFrameFields, NFRAME, offsets, "frame");
 }
 
 int add_call_types(PyObject* module) {

@@ -46,6 +46,30 @@ PyObject* g_tensor_type = nullptr;  // torch.Tensor (exact type only, as `type(v
 PyObject* g_runtime_name = nullptr;  // "runtime_names"
 PyObject* g_constexpr_name = nullptr;  // "constexpr_names"
 PyObject* g_order_name = nullptr;  // "order"
+// The slots of `compiled_kernel.RoutedKernel` and `compiled_templates.FlatPlan` the launcher reads on every
+// launch, at the offsets `configure` read from their member descriptors (as the frames' slots are read).
+enum KernelSlot : int { K_JIT, K_LAST_TEMPLATE, K_FLAT_PLAN, K_OPTION_PLANS, NKERNEL };
+const char* const kKernelSlots[NKERNEL] = {"jit", "last_template", "flat_plan", "option_plans"};
+const char* const kPlanSlots[1] = {"order"};
+
+// Where the launcher reads a kernel record's and a flat plan's slots (see `KernelSlot`); nullptr types: read
+// by attribute (the module's `capture`, which has no launcher).
+struct Slots {
+  PyTypeObject* kernel = nullptr;
+  Py_ssize_t kernel_at[NKERNEL] = {0, 0, 0, 0};
+  PyTypeObject* plan = nullptr;
+  Py_ssize_t order_at = 0;
+};
+
+// A new reference to `obj.<name>`: the slot at `offset` when `obj` is of `type`, else by attribute (nullptr
+// and an exception when it is unset or missing).
+PyObject* slot_or_attr(PyObject* obj, PyTypeObject* type, Py_ssize_t offset, PyObject* name) {
+  if (type != nullptr && Py_TYPE(obj) == type) {
+    PyObject* value = *reinterpret_cast<PyObject**>(reinterpret_cast<char*>(obj) + offset);
+    if (value != nullptr) return Py_NewRef(value);
+  }
+  return PyObject_GetAttr(obj, name);
+}
 
 // launch_pack.py's MARK and HEAD.size (keep in step).
 constexpr int kPackMark = 0;
@@ -397,10 +421,10 @@ int walk(PyObject* order, PyObject* bound, Scratch& s, Values& values) {
   return 1;
 }
 
-PyObject* capture_sig(PyObject* plan, PyObject* bound, PyObject* last, Values& values) {
+PyObject* capture_sig(PyObject* plan, PyObject* bound, PyObject* last, Values& values, const Slots& slots) {
   if (!PyDict_Check(bound)) return nullptr;
   // Triton binds every parameter, in order: then the dict is read in one walk instead of a lookup a name.
-  Ref order(PyObject_GetAttr(plan, g_order_name));
+  Ref order(slot_or_attr(plan, slots.plan, slots.order_at, g_order_name));
   if (!order) return nullptr;
   Scratch s;
   int walked = walk(order.get(), bound, s, values);
@@ -439,7 +463,7 @@ PyObject* capture_impl(PyObject* plan, PyObject* bound, PyObject* last) {
   Ref list(PyList_New(0));
   if (!list) return nullptr;
   Values values{list.get(), nullptr};
-  Ref sig(capture_sig(plan, bound, last, values));
+  Ref sig(capture_sig(plan, bound, last, values, Slots{}));
   if (!sig) {
     if (PyErr_Occurred()) return nullptr;
     Py_RETURN_NONE;
@@ -551,7 +575,7 @@ PyMemberDef probe_members[] = {
 
 enum Field : int {
   REST, AFTER, KERNELS, METADATA, GRIDS, LOCAL, TEMPLATES, FLAT, RUNNER, GRID_OF, TESTID, THREAD, TIME, PERF,
-  TRITON_RUN, QUEUE, FRAME_CLASS, NFIELDS
+  TRITON_RUN, QUEUE, FRAME_CLASS, KERNEL_CLASS, PLAN_CLASS, NFIELDS
 };
 
 // A configuration: the tuple `configure` was called with, its items named by `Field`. A launch holds a
@@ -570,6 +594,8 @@ struct Launcher {
   Py_ssize_t steady;     // launches finished here
   Py_ssize_t fallbacks;  // launches given to Python (rest or after)
   Py_ssize_t frame_offsets[tilelens_native::NFRAME];  // of the configured frame class's slots
+  Py_ssize_t kernel_offsets[NKERNEL];  // of the configured kernel class's slots (`kKernelSlots`)
+  Py_ssize_t plan_offset;  // of the configured plan class's `order`
   tilelens_native::LocalDict local_dict, thread_dict;  // the configured LOCAL's and THREAD's, per thread
   bool native_clocks;  // TIME and PERF are `time.time` and `time.perf_counter`: read here (`clock_seconds`)
 };
@@ -807,9 +833,9 @@ struct LaunchArgs {
 // `RoutedKernel.options_key(kwargs)`: from the plan the kernel made for these keyword names (`option_plans`:
 // names -> (the names kept, their getter)), the same (kept names, `itemgetter(*kept)(kwargs)` or ()) without
 // a Python call or, in vector form, the dict; the method itself when no plan is made yet.
-PyObject* options_key(PyObject* k, LaunchArgs& a) {
+PyObject* options_key(PyObject* k, LaunchArgs& a, const Slots& slots) {
   Ref names(a.option_names());
-  Ref plans(PyObject_GetAttr(k, g_names.option_plans));
+  Ref plans(slot_or_attr(k, slots.kernel, slots.kernel_at[K_OPTION_PLANS], g_names.option_plans));
   if (!names || !plans) return nullptr;
   PyObject* plan = PyDict_CheckExact(plans.get()) ? PyDict_GetItemWithError(plans.get(), names.get()) : nullptr;
   if (plan == nullptr && PyErr_Occurred()) return nullptr;
@@ -838,14 +864,24 @@ PyObject* options_key(PyObject* k, LaunchArgs& a) {
   return PyTuple_Pack(2, kept, got.get());
 }
 
+// A new reference to a module's global `name`, read from its dict (nullptr and an exception when missing).
+PyObject* module_global(PyObject* module, PyObject* name) {
+  if (PyModule_CheckExact(module)) {
+    PyObject* value = PyDict_GetItemWithError(PyModule_GetDict(module), name);
+    if (value != nullptr) return Py_NewRef(value);
+    if (PyErr_Occurred()) return nullptr;
+  }
+  return PyObject_GetAttr(module, name);
+}
+
 // Whether `options_key(k, a)` equals `key` (the kernel's last template's options key), seen in place without
 // making it: 1 when the plan of the call's names (as the call came, see `options_key`) keeps `key`'s names
 // (the same tuple) and each kept value is `==` the last's; 0 when that is not certain (the caller makes the
 // key and compares); -1 and an exception.
-int options_match(PyObject* k, LaunchArgs& a, PyObject* key) {
+int options_match(PyObject* k, LaunchArgs& a, PyObject* key, const Slots& slots) {
   if (!a.options()) return key == Py_None;  // the key is None: equal only to None (a tuple never is)
   if (!a.vector() || !PyTuple_CheckExact(key) || PyTuple_GET_SIZE(key) != 2) return 0;
-  Ref plans(PyObject_GetAttr(k, g_names.option_plans));
+  Ref plans(slot_or_attr(k, slots.kernel, slots.kernel_at[K_OPTION_PLANS], g_names.option_plans));
   if (!plans) return -1;
   if (!PyDict_CheckExact(plans.get())) return 0;
   PyObject* plan = PyDict_GetItemWithError(plans.get(), a.kwnames);
@@ -872,10 +908,10 @@ int options_match(PyObject* k, LaunchArgs& a, PyObject* key) {
 // values are set: as `words` when they fit it and the launcher queues (`QUEUE`), else as the list `values`.
 // 0: a new template, or anything unusual, or a failure (any exception is cleared by the caller): Python
 // decides, from the same facts.
-int steady(const Config& f, const Frames& frame_slots, PyObject* k, PyObject* last, PyObject* bound,
+int steady(const Config& f, const Frames& frame_slots, const Slots& slots, PyObject* k, PyObject* last, PyObject* bound,
            PyObject* result, LaunchArgs& a, PyObject* stack, Probe* probe, Ref& number, Words& words,
            Ref& values, Grid& resolved) {
-  Ref plan(PyObject_GetAttr(k, g_names.flat_plan));
+  Ref plan(slot_or_attr(k, slots.kernel, slots.kernel_at[K_FLAT_PLAN], g_names.flat_plan));
   if (!plan) return -1;
   Values sink{nullptr, &words};
   if (f[QUEUE] == Py_None) {  // `flat` takes the list
@@ -883,12 +919,12 @@ int steady(const Config& f, const Frames& frame_slots, PyObject* k, PyObject* la
     if (!values) return -1;
     sink = Values{values.get(), nullptr};
   }
-  Ref sig_ref(capture_sig(plan.get(), bound, PyTuple_GET_ITEM(last, 1), sink));
+  Ref sig_ref(capture_sig(plan.get(), bound, PyTuple_GET_ITEM(last, 1), sink, slots));
   if (!sig_ref) return PyErr_Occurred() ? -1 : 0;
   if (sink.words != nullptr && !words.fits) {  // a value needs marshal: the list after all
     values.reset(PyList_New(0));
     Values list{values.get(), nullptr};
-    Ref again(values ? capture_sig(plan.get(), bound, sig_ref.get(), list) : nullptr);
+    Ref again(values ? capture_sig(plan.get(), bound, sig_ref.get(), list, slots) : nullptr);
     if (!again) return PyErr_Occurred() ? -1 : 0;
   }
   PyObject* sig = sig_ref.get();
@@ -903,13 +939,13 @@ int steady(const Config& f, const Frames& frame_slots, PyObject* k, PyObject* la
       return PyErr_Occurred() ? -1 : 0;
     metadata = PyTuple_GET_ITEM(known, 1);
   }
-  Ref node(PyObject_GetAttr(f[TESTID], g_names.current));
+  Ref node(module_global(f[TESTID], g_names.current));
   if (!node) return -1;
   Ref options;  // `options_key(k, a)`, made only when the last template's cannot be seen equal in place
-  int options_same = options_match(k, a, PyTuple_GET_ITEM(last, 2));
+  int options_same = options_match(k, a, PyTuple_GET_ITEM(last, 2), slots);
   if (options_same < 0) return -1;
   if (!options_same) {
-    options.reset(a.options() ? options_key(k, a) : Py_NewRef(Py_None));
+    options.reset(a.options() ? options_key(k, a, slots) : Py_NewRef(Py_None));
     if (!options) return -1;
   }
   Ref frames;  // `frames_key(stack)`, made only when the last template's cannot be seen equal in place
@@ -935,7 +971,7 @@ int steady(const Config& f, const Frames& frame_slots, PyObject* k, PyObject* la
     number.reset(Py_NewRef(PyTuple_GET_ITEM(last, 6)));
   } else {  // the hashed lookup: key (kernel number, sig, options, frames, metadata id, node id)
     if (!frames) frames.reset(PyList_GET_SIZE(stack) ? frames_key(frame_slots, stack) : Py_NewRef(Py_None));
-    if (!options) options.reset(a.options() ? options_key(k, a) : Py_NewRef(Py_None));
+    if (!options) options.reset(a.options() ? options_key(k, a, slots) : Py_NewRef(Py_None));
     if (!frames || !options) return -1;
     Ref kernel_number(PyObject_GetAttr(k, g_names.number));
     Ref mid(PyLong_FromVoidPtr(metadata));
@@ -1202,6 +1238,11 @@ PyObject* launch(Launcher* l, LaunchArgs& a) {
   const Config f{config.get()};
   Frames frames{reinterpret_cast<PyTypeObject*>(f[FRAME_CLASS]), {}};
   std::memcpy(frames.offsets, l->frame_offsets, sizeof(frames.offsets));
+  Slots slots;
+  slots.kernel = reinterpret_cast<PyTypeObject*>(f[KERNEL_CLASS]);
+  std::memcpy(slots.kernel_at, l->kernel_offsets, sizeof(slots.kernel_at));
+  slots.plan = reinterpret_cast<PyTypeObject*>(f[PLAN_CLASS]);
+  slots.order_at = l->plan_offset;
   PyObject* jit = a.jit;
   Ref grid;
   if (a.vector()) {
@@ -1233,8 +1274,10 @@ PyObject* launch(Launcher* l, LaunchArgs& a) {
     PyObject* known = id ? PyDict_GetItemWithError(f[KERNELS], id.get()) : nullptr;
     if (known != nullptr) {
       k.reset(Py_NewRef(known));
-      Ref kjit(PyObject_GetAttr(known, g_names.jit));
-      last.reset(kjit && kjit.get() == jit ? PyObject_GetAttr(known, g_names.last_template) : nullptr);
+      Ref kjit(slot_or_attr(known, slots.kernel, slots.kernel_at[K_JIT], g_names.jit));
+      last.reset(kjit && kjit.get() == jit
+                     ? slot_or_attr(known, slots.kernel, slots.kernel_at[K_LAST_TEMPLATE], g_names.last_template)
+                     : nullptr);
     }
     mine = last && PyTuple_CheckExact(last.get()) && PyTuple_GET_SIZE(last.get()) == 7;
   }
@@ -1282,7 +1325,7 @@ PyObject* launch(Launcher* l, LaunchArgs& a) {
     Ref number, values;
     Grid resolved;
     Words words;  // on this call's stack: a finalizer run meanwhile may launch (and capture) too
-    int ok = steady(f, frames, k.get(), last.get(), probe->bound, result.get(), a, stack.get(), probe, number,
+    int ok = steady(f, frames, slots, k.get(), last.get(), probe->bound, result.get(), a, stack.get(), probe, number,
                     words, values, resolved);
     if (ok == 1) {
       Ref handle(f[QUEUE] != Py_None
@@ -1338,6 +1381,8 @@ PyObject* launcher_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
   l->config = nullptr;
   l->steady = l->fallbacks = 0;
   std::memset(l->frame_offsets, 0, sizeof(l->frame_offsets));
+  std::memset(l->kernel_offsets, 0, sizeof(l->kernel_offsets));
+  l->plan_offset = 0;
   l->local_dict = tilelens_native::LocalDict{0, nullptr};
   l->thread_dict = tilelens_native::LocalDict{0, nullptr};
   l->native_clocks = false;
@@ -1346,9 +1391,11 @@ PyObject* launcher_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
 }
 
 // configure(rest, after, kernels, metadata, grids, local, templates, flat, runner, grid_of, testid, thread,
-// time, perf_counter, triton_run, queue, frame_class) enables (`triton_run`: Triton's `JITFunction.run`, called directly
-// when the runner is `compat.run_compiled`, else None; `queue`: the writer's `flat_parts()` when `flat` is its
-// own `submit_flat`, whose steps `queue_flat` then does, else None; `frame_class`: `compiled_frames.Frame`); configure() disables (every launch then goes to `slow`).
+// time, perf_counter, triton_run, queue, frame_class, kernel_class, plan_class) enables; configure() disables
+// (every launch then goes to `slow`). `triton_run`: Triton's `JITFunction.run`, called directly when the
+// runner is `compat.run_compiled`, else None; `queue`: the writer's `flat_parts()` when `flat` is its own
+// `submit_flat`, whose steps `queue_flat` then does, else None; `frame_class`, `kernel_class`, `plan_class`:
+// `compiled_frames.Frame`, `compiled_kernel.RoutedKernel`, `compiled_templates.FlatPlan` (slots only).
 PyObject* launcher_configure(PyObject* self, PyObject* args) {
   Launcher* l = reinterpret_cast<Launcher*>(self);
   Py_ssize_t n = PyTuple_GET_SIZE(args);
@@ -1369,7 +1416,13 @@ PyObject* launcher_configure(PyObject* self, PyObject* args) {
   }
   Py_ssize_t offsets[tilelens_native::NFRAME];
   if (!tilelens_native::frame_offsets(f[FRAME_CLASS], offsets)) return nullptr;
+  Py_ssize_t kernel_offsets[NKERNEL], plan_offset;
+  if (!tilelens_native::slot_offsets(f[KERNEL_CLASS], kKernelSlots, NKERNEL, kernel_offsets, "kernel") ||
+      !tilelens_native::slot_offsets(f[PLAN_CLASS], kPlanSlots, 1, &plan_offset, "plan"))
+    return nullptr;
   std::memcpy(l->frame_offsets, offsets, sizeof(offsets));
+  std::memcpy(l->kernel_offsets, kernel_offsets, sizeof(kernel_offsets));
+  l->plan_offset = plan_offset;
   int clocks = stock_clocks(f[TIME], f[PERF]);
   if (clocks < 0) return nullptr;
   l->native_clocks = clocks == 1;

@@ -115,6 +115,9 @@ enum FrameField : int {
 // class without `__dict__` (native_calls.cpp).
 bool frame_offsets(PyObject* type_object, Py_ssize_t* offsets);
 
+// The same for any class and `n` slot names (`what` names the class in the error).
+bool slot_offsets(PyObject* type_object, const char* const* names, int n, Py_ssize_t* offsets, const char* what);
+
 // A frame's slot (borrowed; nullptr when unset), the frame being of the class the offsets were read from.
 inline PyObject*& frame_slot(PyObject* frame, const Py_ssize_t* offsets, int field) {
   return *reinterpret_cast<PyObject**>(reinterpret_cast<char*>(frame) + offsets[field]);
