@@ -167,6 +167,7 @@ struct Scratch {
 struct Words {
   static constexpr Py_ssize_t kMax = 512;
   Py_ssize_t n = 0;
+  Py_ssize_t bytes = 0;  // of the packed values: 1 a bool, 8 the rest
   bool fits = true;
   char codes[kMax];
   uint64_t words[kMax];
@@ -178,6 +179,7 @@ struct Words {
     }
     codes[n] = code;
     words[n++] = word;
+    bytes += code == '?' ? 1 : 8;
   }
 };
 
@@ -202,7 +204,7 @@ struct Values {
   // Back to no values.
   void clear() {
     if (words != nullptr) {
-      words->n = 0;
+      words->n = words->bytes = 0;
       words->fits = true;
     } else if (list != nullptr) {
       PyList_SetSlice(list, 0, PyList_GET_SIZE(list), nullptr);
@@ -1021,12 +1023,14 @@ PyObject* run_triton(PyObject* run, PyObject* jit, PyObject* args, PyObject* gri
   return PyObject_Vectorcall(run, stack.data(), static_cast<size_t>(n + 1), names.get());
 }
 
-void put_le(char*& p, uint64_t x, int bytes) {
+// Writes the low `Bytes` bytes of `x`, least significant first.
+template <int Bytes>
+void put_le(char*& p, uint64_t x) {
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-  std::memcpy(p, &x, static_cast<size_t>(bytes));  // the low `bytes` bytes, least significant first
-  p += bytes;
+  std::memcpy(p, &x, Bytes);
+  p += Bytes;
 #else
-  for (int i = 0; i < bytes; ++i) *p++ = static_cast<char>((x >> (8 * i)) & 0xff);
+  for (int i = 0; i < Bytes; ++i) *p++ = static_cast<char>((x >> (8 * i)) & 0xff);
 #endif
 }
 
@@ -1053,21 +1057,23 @@ PyObject* pack_words(PyObject* n, PyObject* number, PyObject* started, PyObject*
     for (int i = 0; i < 3; ++i)
       if (!int64_of(PyTuple_GET_ITEM(resolved, i), head[2 + i])) return nullptr;
   }
-  Py_ssize_t count = values.n, size = 1 + kPackHead + count;
-  for (Py_ssize_t i = 0; i < count; ++i) size += values.codes[i] == '?' ? 1 : 8;
+  Py_ssize_t count = values.n, size = 1 + kPackHead + count + values.bytes;
   Ref out(PyBytes_FromStringAndSize(nullptr, size));
   if (!out) return nullptr;
   char* p = PyBytes_AS_STRING(out.get());
   *p++ = static_cast<char>(kPackMark);
-  put_le(p, static_cast<uint64_t>(head[0]), 8);
-  put_le(p, static_cast<uint64_t>(head[1]), 8);
-  put_le(p, double_bits(started), 8);
-  put_le(p, double_bits(duration), 8);
-  for (int i = 2; i < 5; ++i) put_le(p, static_cast<uint64_t>(head[i]), 8);
-  put_le(p, static_cast<uint64_t>(count), 4);
+  put_le<8>(p, static_cast<uint64_t>(head[0]));
+  put_le<8>(p, static_cast<uint64_t>(head[1]));
+  put_le<8>(p, double_bits(started));
+  put_le<8>(p, double_bits(duration));
+  for (int i = 2; i < 5; ++i) put_le<8>(p, static_cast<uint64_t>(head[i]));
+  put_le<4>(p, static_cast<uint64_t>(count));
   if (count) std::memcpy(p, values.codes, static_cast<size_t>(count));
   p += count;
-  for (Py_ssize_t i = 0; i < count; ++i) put_le(p, values.words[i], values.codes[i] == '?' ? 1 : 8);
+  for (Py_ssize_t i = 0; i < count; ++i) {
+    if (values.codes[i] == '?') *p++ = static_cast<char>(values.words[i] != 0);
+    else put_le<8>(p, values.words[i]);
+  }
   return out.release();
 }
 
