@@ -306,6 +306,8 @@ def report(r: dict[str, Any]) -> str:
         f"  D2H bandwidth (pinned)   {r['d2h_bandwidth_gbs']:.1f} GB/s;  snapshot bytes ~{r['snapshot_bytes_estimate'] / 1e9:.2f} GB,"
         f" extra {r['extra_s']:.3f} s vs allowed {r['allowed_extra_s']:.3f} s at 70 %",
         f"  derived trace            {r['derived_trace_s_per_launch']:.2f} s per launch; outcomes {r['derived_outcomes']}",
+        f"  targets: snapshots=none <= 1.05x: {'met' if r['ratio_none'] <= 1.05 else 'NOT met'} ({r['ratio_none']:.3f});"
+        f" snapshots=all extra <= bytes at 70 % of D2H: {'met' if r['extra_s'] <= r['allowed_extra_s'] else 'NOT met'}",
     ]
     lines += [f"    {m}" for m in r.get("derived_messages", [])]
     return "\n".join(lines)
