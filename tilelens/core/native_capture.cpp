@@ -515,6 +515,7 @@ PyObject* capture(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
 
 struct Probe {
   PyObject_HEAD
+  vectorcallfunc vectorcall;  // Triton's `grid(bound_args)` makes no argument tuple
   PyObject* grid;
   PyObject* bound;
   PyObject* value;
@@ -531,13 +532,13 @@ void probe_dealloc(PyObject* self) {
 }
 
 // `grid(bound)`: keeps `bound` and what the program's grid gives Triton (a callable grid called with it).
-PyObject* probe_call(PyObject* self, PyObject* args, PyObject* kwargs) {
+PyObject* probe_vectorcall(PyObject* self, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
   Probe* p = reinterpret_cast<Probe*>(self);
-  if (!PyTuple_Check(args) || PyTuple_GET_SIZE(args) != 1 || (kwargs != nullptr && PyDict_GET_SIZE(kwargs))) {
+  if (PyVectorcall_NARGS(nargsf) != 1 || (kwnames != nullptr && PyTuple_GET_SIZE(kwnames))) {
     PyErr_SetString(PyExc_TypeError, "a grid probe takes the bound arguments only");
     return nullptr;
   }
-  PyObject* bound = PyTuple_GET_ITEM(args, 0);
+  PyObject* bound = args[0];
   Py_INCREF(bound);
   Py_XSETREF(p->bound, bound);
   PyObject* value;
@@ -557,6 +558,7 @@ PyObject* probe_call(PyObject* self, PyObject* args, PyObject* kwargs) {
 Probe* new_probe(PyObject* grid) {
   Probe* p = PyObject_New(Probe, &ProbeType);
   if (p == nullptr) return nullptr;
+  p->vectorcall = probe_vectorcall;
   p->grid = Py_NewRef(grid);
   p->bound = nullptr;
   p->value = nullptr;
@@ -1523,10 +1525,11 @@ PyMODINIT_FUNC PyInit__tilelens_capture(void) {
   ProbeType.tp_name = "_tilelens_capture.GridProbe";
   ProbeType.tp_basicsize = sizeof(Probe);
   ProbeType.tp_dealloc = probe_dealloc;
-  ProbeType.tp_call = probe_call;
+  ProbeType.tp_call = PyVectorcall_Call;
+  ProbeType.tp_vectorcall_offset = offsetof(Probe, vectorcall);
   ProbeType.tp_new = probe_new;
   ProbeType.tp_members = probe_members;
-  ProbeType.tp_flags = Py_TPFLAGS_DEFAULT;
+  ProbeType.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL;
   ProbeType.tp_doc = "The grid a steady launch hands Triton (compiled_frames.GridProbe).";
   if (PyType_Ready(&ProbeType) < 0) return nullptr;
   LauncherType.tp_name = "_tilelens_capture.Launcher";
