@@ -486,8 +486,8 @@ int add_type(PyObject* module, PyTypeObject* type, const char* name) {
 
 }  // namespace
 
-// The offsets of `type`'s slots named in kFrameFields; false (and a TypeError) unless each is a plain
-// object slot of a class without `__dict__` whose instances can be made without arguments.
+// The offsets of `type`'s slots named in `names`; false (and a TypeError naming the class as `what`) unless
+// each is a plain object slot of a class without `__dict__`.
 bool slot_offsets(PyObject* type_object, const char* const* names, int n, Py_ssize_t* offsets, const char* what) {
   if (!PyType_Check(type_object)) {
     PyErr_Format(PyExc_TypeError, "the %s type must be a class", what);
