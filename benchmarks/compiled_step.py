@@ -160,6 +160,8 @@ def run(
     from tilelens.store import History
     from tilelens.store.models import LaunchArg
 
+    _CPU.clear()  # this shape's loops only (run() is called once per shape)
+    _NATIVE.clear()
     step = Step(tokens, hidden, inter, vocab, layers)
     step.run()  # compile and autotune untraced first: every variant below starts from warm caches
     torch.cuda.synchronize()
@@ -276,6 +278,8 @@ def run(
 
 
 def report(r: dict[str, Any]) -> str:
+    # The host's noise moves single figures by 10-20 %: the verdict takes the least favourable of the three.
+    worst = max(r["ratio_none"], r["ratio_none_paired_median"], r.get("long_ratio_none", 0.0))
     lines = [
         f"compiled recording, step {r['shape']}, {r['launches_per_measurement']} launches per {r['steps']} steps",
         f"  untraced compiled        {r['untraced_s']:.3f} s",
@@ -306,7 +310,8 @@ def report(r: dict[str, Any]) -> str:
         f"  D2H bandwidth (pinned)   {r['d2h_bandwidth_gbs']:.1f} GB/s;  snapshot bytes ~{r['snapshot_bytes_estimate'] / 1e9:.2f} GB,"
         f" extra {r['extra_s']:.3f} s vs allowed {r['allowed_extra_s']:.3f} s at 70 %",
         f"  derived trace            {r['derived_trace_s_per_launch']:.2f} s per launch; outcomes {r['derived_outcomes']}",
-        f"  targets: snapshots=none <= 1.05x: {'met' if r['ratio_none'] <= 1.05 else 'NOT met'} ({r['ratio_none']:.3f});"
+        f"  targets: snapshots=none <= 1.05x: {'met' if worst <= 1.05 else 'NOT met'} (the worst of the ratio of"
+        f" minima, the paired median and the long run: {worst:.3f});"
         f" snapshots=all extra <= bytes at 70 % of D2H: {'met' if r['extra_s'] <= r['allowed_extra_s'] else 'NOT met'}",
     ]
     lines += [f"    {m}" for m in r.get("derived_messages", [])]
