@@ -1127,10 +1127,12 @@ PyObject* pack_flat_py(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   return out;
 }
 
-// `WriterProcess.submit_flat(number, started, duration, grid, values)`'s steps, in its order, from the writer's
-// `flat_parts()` (writer, numbers, items.append, items, queued, limit): the next launch number, the marshalled
-// item ("m", n, ...) in format 2 appended to the queue, `_queued_n` advanced, and the wait for the feeder when
-// the queue is past its limit. Returns the launch number (nullptr and an exception on failure).
+// `ProcessWriter.submit_flat(number, started, duration, grid, values)`'s steps, in its order, from the writer's
+// `flat_parts()` (writer, numbers, items.append, items, queued, limit): the next launch number, the item
+// ("m", n, ...) appended to the queue packed (`pack_words`, from `words` when `values` is nullptr, else from
+// the list) or, when a value does not fit, marshalled in format 2 as `submit_flat` does; `_queued_n`
+// advanced, and the wait for the feeder when the queue is past its limit. Returns the launch number (nullptr
+// and an exception on failure).
 PyObject* queue_flat(PyObject* parts, PyObject* number, PyObject* started, PyObject* duration, Grid& grid,
                      PyObject* values, const Words& words) {
   if (!PyTuple_CheckExact(parts) || PyTuple_GET_SIZE(parts) != 6) {
