@@ -123,6 +123,12 @@ def test_a_dict_bound_in_parameter_order_and_one_in_any_other_order_capture_alik
             assert looked_up[0] == walked[0]
     flags = plan.order[1]
     assert flags == bytes(1 if name in plan.constexpr_names else 0 for name in plan.order[0])
+    # A plan without ``order`` (another object with the name tuples) is read name by name.
+    import types
+
+    bare = types.SimpleNamespace(runtime_names=plan.runtime_names, constexpr_names=plan.constexpr_names)
+    b = _bound()
+    assert repr(native_module.capture(bare, b, None)[1]) == repr(native_module.capture(plan, b, None)[1])
 
 
 def test_the_last_signature_is_returned_itself_when_equal(native_module: Any) -> None:

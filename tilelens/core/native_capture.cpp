@@ -387,8 +387,6 @@ PyObject* names_of(PyObject* plan, PyObject* attr) {
   return names;
 }
 
-// The launch's Sig (`last` itself when equal), its values put into `values`. nullptr with an exception: the
-// plan has no name tuples; nullptr without one: the launch is not templatable, however that was found.
 // Reads `bound` in one walk when it holds exactly the parameters of `order` (`FlatPlan.order`: the names, and
 // a byte per parameter, 1 for a constexpr), in that order, as Triton binds them. 1: read into `s` and
 // `values`; -1: an argument of a kind a template cannot hold (any exception cleared); 0: the dict is not in
@@ -423,13 +421,15 @@ int walk(PyObject* order, PyObject* bound, Scratch& s, Values& values) {
   return 1;
 }
 
+// The launch's Sig (`last` itself when equal), its values put into `values`. nullptr with an exception: the
+// plan has no name tuples; nullptr without one: the launch is not templatable, however that was found.
 PyObject* capture_sig(PyObject* plan, PyObject* bound, PyObject* last, Values& values, const Slots& slots) {
   if (!PyDict_Check(bound)) return nullptr;
   // Triton binds every parameter, in order: then the dict is read in one walk instead of a lookup a name.
   Ref order(slot_or_attr(plan, slots.plan, slots.order_at, g_order_name));
-  if (!order) return nullptr;
+  if (!order) PyErr_Clear();  // a plan without it: name by name
   Scratch s;
-  int walked = walk(order.get(), bound, s, values);
+  int walked = order ? walk(order.get(), bound, s, values) : 0;
   if (walked != 0) {
     PyObject* sig = walked == 1 ? sig_of(s, last) : nullptr;
     if (sig == nullptr) PyErr_Clear();
@@ -726,7 +726,6 @@ int frames_match(const Frames& frames, PyObject* stack, PyObject* key) {
       PyErr_Clear();
       return 0;
     }
-    Ref value;  // the frame's part compared by `==`, then the next
     if (is) {
       Ref best(PyObject_GetAttr(layer.get(), g_names.best_config));
       if (!best) {
