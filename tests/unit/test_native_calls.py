@@ -223,6 +223,44 @@ def test_the_compiled_tuner_frames_a_call_exactly_as_the_router_does(native_modu
     assert frames[2] == [Frame(single, tuner=True)]  # one config: no key
 
 
+def test_the_compiled_tuner_keeps_each_tuners_plan_apart(native_module: Any) -> None:
+    """It keeps the plans it found by their tuner's address: calls alternating among more tuners than it
+    keeps, with different key positions, are each framed with their own tuner's plan, as the router frames
+    them. With a reserved set lacking "warmup", a call passing ``warmup`` is the router's."""
+    tuners = [FakeTuner() for _ in range(6)]
+    for i, t in enumerate(tuners):
+        t.keys = [["n"], ["m"], ["n", "m"]][i % 3]
+    seen_by: dict[str, list[Any]] = {}
+    counts = None
+    for name in ("python", "compiled"):
+        router, seen = _router()
+        call = router.tune if name == "python" else _compiled_tuner(native_module, router)
+        router._local.stack = []
+        for t in tuners:
+            router.tune(t, ("x0", 1, 2), {})  # the router makes each tuner's plan
+        for r in range(3):
+            for j, t in enumerate(tuners):
+                call(t, (f"x{r}", j, r + 10), {"grid": (1,), "warmup": False})
+        seen_by[name] = seen[len(tuners) :]
+        if name == "compiled":
+            counts = (call.steady, call.fallbacks)
+    assert seen_by["compiled"] == seen_by["python"]
+    assert counts == (18, 0)
+    frames = [s[3][0] for s in seen_by["compiled"]]
+    assert [f.key_values for f in frames[:3]] == [(3, (0,)), (3, (10,)), (3, (2, 10))]
+
+    router, seen = _router()
+    tuner = native_module.Tuner(router.tune)
+    tuner.configure(
+        router._tuner_plans, router._local, router._tuner_run, router._tuned, Frame, frozenset({"grid"})
+    )
+    router._local.stack = []
+    router.tune(tuners[0], ("x0", 1, 2), {})
+    tuner(tuners[0], ("x1", 1, 2), {"grid": (1,)})
+    tuner(tuners[0], ("x1", 1, 2), {"grid": (1,), "warmup": False})
+    assert (tuner.steady, tuner.fallbacks) == (1, 1)
+
+
 def test_a_call_the_compiled_tuner_cannot_frame_goes_to_the_router(native_module: Any) -> None:
     router, seen = _router()
     tuner = _compiled_tuner(native_module, router)

@@ -19,7 +19,7 @@ namespace tilelens_native {
 namespace {
 
 struct CallNames {
-  PyObject *trace, *launch, *warmup, *configs, *cache, *stack, *configs_timings;
+  PyObject *trace, *launch, *warmup, *configs, *cache, *stack, *configs_timings, *grid;
 } g_call_names;
 
 // ---------------------------------------------------------------------------------------------------------
@@ -157,6 +157,12 @@ struct Tuner {
   Py_ssize_t steady;
   Py_ssize_t fallbacks;
   LocalDict local_dict;  // the configured LOCAL's dict for the thread last asking
+  bool grid_warmup;  // the configured RESERVED holds "grid" and "warmup"
+  // Plans found in PLANS lately, by their tuner's address (owned). A plan holds its tuner (item 0), so a plan
+  // whose tuner is this call's is this tuner's: the router replaces a plan only for a new tuner at a freed
+  // one's address. Cleared with the configuration.
+  static constexpr int kSeen = 4;
+  PyObject* seen[kSeen];
 };
 
 PyTypeObject TunerType = {PyVarObject_HEAD_INIT(nullptr, 0)};
@@ -166,6 +172,7 @@ int tuner_traverse(PyObject* self, visitproc visit, void* arg) {
   Py_VISIT(t->slow);
   Py_VISIT(t->config);
   Py_VISIT(t->local_dict.dict);
+  for (PyObject* p : t->seen) Py_VISIT(p);
   return 0;
 }
 
@@ -174,6 +181,7 @@ int tuner_clear(PyObject* self) {
   Py_CLEAR(t->slow);
   Py_CLEAR(t->config);
   t->local_dict.reset();
+  for (PyObject*& p : t->seen) Py_CLEAR(p);
   return 0;
 }
 
@@ -226,7 +234,8 @@ struct TuneArgs {
     return kwargs.get();
   }
   // 1 when every keyword name is in `names` (a set), 0 when one is not, -1 on an error.
-  int names_within(PyObject* names) const {
+  // `grid_warmup`: `names` holds "grid" and "warmup" (then those two interned names are in it without a lookup).
+  int names_within(PyObject* names, bool grid_warmup) const {
     if (kwargs) {
       Py_ssize_t pos = 0;
       PyObject *name, *value;
@@ -237,7 +246,9 @@ struct TuneArgs {
       return 1;
     }
     for (Py_ssize_t i = 0; i < nkw(); ++i) {
-      int in = PySet_Contains(names, PyTuple_GET_ITEM(kwnames, i));
+      PyObject* name = PyTuple_GET_ITEM(kwnames, i);
+      if (grid_warmup && (name == g_call_names.grid || name == g_call_names.warmup)) continue;
+      int in = PySet_Contains(names, name);
       if (in <= 0) return in;
     }
     return 1;
@@ -273,7 +284,7 @@ struct Plan {
 };
 
 // 1: this call is the Tuner's (`out` set); 0: Python's; -1: an exception (the caller clears it: Python's).
-int plan_call(PyObject* config, LocalDict& local_dict, PyObject* tuner, TuneArgs& a, Plan& out) {
+int plan_call(PyObject* config, Tuner* t, PyObject* tuner, TuneArgs& a, Plan& out) {
   PyObject* args = a.args.get();
   Ref configs(PyObject_GetAttr(tuner, g_call_names.configs));
   if (!configs) return -1;
@@ -281,18 +292,27 @@ int plan_call(PyObject* config, LocalDict& local_dict, PyObject* tuner, TuneArgs
   if (n < 0) return -1;
   out.tuned = n > 1;
   if (out.tuned) {  // a key: from the plan the router made at this tuner's first tuned call
-    Ref id(PyLong_FromVoidPtr(tuner));
-    if (!id) return -1;
-    PyObject* plan = PyDict_GetItemWithError(PyTuple_GET_ITEM(config, PLANS), id.get());
-    if (plan == nullptr || !PyTuple_CheckExact(plan) || PyTuple_GET_SIZE(plan) < 4 ||
-        PyTuple_GET_ITEM(plan, 0) != tuner)
-      return PyErr_Occurred() ? -1 : 0;
+    PyObject*& seen = t->seen[(reinterpret_cast<uintptr_t>(tuner) >> 4) % Tuner::kSeen];
+    Ref plan_ref;
+    if (seen != nullptr && PyTuple_GET_ITEM(seen, 0) == tuner) {
+      plan_ref.reset(Py_NewRef(seen));
+    } else {
+      Ref id(PyLong_FromVoidPtr(tuner));
+      if (!id) return -1;
+      PyObject* found = PyDict_GetItemWithError(PyTuple_GET_ITEM(config, PLANS), id.get());
+      if (found == nullptr || !PyTuple_CheckExact(found) || PyTuple_GET_SIZE(found) < 4 ||
+          PyTuple_GET_ITEM(found, 0) != tuner)
+        return PyErr_Occurred() ? -1 : 0;
+      plan_ref.reset(Py_NewRef(found));
+      Py_XSETREF(seen, Py_NewRef(found));
+    }
+    PyObject* plan = plan_ref.get();
     PyObject* positions = PyTuple_GET_ITEM(plan, 1);
     if (!PyTuple_CheckExact(positions)) return 0;
     if (a.nkw()) {
       int free = PyObject_IsTrue(PyTuple_GET_ITEM(plan, 2));
       if (free <= 0) return free;
-      int within = a.names_within(PyTuple_GET_ITEM(config, RESERVED));
+      int within = a.names_within(PyTuple_GET_ITEM(config, RESERVED), t->grid_warmup);
       if (within <= 0) return within;
     }
     Py_ssize_t highest = PyLong_AsSsize_t(PyTuple_GET_ITEM(plan, 3));
@@ -305,7 +325,7 @@ int plan_call(PyObject* config, LocalDict& local_dict, PyObject* tuner, TuneArgs
   out.cache.reset(PyObject_GetAttr(tuner, g_call_names.cache));
   if (!out.cache) return -1;
   if (!PyDict_Check(out.cache.get())) return 0;
-  out.stack.reset(local_dict.get(PyTuple_GET_ITEM(config, LOCAL), g_call_names.stack));
+  out.stack.reset(t->local_dict.get(PyTuple_GET_ITEM(config, LOCAL), g_call_names.stack));
   if (!out.stack) return -1;
   return PyList_CheckExact(out.stack.get()) ? 1 : 0;
 }
@@ -328,7 +348,7 @@ PyObject* tune(Tuner* t, PyObject* tuner, TuneArgs& a) {
   Py_ssize_t offsets[NFRAME];
   std::memcpy(offsets, t->offsets, sizeof(offsets));
   Plan plan;
-  int mine = plan_call(config.get(), t->local_dict, tuner, a, plan);
+  int mine = plan_call(config.get(), t, tuner, a, plan);
   if (mine <= 0) {
     PyErr_Clear();
     ++t->fallbacks;
@@ -429,6 +449,8 @@ PyObject* tuner_new(PyTypeObject* type, PyObject* args, PyObject*) {
   std::memset(t->offsets, 0, sizeof(t->offsets));
   t->steady = t->fallbacks = 0;
   t->local_dict = LocalDict{0, nullptr};
+  t->grid_warmup = false;
+  for (PyObject*& p : t->seen) p = nullptr;
   PyObject_GC_Track(t);
   return reinterpret_cast<PyObject*>(t);
 }
@@ -442,6 +464,7 @@ PyObject* tuner_configure(PyObject* self, PyObject* args) {
     return nullptr;
   }
   t->local_dict.reset();  // another LOCAL, or none
+  for (PyObject*& p : t->seen) Py_CLEAR(p);  // another PLANS, or none
   if (n == 0) {
     Py_CLEAR(t->config);
     Py_RETURN_NONE;
@@ -453,6 +476,10 @@ PyObject* tuner_configure(PyObject* self, PyObject* args) {
   Py_ssize_t offsets[NFRAME];
   if (!frame_offsets(PyTuple_GET_ITEM(args, FRAME_TYPE), offsets)) return nullptr;
   std::memcpy(t->offsets, offsets, sizeof(offsets));
+  int has_grid = PySet_Contains(PyTuple_GET_ITEM(args, RESERVED), g_call_names.grid);
+  int has_warmup = has_grid < 0 ? -1 : PySet_Contains(PyTuple_GET_ITEM(args, RESERVED), g_call_names.warmup);
+  if (has_warmup < 0) return nullptr;
+  t->grid_warmup = has_grid == 1 && has_warmup == 1;
   Py_XSETREF(t->config, Py_NewRef(args));
   Py_RETURN_NONE;
 }
@@ -521,10 +548,11 @@ bool frame_offsets(PyObject* type_object, Py_ssize_t* offsets) {
 }
 
 int add_call_types(PyObject* module) {
-  const char* names[] = {"_tilelens_trace", "launch", "warmup", "configs", "cache", "stack", "configs_timings"};
+  const char* names[] = {"_tilelens_trace", "launch", "warmup", "configs", "cache", "stack", "configs_timings",
+                         "grid"};
   PyObject** slots[] = {&g_call_names.trace,  &g_call_names.launch, &g_call_names.warmup,
                         &g_call_names.configs, &g_call_names.cache, &g_call_names.stack,
-                        &g_call_names.configs_timings};
+                        &g_call_names.configs_timings, &g_call_names.grid};
   for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); ++i) {
     *slots[i] = PyUnicode_InternFromString(names[i]);
     if (*slots[i] == nullptr) return -1;

@@ -602,6 +602,11 @@ struct Launcher {
   Py_ssize_t plan_offset;  // of the configured plan class's `order`
   tilelens_native::LocalDict local_dict, thread_dict;  // the configured LOCAL's and THREAD's, per thread
   bool native_clocks;  // TIME and PERF are `time.time` and `time.perf_counter`: read here (`clock_seconds`)
+  // Kernel records found in KERNELS lately, by their jit's address (owned). A record holds its jit, so a
+  // record whose jit slot is this launch's jit is that jit's record: the router replaces a record only for a
+  // new jit at a freed one's address. Cleared with the configuration.
+  static constexpr int kSeen = 8;
+  PyObject* seen[kSeen];
 };
 
 PyTypeObject LauncherType = {PyVarObject_HEAD_INIT(nullptr, 0)};
@@ -618,6 +623,7 @@ int launcher_traverse(PyObject* self, visitproc visit, void* arg) {
   Py_VISIT(l->config);
   Py_VISIT(l->local_dict.dict);
   Py_VISIT(l->thread_dict.dict);
+  for (PyObject* k : l->seen) Py_VISIT(k);
   return 0;
 }
 
@@ -627,6 +633,7 @@ int launcher_clear(PyObject* self) {
   Py_CLEAR(l->config);
   l->local_dict.reset();
   l->thread_dict.reset();
+  for (PyObject*& k : l->seen) Py_CLEAR(k);
   return 0;
 }
 
@@ -1279,8 +1286,20 @@ PyObject* launch(Launcher* l, LaunchArgs& a) {
     mine = d == 0;
   }
   if (mine) {
-    Ref id(PyLong_FromVoidPtr(jit));
-    PyObject* known = id ? PyDict_GetItemWithError(f[KERNELS], id.get()) : nullptr;
+    PyObject*& seen = l->seen[(reinterpret_cast<uintptr_t>(jit) >> 4) % Launcher::kSeen];
+    Ref found;
+    if (seen != nullptr && Py_TYPE(seen) == slots.kernel &&
+        *reinterpret_cast<PyObject**>(reinterpret_cast<char*>(seen) + slots.kernel_at[K_JIT]) == jit) {
+      found.reset(Py_NewRef(seen));
+    } else {
+      Ref id(PyLong_FromVoidPtr(jit));
+      PyObject* in_dict = id ? PyDict_GetItemWithError(f[KERNELS], id.get()) : nullptr;
+      if (in_dict != nullptr) {
+        found.reset(Py_NewRef(in_dict));
+        Py_XSETREF(seen, Py_NewRef(in_dict));
+      }
+    }
+    PyObject* known = found.get();
     if (known != nullptr) {
       k.reset(Py_NewRef(known));
       Ref kjit(slot_or_attr(known, slots.kernel, slots.kernel_at[K_JIT], g_names.jit));
@@ -1395,6 +1414,7 @@ PyObject* launcher_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
   l->local_dict = tilelens_native::LocalDict{0, nullptr};
   l->thread_dict = tilelens_native::LocalDict{0, nullptr};
   l->native_clocks = false;
+  for (PyObject*& k : l->seen) k = nullptr;
   PyObject_GC_Track(l);
   return reinterpret_cast<PyObject*>(l);
 }
@@ -1414,6 +1434,7 @@ PyObject* launcher_configure(PyObject* self, PyObject* args) {
   }
   l->local_dict.reset();  // another LOCAL and THREAD, or none
   l->thread_dict.reset();
+  for (PyObject*& k : l->seen) Py_CLEAR(k);  // another KERNELS, or none
   if (n == 0 || g_tensor_type == nullptr) {
     Py_CLEAR(l->config);
     Py_RETURN_NONE;
