@@ -83,7 +83,8 @@ def test_out_of_bounds_load_is_attributed_to_the_tensor_it_addressed(tmp_path: P
         assert d["config"].get("cross_args") == cross
         text = tilelens_in_process("--db", db, "--blobs", blobs, "show", launch_id).stdout
         assert "28 lanes out of bounds (28 loaded, 0 stored)" in text
-        assert text.count("100 of 100") == 2 and "192" not in text
+        figures = text.replace(str(tmp_path), "")  # the script's path may hold any number (pytest-192/...)
+        assert figures.count("100 of 100") == 2 and "192" not in figures
         assert ("8 out-of-bounds lanes of x_ptr's accesses hit out_ptr's elements" in text) == bool(cross)
         assert "element offsets -8..119 (x_ptr has 100 elements)" in text
 
