@@ -73,10 +73,11 @@ def _program(counts: list[tuple[int, int]], launcher: Any) -> list[torch.Tensor]
     return outs
 
 
-def test_launches_like_the_last_are_finished_by_the_launcher_and_store_the_python_routers_rows(
-    tmp_path: Path, native_module: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    queued: list[bytes] = []  # what the launcher queued for the writer process
+@pytest.fixture
+def queued(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
+    """What the compiled launcher queues for the writer process, in order (a spy on the queue's append it is
+    handed through ``ProcessWriter.flat_parts``)."""
+    got: list[bytes] = []
     parts_of = ProcessWriter.flat_parts
 
     def spied_parts(writer: ProcessWriter) -> tuple[Any, ...]:
@@ -84,19 +85,30 @@ def test_launches_like_the_last_are_finished_by_the_launcher_and_store_the_pytho
         append = parts[2]
 
         def spy(data: bytes) -> None:
-            queued.append(data)
+            got.append(data)
             append(data)
 
         return (*parts[:2], spy, *parts[3:])
 
     monkeypatch.setattr(ProcessWriter, "flat_parts", spied_parts)
+    return got
+
+
+def _recording_as(native: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, Path, Path]:
+    """A ``snapshots="none"`` compiled recording with the compiled module on ("1") or off ("0"), into its own
+    history under ``tmp_path``: (recording, db, blobs)."""
+    monkeypatch.setenv("TILELENS_NATIVE", native)
+    db, blobs = tmp_path / f"n{native}.db", tmp_path / f"n{native}"
+    rec = tilelens.Recording(str(db), blobs, backend="compiled", snapshots="none", runner=StableTritonLike())
+    return rec, db, blobs
+
+
+def test_launches_like_the_last_are_finished_by_the_launcher_and_store_the_python_routers_rows(
+    tmp_path: Path, native_module: Any, monkeypatch: pytest.MonkeyPatch, queued: list[bytes]
+) -> None:
     results = {}
     for native in ("1", "0"):
-        monkeypatch.setenv("TILELENS_NATIVE", native)
-        db, blobs = tmp_path / f"n{native}.db", tmp_path / f"n{native}"
-        rec = tilelens.Recording(
-            str(db), blobs, backend="compiled", snapshots="none", runner=StableTritonLike()
-        )
+        rec, db, blobs = _recording_as(native, tmp_path, monkeypatch)
         counts: list[tuple[int, int]] = []
         with rec:
             router = rec._compiled
@@ -248,27 +260,14 @@ def test_threads_launching_at_once_each_get_their_launches_recorded(
 
 
 def test_a_steady_launch_with_an_int_past_64_bits_is_marshalled_and_stores_the_python_routers_rows(
-    tmp_path: Path, native_module: Any, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, native_module: Any, monkeypatch: pytest.MonkeyPatch, queued: list[bytes]
 ) -> None:
     """The packed form holds 64-bit ints only: a launch whose scalar is past that is captured again into a
     list and marshalled, and the next launch like it is packed again."""
-    queued: list[bytes] = []
-    parts_of = ProcessWriter.flat_parts
-
-    def spied_parts(writer: ProcessWriter) -> tuple[Any, ...]:
-        parts = parts_of(writer)
-        append = parts[2]
-        return (*parts[:2], lambda data: (queued.append(data), append(data)), *parts[3:])
-
-    monkeypatch.setattr(ProcessWriter, "flat_parts", spied_parts)
     x, out = torch.arange(40, dtype=torch.float32), torch.zeros(40)
     rows = {}
     for native in ("1", "0"):
-        monkeypatch.setenv("TILELENS_NATIVE", native)
-        db, blobs = tmp_path / f"n{native}.db", tmp_path / f"n{native}"
-        rec = tilelens.Recording(
-            str(db), blobs, backend="compiled", snapshots="none", runner=StableTritonLike()
-        )
+        rec, db, blobs = _recording_as(native, tmp_path, monkeypatch)
         with rec:
             for n in (40, 2**63 + 5, 39):  # the first makes the template; the other two are like it
                 scale_kernel[(1,)](x, out, n, 2.0, BLOCK=16)
@@ -293,12 +292,8 @@ def test_one_kernel_launched_through_different_layers_takes_each_layers_template
     block = tuned_add.configs[0].kwargs["BLOCK"]
     rows, counts = {}, {}
     for native in ("1", "0"):
-        monkeypatch.setenv("TILELENS_NATIVE", native)
-        db, blobs = tmp_path / f"n{native}.db", tmp_path / f"n{native}"
         outs = [torch.zeros(40) for _ in range(3)]
-        rec = tilelens.Recording(
-            str(db), blobs, backend="compiled", snapshots="none", runner=StableTritonLike()
-        )
+        rec, db, blobs = _recording_as(native, tmp_path, monkeypatch)
         with rec:
             for _ in range(3):
                 tuned_add[(2,)](x, outs[0], 40, 0.5)
@@ -324,12 +319,8 @@ def test_launch_options_are_told_apart_by_value_and_order_as_the_python_router_d
     x = torch.arange(40, dtype=torch.float32)
     rows, counts = {}, {}
     for native in ("1", "0"):
-        monkeypatch.setenv("TILELENS_NATIVE", native)
-        db, blobs = tmp_path / f"n{native}.db", tmp_path / f"n{native}"
         out = torch.zeros(40)
-        rec = tilelens.Recording(
-            str(db), blobs, backend="compiled", snapshots="none", runner=StableTritonLike()
-        )
+        rec, db, blobs = _recording_as(native, tmp_path, monkeypatch)
         with rec:
             for warps in (2, 2, 4, 4, 2):
                 scale_kernel[(3,)](x, out, 40, 2.0, BLOCK=16, num_warps=warps)
