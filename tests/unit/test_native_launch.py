@@ -341,6 +341,65 @@ def test_launch_options_are_told_apart_by_value_and_order_as_the_python_router_d
     ]
 
 
+def _place(obj: Any) -> int:
+    """The launcher's place for a jit in its per-kernel caches (``address_slot<6>`` in native_common.h)."""
+    return ((id(obj) * 0x9E3779B97F4A7C15) % 2**64) >> 58
+
+
+def test_options_from_a_new_names_tuple_each_call_are_compared_by_name_for_each_kernel(
+    tmp_path: Path, native_module: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``f(**options)`` makes a new tuple of keyword names every call, as Triton's autotuner does. The launcher
+    keeps, per kernel, the plan it last found in the kernel's table and where its names are (``PlanCache``),
+    and compares the next call's names with them by identity: two kernels launched in turn each keep theirs.
+    Another value, or the same names in another order, is still told apart; the rows are the Python
+    router's."""
+    x = torch.arange(40, dtype=torch.float32)
+    block = tuned_add.configs[0].kwargs["BLOCK"]
+    plain = tuned_add.fn.fn
+    calls: list[tuple[Any, dict[str, Any]]] = []
+    for warps in (2, 2, 2, 4, 4, 4):
+        calls.append((scale_kernel, {"BLOCK": 16, "num_warps": warps}))
+        calls.append((plain, {"BLOCK": block, "EVEN": True, "num_stages": 1, "num_warps": warps}))
+    # The names in another order: scale_kernel's options are still (num_warps,), the same template; the
+    # plain kernel's are (num_warps, num_stages), another.
+    calls += [(scale_kernel, {"num_warps": 4, "BLOCK": 16})] * 3
+    calls += [(plain, {"num_warps": 4, "num_stages": 1, "BLOCK": block, "EVEN": True})] * 3
+    rows, counts = {}, {}
+    for native in ("1", "0"):
+        outs = [torch.zeros(40), torch.zeros(40)]
+        rec, db, blobs = _recording_as(native, tmp_path, monkeypatch)
+        with rec:
+            for kernel, options in calls:
+                if kernel is scale_kernel:
+                    kernel[(3,)](x, outs[0], 40, 2.0, **dict(options))
+                else:
+                    kernel[(2,)](x, outs[1], 40, 0.5, **dict(options))
+            router = rec._compiled
+            assert router is not None
+            if native == "1":
+                launcher = router._launcher
+                counts[native] = (launcher.steady, launcher.fallbacks, launcher.plans_kept)
+        assert rec.write_failure is None and len(rec.launch_ids) == len(calls)
+        rows[native] = _all_rows(db, blobs)
+    assert rows["1"] == rows["0"]
+    # Python's: each kernel's first launch with 2 warps and with 4, and the plain kernel's first in the other
+    # order. A plan is kept once found in the table under the names as the call came: the first launch with
+    # some names makes the plan, the second files it under those names, the third finds and keeps it. So
+    # each kernel's fifth and sixth launches (4 warps) compare through it, and no launch in the other order
+    # does. Two kernels at one place (1 in 64) take turns there and keep nothing.
+    kept = 4 if _place(scale_kernel) != _place(plain) else 0
+    assert counts["1"] == (13, 5, kept)
+    assert [r[0]["config"]["options"] for r in rows["1"][:2]] == [
+        {"num_warps": 2},
+        {"num_stages": 1, "num_warps": 2},
+    ]
+    assert [list(r[0]["config"]["options"]) for r in rows["1"][-6:]] == [
+        *(["num_warps"] for _ in range(3)),
+        *(["num_warps", "num_stages"] for _ in range(3)),
+    ]
+
+
 def test_steady_launches_are_timed_by_the_clocks_the_router_would_read(
     tmp_path: Path, native_module: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:

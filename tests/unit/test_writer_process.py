@@ -177,7 +177,7 @@ PROGRAM = textwrap.dedent(
     for i in range(50):
         scale_kernel[(1,)](x, torch.zeros(8), 8, float(i), BLOCK=8)
     w = rec._writer
-    while w._sent_upto < w._queued_n:  # everything handed to the writer process's pipe
+    while w._sent_upto < w.queued():  # everything handed to the writer process's pipe
         time.sleep(0.001)
     print(w.pid, flush=True)
     os._exit(3)  # a crash: no __exit__, no flush

@@ -161,7 +161,8 @@ struct Tuner {
   // Plans found in PLANS lately, by their tuner's address (owned). A plan holds its tuner (item 0), so a plan
   // whose tuner is this call's is this tuner's: the router replaces a plan only for a new tuner at a freed
   // one's address. Cleared with the configuration.
-  static constexpr int kSeen = 4;
+  static constexpr int kSeenBits = 4;
+  static constexpr int kSeen = 1 << kSeenBits;
   PyObject* seen[kSeen];
 };
 
@@ -292,7 +293,7 @@ int plan_call(PyObject* config, Tuner* t, PyObject* tuner, TuneArgs& a, Plan& ou
   if (n < 0) return -1;
   out.tuned = n > 1;
   if (out.tuned) {  // a key: from the plan the router made at this tuner's first tuned call
-    PyObject*& seen = t->seen[(reinterpret_cast<uintptr_t>(tuner) >> 4) % Tuner::kSeen];
+    PyObject*& seen = t->seen[address_slot<Tuner::kSeenBits>(tuner)];
     Ref plan_ref;
     if (seen != nullptr && PyTuple_GET_ITEM(seen, 0) == tuner) {
       plan_ref.reset(Py_NewRef(seen));

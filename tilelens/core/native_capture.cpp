@@ -132,10 +132,13 @@ struct SmallVec {
   size_t count = 0;
 
   void push_back(T v) {
-    if (count < N) {  // then nothing is on the heap yet
+    if (__builtin_expect(count < N, 1)) {  // then nothing is on the heap yet
       local[count++] = v;
       return;
     }
+    grow(v);
+  }
+  __attribute__((noinline, cold)) void grow(T v) {
     if (count == N) heap.assign(local, local + N);
     heap.push_back(v);
     ++count;
@@ -590,6 +593,64 @@ struct Config {
   PyObject* operator[](int i) const { return PyTuple_GET_ITEM(t, i); }
 };
 
+// The plan `options_match` last found in a kernel's `option_plans` under a call's keyword names (one per
+// place of the launcher's `seen`, so per kernel unless two kernels' jits share a place). Triton's
+// autotuner calls `fn.run(*args, **kwargs, **config.all_kwargs())`, which makes a new names tuple every
+// launch: looking it up hashed it and compared it element by element (~300 instructions). The names are
+// compared here by identity, as interned strings mostly are (`is_name`), against those kept. A plan is a
+// function of the names alone (`RoutedKernel.options_key`), so a kept plan stays right after the dict is
+// cleared and refilled; the caller looks again when the kept plan's names are not the very tuple the last
+// template's key holds. Owned references, cleared with the launcher's configuration.
+struct PlanCache {
+  PyObject* kernel = nullptr;
+  PyObject* plans = nullptr;
+  PyObject* names = nullptr;
+  PyObject* plan = nullptr;
+  // Where each of the plan's kept names is among `names` (valid when `located`): the first equal name, as
+  // `LaunchArgs::option_value` finds it.
+  static constexpr Py_ssize_t kKept = 16;
+  bool located = false;
+  Py_ssize_t at[kKept];
+
+  // The kept plan (borrowed) when `names` are the kept names of `kernel`'s `plans`, else nullptr.
+  PyObject* find(PyObject* k, PyObject* d, PyObject* n) const {
+    if (k != kernel || d != plans || names == nullptr || !PyTuple_CheckExact(n) ||
+        PyTuple_GET_SIZE(n) != PyTuple_GET_SIZE(names))
+      return nullptr;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(n); ++i)
+      if (!tilelens_native::is_name(PyTuple_GET_ITEM(n, i), PyTuple_GET_ITEM(names, i))) return nullptr;
+    return plan;
+  }
+  // `plan` (a 2-tuple) kept for `k`'s `d` under the names `n` (a tuple), with where each kept name is in `n`.
+  void keep(PyObject* k, PyObject* d, PyObject* n, PyObject* p) {
+    Py_XSETREF(kernel, Py_NewRef(k));
+    Py_XSETREF(plans, Py_NewRef(d));
+    Py_XSETREF(names, Py_NewRef(n));
+    Py_XSETREF(plan, Py_NewRef(p));
+    PyObject* kept = PyTuple_GET_ITEM(p, 0);
+    located = PyTuple_CheckExact(kept) && PyTuple_GET_SIZE(kept) <= kKept;
+    for (Py_ssize_t j = 0; located && j < PyTuple_GET_SIZE(kept); ++j) {
+      at[j] = -1;
+      for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(n) && at[j] < 0; ++i)
+        if (tilelens_native::is_name(PyTuple_GET_ITEM(n, i), PyTuple_GET_ITEM(kept, j))) at[j] = i;
+      located = at[j] >= 0;
+    }
+  }
+  void clear() {
+    Py_CLEAR(kernel);
+    Py_CLEAR(plans);
+    Py_CLEAR(names);
+    Py_CLEAR(plan);
+  }
+  int traverse(visitproc visit, void* arg) {
+    Py_VISIT(kernel);
+    Py_VISIT(plans);
+    Py_VISIT(names);
+    Py_VISIT(plan);
+    return 0;
+  }
+};
+
 struct Launcher {
   PyObject_HEAD
   vectorcallfunc vectorcall;
@@ -605,8 +666,11 @@ struct Launcher {
   // Kernel records found in KERNELS lately, by their jit's address (owned). A record holds its jit, so a
   // record whose jit slot is this launch's jit is that jit's record: the router replaces a record only for a
   // new jit at a freed one's address. Cleared with the configuration.
-  static constexpr int kSeen = 8;
+  static constexpr int kSeenBits = 6;
+  static constexpr int kSeen = 1 << kSeenBits;
   PyObject* seen[kSeen];
+  PlanCache plan_cache[kSeen];  // `options_match`'s last plan for the kernel at the same place in `seen`
+  Py_ssize_t plans_kept;  // launches whose options `options_match` compared with a kept plan (a diagnostic)
 };
 
 PyTypeObject LauncherType = {PyVarObject_HEAD_INIT(nullptr, 0)};
@@ -614,7 +678,7 @@ PyTypeObject LauncherType = {PyVarObject_HEAD_INIT(nullptr, 0)};
 struct Names {
   PyObject *grid, *warmup, *stack, *bench_depth, *jit, *last_template, *flat_plan, *options_key, *current,
       *tuner, *layer, *best_config, *key, *key_values, *heuristics, *launch, *number, *numbers, *option_plans,
-      *m, *queued_n, *wait_for_feeder;
+      *m, *wait_for_feeder;
 } g_names;
 
 int launcher_traverse(PyObject* self, visitproc visit, void* arg) {
@@ -624,6 +688,8 @@ int launcher_traverse(PyObject* self, visitproc visit, void* arg) {
   Py_VISIT(l->local_dict.dict);
   Py_VISIT(l->thread_dict.dict);
   for (PyObject* k : l->seen) Py_VISIT(k);
+  for (PlanCache& c : l->plan_cache)
+    if (int r = c.traverse(visit, arg)) return r;
   return 0;
 }
 
@@ -634,6 +700,7 @@ int launcher_clear(PyObject* self) {
   l->local_dict.reset();
   l->thread_dict.reset();
   for (PyObject*& k : l->seen) Py_CLEAR(k);
+  for (PlanCache& c : l->plan_cache) c.clear();
   return 0;
 }
 
@@ -888,22 +955,30 @@ PyObject* module_global(PyObject* module, PyObject* name) {
 // making it: 1 when the plan of the call's names (as the call came, see `options_key`) keeps `key`'s names
 // (the same tuple) and each kept value is `==` the last's; 0 when that is not certain (the caller makes the
 // key and compares); -1 and an exception.
-int options_match(PyObject* k, LaunchArgs& a, PyObject* key, const Slots& slots) {
+int options_match(PyObject* k, LaunchArgs& a, PyObject* key, const Slots& slots, PlanCache& cache,
+                  Py_ssize_t& kept_count) {
   if (!a.options()) return key == Py_None;  // the key is None: equal only to None (a tuple never is)
   if (!a.vector() || !PyTuple_CheckExact(key) || PyTuple_GET_SIZE(key) != 2) return 0;
   Ref plans(slot_or_attr(k, slots.kernel, slots.kernel_at[K_OPTION_PLANS], g_names.option_plans));
   if (!plans) return -1;
   if (!PyDict_CheckExact(plans.get())) return 0;
-  PyObject* plan = PyDict_GetItemWithError(plans.get(), a.kwnames);
-  if (plan == nullptr) return PyErr_Occurred() ? -1 : 0;
-  if (!PyTuple_CheckExact(plan) || PyTuple_GET_SIZE(plan) != 2) return 0;
+  PyObject* plan = cache.find(k, plans.get(), a.kwnames);
+  if (plan != nullptr && PyTuple_GET_ITEM(plan, 0) == PyTuple_GET_ITEM(key, 0)) {
+    ++kept_count;
+  } else {
+    plan = PyDict_GetItemWithError(plans.get(), a.kwnames);
+    if (plan == nullptr) return PyErr_Occurred() ? -1 : 0;
+    if (!PyTuple_CheckExact(plan) || PyTuple_GET_SIZE(plan) != 2) return 0;
+    cache.keep(k, plans.get(), a.kwnames, plan);
+  }
   PyObject* kept = PyTuple_GET_ITEM(plan, 0);
   if (kept != PyTuple_GET_ITEM(key, 0) || !PyTuple_CheckExact(kept)) return 0;
   Py_ssize_t m = PyTuple_GET_SIZE(kept);
   PyObject* last = PyTuple_GET_ITEM(key, 1);
   if (m != 1 && (!PyTuple_CheckExact(last) || PyTuple_GET_SIZE(last) != m)) return 0;
+  const bool located = cache.located;  // `plan` is the cache's (kept or found just now) and so are its names
   for (Py_ssize_t j = 0; j < m; ++j) {
-    PyObject* value = a.option_value(PyTuple_GET_ITEM(kept, j));
+    PyObject* value = located ? a.vec[a.nargs + cache.at[j]] : a.option_value(PyTuple_GET_ITEM(kept, j));
     int eq = value == nullptr ? 0 : PyObject_RichCompareBool(m == 1 ? last : PyTuple_GET_ITEM(last, j), value, Py_EQ);
     if (eq != 1) {
       PyErr_Clear();
@@ -920,7 +995,7 @@ int options_match(PyObject* k, LaunchArgs& a, PyObject* key, const Slots& slots)
 // decides, from the same facts.
 int steady(const Config& f, const Frames& frame_slots, const Slots& slots, PyObject* k, PyObject* last, PyObject* bound,
            PyObject* result, LaunchArgs& a, PyObject* stack, Probe* probe, Ref& number, Words& words,
-           Ref& values, Grid& resolved) {
+           Ref& values, Grid& resolved, PlanCache& plan_cache, Py_ssize_t& plans_kept) {
   Ref plan(slot_or_attr(k, slots.kernel, slots.kernel_at[K_FLAT_PLAN], g_names.flat_plan));
   if (!plan) return -1;
   Values sink{nullptr, &words};
@@ -952,7 +1027,7 @@ int steady(const Config& f, const Frames& frame_slots, const Slots& slots, PyObj
   Ref node(module_global(f[TESTID], g_names.current));
   if (!node) return -1;
   Ref options;  // `options_key(k, a)`, made only when the last template's cannot be seen equal in place
-  int options_same = options_match(k, a, PyTuple_GET_ITEM(last, 2), slots);
+  int options_same = options_match(k, a, PyTuple_GET_ITEM(last, 2), slots, plan_cache, plans_kept);
   if (options_same < 0) return -1;
   if (!options_same) {
     options.reset(a.options() ? options_key(k, a, slots) : Py_NewRef(Py_None));
@@ -1136,8 +1211,8 @@ PyObject* pack_flat_py(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
 // `ProcessWriter.submit_flat(number, started, duration, grid, values)`'s steps, in its order, from the writer's
 // `flat_parts()` (writer, numbers, items.append, items, queued, limit): the next launch number, the item
 // ("m", n, ...) appended to the queue packed (`pack_words`, from `words` when `values` is nullptr, else from
-// the list) or, when a value does not fit, marshalled in format 2 as `submit_flat` does; `_queued_n`
-// advanced, and the wait for the feeder when the queue is past its limit. Returns the launch number (nullptr
+// the list) or, when a value does not fit, marshalled in format 2 as `submit_flat` does; the queued items
+// counted, and the wait for the feeder when the queue is past its limit. Returns the launch number (nullptr
 // and an exception on failure).
 PyObject* queue_flat(PyObject* parts, PyObject* number, PyObject* started, PyObject* duration, Grid& grid,
                      PyObject* values, const Words& words) {
@@ -1169,12 +1244,11 @@ PyObject* queue_flat(PyObject* parts, PyObject* number, PyObject* started, PyObj
   }
   Ref appended(data ? call_n(PyTuple_GET_ITEM(parts, 2), {data.get()}) : nullptr);
   if (!appended) return nullptr;
-  Ref queued(PyIter_Next(PyTuple_GET_ITEM(parts, 4)));
+  Ref queued(PyIter_Next(PyTuple_GET_ITEM(parts, 4)));  // counted; only a flush or close reads a count
   if (!queued) {
     if (!PyErr_Occurred()) PyErr_SetNone(PyExc_StopIteration);
     return nullptr;
   }
-  if (PyObject_SetAttr(writer, g_names.queued_n, queued.get()) < 0) return nullptr;
   Py_ssize_t size = PyObject_Size(PyTuple_GET_ITEM(parts, 3));
   Py_ssize_t limit = PyLong_AsSsize_t(PyTuple_GET_ITEM(parts, 5));
   if (size < 0 || (limit == -1 && PyErr_Occurred())) return nullptr;
@@ -1277,6 +1351,7 @@ PyObject* launch(Launcher* l, LaunchArgs& a) {
     if (warmup != nullptr ? PyDict_DelItem(kwargs, g_names.warmup) < 0 : PyErr_Occurred() != nullptr)
       return nullptr;
   }
+  const size_t place = tilelens_native::address_slot<Launcher::kSeenBits>(jit);  // in `seen`, `plan_cache`
   Ref stack(l->local_dict.get(f[LOCAL], g_names.stack));
   Ref k, last;
   bool mine = stack && PyList_CheckExact(stack.get());
@@ -1286,7 +1361,7 @@ PyObject* launch(Launcher* l, LaunchArgs& a) {
     mine = d == 0;
   }
   if (mine) {
-    PyObject*& seen = l->seen[(reinterpret_cast<uintptr_t>(jit) >> 4) % Launcher::kSeen];
+    PyObject*& seen = l->seen[place];
     Ref found;
     if (seen != nullptr && Py_TYPE(seen) == slots.kernel &&
         *reinterpret_cast<PyObject**>(reinterpret_cast<char*>(seen) + slots.kernel_at[K_JIT]) == jit) {
@@ -1354,7 +1429,7 @@ PyObject* launch(Launcher* l, LaunchArgs& a) {
     Grid resolved;
     Words words;  // on this call's stack: a finalizer run meanwhile may launch (and capture) too
     int ok = steady(f, frames, slots, k.get(), last.get(), probe->bound, result.get(), a, stack.get(), probe, number,
-                    words, values, resolved);
+                    words, values, resolved, l->plan_cache[place], l->plans_kept);
     if (ok == 1) {
       Ref handle(f[QUEUE] != Py_None
                      ? queue_flat(f[QUEUE], number.get(), started.get(), duration.get(), resolved, values.get(),
@@ -1415,6 +1490,8 @@ PyObject* launcher_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
   l->thread_dict = tilelens_native::LocalDict{0, nullptr};
   l->native_clocks = false;
   for (PyObject*& k : l->seen) k = nullptr;
+  for (PlanCache& c : l->plan_cache) c = PlanCache{};
+  l->plans_kept = 0;
   PyObject_GC_Track(l);
   return reinterpret_cast<PyObject*>(l);
 }
@@ -1435,6 +1512,7 @@ PyObject* launcher_configure(PyObject* self, PyObject* args) {
   l->local_dict.reset();  // another LOCAL and THREAD, or none
   l->thread_dict.reset();
   for (PyObject*& k : l->seen) Py_CLEAR(k);  // another KERNELS, or none
+  for (PlanCache& c : l->plan_cache) c.clear();
   if (n == 0 || g_tensor_type == nullptr) {
     Py_CLEAR(l->config);
     Py_RETURN_NONE;
@@ -1471,6 +1549,8 @@ PyMethodDef launcher_methods[] = {
 PyMemberDef launcher_members[] = {
     {"steady", T_PYSSIZET, offsetof(Launcher, steady), READONLY, "launches finished here"},
     {"fallbacks", T_PYSSIZET, offsetof(Launcher, fallbacks), READONLY, "launches given to Python"},
+    {"plans_kept", T_PYSSIZET, offsetof(Launcher, plans_kept), READONLY,
+     "launches whose options were compared through the plan kept for their kernel and keyword names"},
     {nullptr, 0, 0, 0, nullptr}};
 
 PyGetSetDef launcher_getset[] = {
@@ -1570,13 +1650,13 @@ PyMODINIT_FUNC PyInit__tilelens_capture(void) {
   if (PyType_Ready(&LauncherType) < 0) return nullptr;
   const char* names[] = {"grid", "warmup", "stack", "bench_depth", "jit", "last_template", "flat_plan",
                          "options_key", "_current", "tuner", "layer", "best_config", "key", "key_values",
-                         "heuristics", "launch", "number", "numbers", "option_plans", "m", "_queued_n",
+                         "heuristics", "launch", "number", "numbers", "option_plans", "m",
                          "_wait_for_feeder"};
   PyObject** slots[] = {&g_names.grid, &g_names.warmup, &g_names.stack, &g_names.bench_depth, &g_names.jit,
                         &g_names.last_template, &g_names.flat_plan, &g_names.options_key, &g_names.current,
                         &g_names.tuner, &g_names.layer, &g_names.best_config, &g_names.key, &g_names.key_values,
                         &g_names.heuristics, &g_names.launch, &g_names.number, &g_names.numbers,
-                        &g_names.option_plans, &g_names.m, &g_names.queued_n, &g_names.wait_for_feeder};
+                        &g_names.option_plans, &g_names.m, &g_names.wait_for_feeder};
   for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); ++i) {
     *slots[i] = PyUnicode_InternFromString(names[i]);
     if (*slots[i] == nullptr) return nullptr;

@@ -56,6 +56,15 @@ inline PyObject* attr_or_none(PyObject* obj, PyObject* name) {
   return found ? value : Py_NewRef(Py_None);
 }
 
+// The slot of an object's address in a table of `1 << Bits` slots (Fibonacci hashing: the product's top bits
+// depend on every bit of the address, where `(p >> 4) % n` put objects a multiple of `16 n` bytes apart, as
+// objects of one size class often are, in one slot).
+template <int Bits>
+inline size_t address_slot(const void* p) {
+  return static_cast<size_t>((static_cast<uint64_t>(reinterpret_cast<uintptr_t>(p)) * 0x9E3779B97F4A7C15ull) >>
+                             (64 - Bits));
+}
+
 // Whether two argument names are the same string (two distinct interned strings never are).
 inline bool is_name(PyObject* a, PyObject* b) {
   if (a == b) return true;

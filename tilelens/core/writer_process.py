@@ -119,8 +119,9 @@ class ProcessWriter:
         self._wake = threading.Event()
         self._sent = threading.Condition()
         self._sent_upto = 0  # items handed to the child (or the fallback) so far
+        # Items queued so far, counted by ``next``: a flush or close waits for the count its own marker got,
+        # which covers every item queued before it (nothing stores the count per launch).
         self._queued = itertools.count(1)
-        self._queued_n = 0
         self._lock = threading.Lock()  # one flush or close at a time
         self._stopping = False
         self._local: RawWriter | None = None  # set once the child died: this process writes from then on
@@ -163,7 +164,7 @@ class ProcessWriter:
             return n
         items = self._items  # ``_put`` inlined: this runs for every launch
         items.append(data)
-        self._queued_n = next(self._queued)
+        next(self._queued)
         if len(items) > QUEUE_SIZE:
             self._wait_for_feeder()
         return n
@@ -182,7 +183,7 @@ class ProcessWriter:
         n = next(self._numbers)
         items = self._items
         items.append(_dumps(("m", n, template, started, duration, grid, values), _FORMAT))
-        self._queued_n = next(self._queued)
+        next(self._queued)
         if len(items) > QUEUE_SIZE:
             self._wait_for_feeder()
         return n
@@ -201,11 +202,18 @@ class ProcessWriter:
     def submit_event(self, event: Any, launch: int | None) -> None:
         self._put(event_item(event, launch))
 
-    def _put(self, item: Any) -> None:
+    def _put(self, item: Any) -> int:
+        """Queue ``item``; its count among the items queued (the feeder has sent it once it sent as many)."""
         self._items.append(item)
-        self._queued_n = next(self._queued)
+        count = next(self._queued)
         if len(self._items) > QUEUE_SIZE:
             self._wait_for_feeder()
+        return count
+
+    def queued(self) -> int:
+        """How many items were queued so far, read without advancing the count (``itertools.count``'s repr,
+        ``count(N)``, names the next one). For diagnostics and tests: no launch reads it."""
+        return int(repr(self._queued)[len("count(") : -1]) - 1
 
     def _wait_for_feeder(self) -> None:
         """Bounded: a program faster than the child waits here instead of growing memory."""
@@ -237,8 +245,7 @@ class ProcessWriter:
         # The process stays for this program's next compiled recording (it ends with the program).
 
     def _exchange(self, marker: tuple[str]) -> None:
-        self._put(marker)
-        target = self._queued_n
+        target = self._put(marker)
         self._wake.set()
         with self._sent:
             while self._sent_upto < target and self._feeder.is_alive():
