@@ -92,6 +92,20 @@ def test_traced_layers_interpreted_launches_and_warmups_keep_tritons_own_run(int
     assert not_traced.run() == "target result"
 
 
+def test_a_layer_found_unmarked_is_looked_at_again_once_tilelens_marks_a_layer(intercepted: Any) -> None:
+    """The interception remembers layers it found without ``_tilelens_trace`` (one attribute miss per layer,
+    not per launch) until TileLens adds a mark (``rewire_chain`` tells it, ``marks_added``): a layer marked
+    after it was launched keeps Triton's own run from then on, and others still go to the target."""
+    layer, other = Layer(), Layer()
+    assert layer.run(1) == "target result" and other.run(1) == "target result"
+    assert layer.run(2) == "target result"  # remembered
+    interpreter.rewire_chain([layer], object(), in_place=True, bench=object, tuner_run=lambda t: t.run)
+    assert layer.run(3) == "original result" and calls[-1] == ("original", layer, (3,), {})
+    assert other.run(3) == "target result"
+    del layer._tilelens_trace, layer.fn  # type: ignore[attr-defined]
+    assert layer.run(4) == "target result"  # a mark taken away needs no word: it is looked at again
+
+
 def test_each_thread_sees_its_own_thread_state_through_the_kept_dict(intercepted: Any) -> None:
     """The interception keeps the last asking thread's ``__dict__`` of the thread state: calls alternating
     between a thread inside an interpreted launch and one outside must each see their own state, and a

@@ -609,6 +609,7 @@ def rewire_chain(
                 patcher.set(outer, "cache", dict(outer.cache))
             patcher.set(outer, "fn", inner)
             patcher.set(outer, "_tilelens_trace", leaf)
+            native.marks_added()  # after the mark: a compiled Intercept looks again
             if isinstance(outer, compat.Autotuner):
                 patcher.set(outer, "cache_results", False)
                 patcher.set(outer, "do_bench", bench())

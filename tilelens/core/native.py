@@ -254,6 +254,16 @@ def intercept(original: Any, target: Any) -> Callable[..., Any] | None:
     return run
 
 
+def marks_added() -> None:
+    """Tell the compiled ``Intercept`` objects that a layer was just marked ``_tilelens_trace``: they keep the
+    layers they found unmarked until then (``native_calls.cpp``). A no-op when the module is not loaded (no
+    ``Intercept`` exists then), whatever ``TILELENS_NATIVE`` says now."""
+    with _lock:
+        module = _loaded or None
+    if module is not None:
+        module.marks_added()
+
+
 def capture_function() -> Any:
     """What a recording starting now captures templated launches with: the compiled ``capture`` or None (the
     Python one), as ``TILELENS_NATIVE`` says."""

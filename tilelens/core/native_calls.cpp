@@ -36,7 +36,27 @@ struct Intercept {
   PyObject* target;
   PyObject* thread;
   LocalDict thread_dict;  // `thread`'s dict for the thread last asking
+  // Layers found without a mark since `marks_seen` marks were added (owned, so that no other object takes
+  // one's address meanwhile), by address: `getattr(obj, "_tilelens_trace", None)`, a miss through the
+  // class's MRO and the instance's dict (~190 instructions), is paid once per layer, not per launch.
+  static constexpr int kUnmarkedBits = 3;
+  PyObject* unmarked[1 << kUnmarkedBits];
+  uint64_t marks_seen;
 };
+
+// How many marks TileLens has added (`marks_added()`). Only `interpreter.rewire_chain` adds one, and it calls
+// `marks_added()` after each: an object found unmarked stays unmarked while this count does not change (a
+// restore only puts a mark back on an object that had it all along, or removes one).
+uint64_t g_marks = 0;
+
+PyObject* marks_added(PyObject*, PyObject*) {
+  ++g_marks;
+  Py_RETURN_NONE;
+}
+
+void forget_unmarked(Intercept* ic) {
+  for (PyObject*& p : ic->unmarked) Py_CLEAR(p);
+}
 
 PyTypeObject InterceptType = {PyVarObject_HEAD_INIT(nullptr, 0)};
 extern PyTypeObject TunerType;
@@ -48,6 +68,7 @@ int intercept_traverse(PyObject* self, visitproc visit, void* arg) {
   Py_VISIT(i->target);
   Py_VISIT(i->thread);
   Py_VISIT(i->thread_dict.dict);
+  for (PyObject* p : i->unmarked) Py_VISIT(p);
   return 0;
 }
 
@@ -57,14 +78,23 @@ int intercept_clear(PyObject* self) {
   Py_CLEAR(i->target);
   Py_CLEAR(i->thread);
   i->thread_dict.reset();
+  forget_unmarked(i);
   return 0;
 }
 
 // 1: Triton's own `run` takes the call; 0: the target does; -1: an exception.
 int passes_through(Intercept* ic, PyObject* obj, PyObject* const* kwvalues, PyObject* kwnames) {
-  Ref trace(attr_or_none(obj, g_call_names.trace));
-  if (!trace) return -1;
-  if (trace.get() != Py_None) return 1;
+  PyObject*& known = ic->unmarked[address_slot<Intercept::kUnmarkedBits>(obj)];
+  if (known != obj || ic->marks_seen != g_marks) {
+    Ref trace(attr_or_none(obj, g_call_names.trace));
+    if (!trace) return -1;
+    if (trace.get() != Py_None) return 1;
+    if (ic->marks_seen != g_marks) {
+      forget_unmarked(ic);
+      ic->marks_seen = g_marks;
+    }
+    Py_XSETREF(known, Py_NewRef(obj));
+  }
   Ref launch(ic->thread_dict.get(ic->thread, g_call_names.launch));
   if (!launch) return -1;
   if (launch.get() != Py_None) return 1;
@@ -122,6 +152,8 @@ PyObject* intercept_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
   ic->target = Py_NewRef(target);
   ic->thread = Py_NewRef(thread);
   ic->thread_dict = LocalDict{0, nullptr};
+  for (PyObject*& p : ic->unmarked) p = nullptr;
+  ic->marks_seen = g_marks;
   PyObject_GC_Track(ic);
   return reinterpret_cast<PyObject*>(ic);
 }
@@ -584,6 +616,10 @@ int add_call_types(PyObject* module) {
   TunerType.tp_getset = tuner_getset;
   TunerType.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL;
   TunerType.tp_doc = "An autotuner's call framed for a compiled recording (see native_calls.cpp).";
+  static PyMethodDef marks_def = {"marks_added", marks_added, METH_NOARGS,
+                                   "marks_added(): TileLens marked a layer `_tilelens_trace` just now"};
+  Ref marks_fn(PyCFunction_NewEx(&marks_def, nullptr, nullptr));
+  if (!marks_fn || PyModule_AddObjectRef(module, "marks_added", marks_fn.get()) < 0) return -1;
   if (add_type(module, &InterceptType, "Intercept") < 0) return -1;
   return add_type(module, &TunerType, "Tuner");
 }
