@@ -1117,19 +1117,38 @@ void put_le(char*& p, uint64_t x) {
 #endif
 }
 
-uint64_t double_bits(PyObject* v) {
-  double d = PyFloat_AS_DOUBLE(v);
-  uint64_t bits;
-  std::memcpy(&bits, &d, sizeof(bits));
-  return bits;
-}
+// A launch's clock reading: seconds read here, the float object made only when Python is handed it (`get`),
+// or what the program's clock returned (`obj`, any object: packed only when an exact float).
+struct Stamp {
+  double seconds = 0.0;
+  bool here = false;  // `seconds` is the reading; `obj`, when made, is its float
+  Ref obj;
+
+  void read(double value) {
+    seconds = value;
+    here = true;
+  }
+  // A new or kept reference (nullptr and an exception on failure).
+  PyObject* get() {
+    if (!obj && here) obj.reset(PyFloat_FromDouble(seconds));
+    return obj.get();
+  }
+  // Whether it packs as a float, and its bits then.
+  bool packs() const { return here || (obj && PyFloat_CheckExact(obj.get())); }
+  uint64_t bits() const {
+    double d = here ? seconds : PyFloat_AS_DOUBLE(obj.get());
+    uint64_t out;
+    std::memcpy(&out, &d, sizeof(out));
+    return out;
+  }
+};
 
 // `launch_pack.pack` (the same bytes): the item ("m", n, number, started, duration, grid, values) as the
 // writer process reads it without marshal, the values given as `Words`. nullptr without an exception when
 // a value does not fit (the caller marshals the item then); nullptr with one on failure.
-PyObject* pack_words(PyObject* n, PyObject* number, PyObject* started, PyObject* duration, Grid& grid,
+PyObject* pack_words(PyObject* n, PyObject* number, const Stamp& started, const Stamp& duration, Grid& grid,
                      const Words& values) {
-  if (!values.fits || !PyFloat_CheckExact(started) || !PyFloat_CheckExact(duration)) return nullptr;
+  if (!values.fits || !started.packs() || !duration.packs()) return nullptr;
   int64_t head[5];
   if (!int64_of(n, head[0]) || !int64_of(number, head[1])) return nullptr;
   if (grid.words) {
@@ -1147,8 +1166,8 @@ PyObject* pack_words(PyObject* n, PyObject* number, PyObject* started, PyObject*
   *p++ = static_cast<char>(kPackMark);
   put_le<8>(p, static_cast<uint64_t>(head[0]));
   put_le<8>(p, static_cast<uint64_t>(head[1]));
-  put_le<8>(p, double_bits(started));
-  put_le<8>(p, double_bits(duration));
+  put_le<8>(p, started.bits());
+  put_le<8>(p, duration.bits());
   for (int i = 2; i < 5; ++i) put_le<8>(p, static_cast<uint64_t>(head[i]));
   put_le<4>(p, static_cast<uint64_t>(count));
   if (count) std::memcpy(p, values.codes, static_cast<size_t>(count));
@@ -1195,7 +1214,10 @@ PyObject* pack_flat(PyObject* n, PyObject* number, PyObject* started, PyObject* 
   }
   Grid resolved;
   resolved.tuple.reset(Py_NewRef(grid));
-  return pack_words(n, number, started, duration, resolved, words);
+  Stamp at, took;
+  at.obj.reset(Py_NewRef(started));
+  took.obj.reset(Py_NewRef(duration));
+  return pack_words(n, number, at, took, resolved, words);
 }
 
 PyObject* pack_flat_py(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
@@ -1214,7 +1236,7 @@ PyObject* pack_flat_py(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
 // the list) or, when a value does not fit, marshalled in format 2 as `submit_flat` does; the queued items
 // counted, and the wait for the feeder when the queue is past its limit. Returns the launch number (nullptr
 // and an exception on failure).
-PyObject* queue_flat(PyObject* parts, PyObject* number, PyObject* started, PyObject* duration, Grid& grid,
+PyObject* queue_flat(PyObject* parts, PyObject* number, Stamp& started, Stamp& duration, Grid& grid,
                      PyObject* values, const Words& words) {
   if (!PyTuple_CheckExact(parts) || PyTuple_GET_SIZE(parts) != 6) {
     PyErr_SetString(PyExc_TypeError, "flat_parts() must give 6 items");
@@ -1232,14 +1254,19 @@ PyObject* queue_flat(PyObject* parts, PyObject* number, PyObject* started, PyObj
   } else {
     PyObject* resolved = grid.get();
     if (resolved == nullptr) return nullptr;
-    data.reset(pack_flat(n.get(), number, started, duration, resolved, values));
+    PyObject* s = started.get();
+    PyObject* d = s ? duration.get() : nullptr;
+    if (d == nullptr) return nullptr;
+    data.reset(pack_flat(n.get(), number, s, d, resolved, values));
   }
   if (!data) {  // a value the packed form does not take: marshalled, as `submit_flat` does
     if (PyErr_Occurred()) return nullptr;
     Ref list(values != nullptr ? Py_NewRef(values) : list_of(words));
     PyObject* resolved = list ? grid.get() : nullptr;
-    if (resolved == nullptr) return nullptr;
-    Ref item(PyTuple_Pack(7, g_names.m, n.get(), number, started, duration, resolved, list.get()));
+    PyObject* s = resolved ? started.get() : nullptr;
+    PyObject* d = s ? duration.get() : nullptr;
+    if (d == nullptr) return nullptr;
+    Ref item(PyTuple_Pack(7, g_names.m, n.get(), number, s, d, resolved, list.get()));
     data.reset(item ? PyMarshal_WriteObjectToString(item.get(), 2) : nullptr);
   }
   Ref appended(data ? call_n(PyTuple_GET_ITEM(parts, 2), {data.get()}) : nullptr);
@@ -1394,16 +1421,18 @@ PyObject* launch(Launcher* l, LaunchArgs& a) {
   Probe* probe = new_probe(grid.get());
   if (probe == nullptr) return nullptr;
   Ref probe_ref(reinterpret_cast<PyObject*>(probe));
-  Ref started, clock;
+  Stamp started, duration;
+  Ref clock;
   double t0;
   if (l->native_clocks) {
-    started.reset(PyFloat_FromDouble(clock_seconds(CLOCK_REALTIME)));
+    started.read(clock_seconds(CLOCK_REALTIME));
     t0 = clock_seconds(CLOCK_MONOTONIC);
   } else {
-    started.reset(PyObject_CallNoArgs(f[TIME]));
-    t0 = started ? seconds(f[PERF], clock) : -1.0;
+    started.obj.reset(PyObject_CallNoArgs(f[TIME]));
+    t0 = started.obj ? seconds(f[PERF], clock) : -1.0;
+    if (!started.obj) return nullptr;
   }
-  if (!started || PyErr_Occurred()) return nullptr;
+  if (PyErr_Occurred()) return nullptr;
   Ref result(run_launch(f, a, probe_ref.get()));
   Ref error;
   if (!result) {  // recorded, then re-raised unchanged (with its traceback) by `after`
@@ -1422,8 +1451,7 @@ PyObject* launch(Launcher* l, LaunchArgs& a) {
   }
   double t1 = l->native_clocks ? clock_seconds(CLOCK_MONOTONIC) : seconds(f[PERF], clock);
   if (PyErr_Occurred()) return nullptr;
-  Ref duration(PyFloat_FromDouble(t1 - t0));
-  if (!duration) return nullptr;
+  duration.read(t1 - t0);
   if (!error && probe->bound != nullptr) {
     Ref number, values;
     Grid resolved;
@@ -1432,10 +1460,11 @@ PyObject* launch(Launcher* l, LaunchArgs& a) {
                     words, values, resolved, l->plan_cache[place], l->plans_kept);
     if (ok == 1) {
       Ref handle(f[QUEUE] != Py_None
-                     ? queue_flat(f[QUEUE], number.get(), started.get(), duration.get(), resolved, values.get(),
+                     ? queue_flat(f[QUEUE], number.get(), started, duration, resolved, values.get(),
                                   words)
-                     : (resolved.get() != nullptr
-                            ? call_n(f[FLAT], {number.get(), started.get(), duration.get(), resolved.get(), values.get()})
+                     : (resolved.get() != nullptr && started.get() != nullptr && duration.get() != nullptr
+                            ? call_n(f[FLAT], {number.get(), started.obj.get(), duration.obj.get(), resolved.get(),
+                                               values.get()})
                             : nullptr));
       if (!handle) return nullptr;
       if (PyList_GET_SIZE(stack.get()) && attach(frames, stack.get(), handle.get()) < 0) return nullptr;
@@ -1447,9 +1476,9 @@ PyObject* launch(Launcher* l, LaunchArgs& a) {
   ++l->fallbacks;
   PyObject* args = a.tuple();
   PyObject* kwargs = args ? a.dict() : nullptr;
-  if (kwargs == nullptr) return nullptr;
+  if (kwargs == nullptr || started.get() == nullptr || duration.get() == nullptr) return nullptr;
   return call_n(f[AFTER], {k.get(), jit, args, grid.get(), probe_ref.get(), kwargs, stack.get(), result.get(),
-                           error ? error.get() : Py_None, started.get(), duration.get()});
+                           error ? error.get() : Py_None, started.obj.get(), duration.obj.get()});
 }
 
 PyObject* launcher_vectorcall(PyObject* self, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
