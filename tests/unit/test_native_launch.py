@@ -341,6 +341,36 @@ def test_launch_options_are_told_apart_by_value_and_order_as_the_python_router_d
     ]
 
 
+def test_tuning_keys_equal_in_value_are_the_same_frames_and_others_are_not(
+    tmp_path: Path, native_module: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The frames' tuning key values are compared as Python's ``==`` compares them (``equal_values``): a key
+    int made anew each launch (not the cached small int) is the same frames as the last launch's, another
+    value is not (had the launcher taken 302 for 300, the row would name the other tuning); the rows are the
+    Python router's."""
+    x = torch.arange(300, dtype=torch.float32)
+    tuned_add.cache.clear()
+    for n in (300, 302):
+        tuned_add.cache[(n, "torch.float32", "torch.float32")] = tuned_add.configs[0]
+    sizes = ["300", "300", "300", "300", "302", "302"]
+    rows, counts = {}, {}
+    for native in ("1", "0"):
+        out = torch.zeros(302)
+        rec, db, blobs = _recording_as(native, tmp_path, monkeypatch)
+        with rec:
+            for size in sizes:
+                n = int(size)  # a new int object each launch
+                tuned_add[(2,)](x, out, n, 0.5)
+            router = rec._compiled
+            assert router is not None
+            if native == "1":
+                counts[native] = (router._launcher.steady, router._launcher.fallbacks)
+        assert rec.write_failure is None and len(rec.launch_ids) == len(sizes)
+        rows[native] = _all_rows(db, blobs)
+    assert rows["1"] == rows["0"]
+    assert counts["1"] == (4, 2)  # Python's: the first launch with 300, and the first with 302
+
+
 def _place(obj: Any) -> int:
     """The launcher's place for a jit in its per-kernel caches (``address_slot<6>`` in native_common.h)."""
     return ((id(obj) * 0x9E3779B97F4A7C15) % 2**64) >> 58

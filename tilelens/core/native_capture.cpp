@@ -777,6 +777,24 @@ PyObject* frames_key(const Frames& frames, PyObject* stack) {
   return out.release();
 }
 
+// `a == b` as Python finds it, for the values frames keys hold: two exact tuples item by item here (what
+// tuple comparison does: equal sizes, each pair identical or `==`), without the generic comparison's dispatch
+// and its result object at each level; anything else by `PyObject_RichCompareBool`. 1, 0, or -1 and an
+// exception.
+int equal_values(PyObject* a, PyObject* b, int depth = 0) {
+  if (a == b) return 1;
+  if (depth < 8 && PyTuple_CheckExact(a) && PyTuple_CheckExact(b)) {
+    Py_ssize_t n = PyTuple_GET_SIZE(a);
+    if (n != PyTuple_GET_SIZE(b)) return 0;
+    for (Py_ssize_t i = 0; i < n; ++i) {
+      int eq = equal_values(PyTuple_GET_ITEM(a, i), PyTuple_GET_ITEM(b, i), depth + 1);
+      if (eq != 1) return eq;
+    }
+    return 1;
+  }
+  return PyObject_RichCompareBool(a, b, Py_EQ);
+}
+
 // Whether `frames_key(frames, stack)` equals `key` (a kernel's last template's frames key), seen in place
 // without making it: 1 when every part is equal as the tuples' comparison would find (ids by value, the
 // tuning key and its values and the heuristics values by `==`, in that order); 0 when that is not certain
@@ -815,8 +833,8 @@ int frames_match(const Frames& frames, PyObject* stack, PyObject* key) {
       Ref tuning_key(frames.get(frame, tilelens_native::FRAME_KEY, g_names.key));
       Ref values(frames.get(frame, tilelens_native::FRAME_KEY_VALUES, g_names.key_values));
       if (!tuning_key || !values) return -1;
-      int eq = PyObject_RichCompareBool(PyTuple_GET_ITEM(item, 2), tuning_key.get(), Py_EQ);
-      if (eq == 1) eq = PyObject_RichCompareBool(PyTuple_GET_ITEM(item, 3), values.get(), Py_EQ);
+      int eq = equal_values(PyTuple_GET_ITEM(item, 2), tuning_key.get());
+      if (eq == 1) eq = equal_values(PyTuple_GET_ITEM(item, 3), values.get());
       if (eq != 1) {
         PyErr_Clear();
         return 0;
@@ -824,7 +842,7 @@ int frames_match(const Frames& frames, PyObject* stack, PyObject* key) {
     } else {
       Ref heuristics(frames.get(frame, tilelens_native::FRAME_HEURISTICS, g_names.heuristics));
       if (!heuristics) return -1;
-      int eq = PyObject_RichCompareBool(PyTuple_GET_ITEM(item, 1), heuristics.get(), Py_EQ);
+      int eq = equal_values(PyTuple_GET_ITEM(item, 1), heuristics.get());
       if (eq != 1) {
         PyErr_Clear();
         return 0;
