@@ -275,6 +275,57 @@ def test_the_compiled_tuner_keeps_each_tuners_plan_apart(native_module: Any) -> 
     assert (tuner.steady, tuner.fallbacks) == (1, 1)
 
 
+def test_the_compiled_tuner_reuses_a_frame_no_one_kept_and_lets_go_of_what_it_held(
+    native_module: Any,
+) -> None:
+    """A call's frame that no one holds when the call ends is emptied and framed the next call (no frame is
+    allocated and freed per call); a frame someone kept is left whole, and the next call gets a new one. An
+    emptied frame holds nothing of its call: the call's arguments are freed when the program drops them."""
+    import weakref
+
+    router, _ = _router()
+    tuner = _compiled_tuner(native_module, router)
+    fake = FakeTuner()
+    router._local.stack = []
+    router.tune(fake, ("x0", 4, 5), {})  # the router makes the tuner's plan
+    frames: list[int] = []
+    kept: list[Frame] = []
+
+    def run(t: Any, *args: Any, **kwargs: Any) -> Any:
+        frame = router._local.stack[-1]
+        frames.append(id(frame))
+        if kwargs.get("keep"):
+            kept.append(frame)
+        return frame.key_values
+
+    class Arg:
+        pass
+
+    router._tuner_run = run
+    tuner.configure(router._tuner_plans, router._local, run, router._tuned, Frame, RESERVED_SET | {"keep"})
+
+    def spare() -> int:
+        frame = tuner.spare
+        assert type(frame) is Frame and not any(hasattr(frame, name) for name in Frame.__slots__)
+        return id(frame)  # the tuner holds it: no other object has this id meanwhile
+
+    arg = Arg()
+    alive = weakref.ref(arg)
+    assert tuner.spare is None
+    assert tuner(fake, (arg, 8, 9), {}) == (3, (8, 9))
+    del arg
+    assert alive() is None  # the emptied frame does not hold the call's arguments
+    first = spare()
+    assert tuner(fake, ("x2", 10, 11), {}) == (3, (10, 11))
+    assert tuner(fake, ("x3", 12, 13), {"keep": True}) == (3, (12, 13))
+    assert frames[1:] == [first, first]  # framed anew each call
+    assert tuner.spare is None  # the kept one stays the keeper's, whole
+    assert kept[0].args == ("x3", 12, 13) and kept[0].key_values == (3, (12, 13)) and kept[0].tuner
+    assert tuner(fake, ("x4", 14, 15), {}) == (3, (14, 15))
+    assert frames[3] != first and spare() == frames[3]
+    assert (tuner.steady, tuner.fallbacks) == (4, 0)
+
+
 def test_a_call_the_compiled_tuner_cannot_frame_goes_to_the_router(native_module: Any) -> None:
     router, seen = _router()
     tuner = _compiled_tuner(native_module, router)

@@ -196,6 +196,9 @@ struct Tuner {
   static constexpr int kSeenBits = 4;
   static constexpr int kSeen = 1 << kSeenBits;
   PyObject* seen[kSeen];
+  // A frame of the last call, its slots emptied, when no one else held it as the call ended (`FrameLease`),
+  // or nullptr. Owned; cleared with the configuration.
+  PyObject* spare_frame;
 };
 
 PyTypeObject TunerType = {PyVarObject_HEAD_INIT(nullptr, 0)};
@@ -206,6 +209,7 @@ int tuner_traverse(PyObject* self, visitproc visit, void* arg) {
   Py_VISIT(t->config);
   Py_VISIT(t->local_dict.dict);
   for (PyObject* p : t->seen) Py_VISIT(p);
+  Py_VISIT(t->spare_frame);
   return 0;
 }
 
@@ -215,6 +219,7 @@ int tuner_clear(PyObject* self) {
   Py_CLEAR(t->config);
   t->local_dict.reset();
   for (PyObject*& p : t->seen) Py_CLEAR(p);
+  Py_CLEAR(t->spare_frame);
   return 0;
 }
 
@@ -225,6 +230,36 @@ PyObject* new_frame(PyTypeObject* type, const Py_ssize_t* offsets, PyObject* con
   for (int i = 0; i < NFRAME; ++i) Py_XSETREF(frame_slot(frame, offsets, i), Py_NewRef(values[i]));
   return frame;
 }
+
+// A call's frame: the tuner's spare one when it is of `type` and no one else holds it, its empty slots set
+// from `values`, else a new one (`new_frame`). At the end of the call, a frame no one else holds (no
+// template, event or Python frame kept it) has its slots emptied, dropping what they held as a frame's
+// deallocation would, and becomes the spare: a tuned call then allocates, tracks and frees no frame.
+struct FrameLease {
+  Tuner* t;
+  const Py_ssize_t* offsets;
+  Ref frame;
+
+  FrameLease(Tuner* tuner, PyTypeObject* type, const Py_ssize_t* slot_offsets, PyObject* const* values)
+      : t(tuner), offsets(slot_offsets) {
+    PyObject* spare = t->spare_frame;
+    if (spare != nullptr && Py_TYPE(spare) == type && Py_REFCNT(spare) == 1) {
+      t->spare_frame = nullptr;
+      frame.reset(spare);
+      for (int i = 0; i < NFRAME; ++i) Py_XSETREF(frame_slot(spare, offsets, i), Py_NewRef(values[i]));
+    } else {
+      frame.reset(new_frame(type, offsets, values));
+    }
+  }
+  ~FrameLease() {
+    PyObject* f = frame.get();
+    if (f == nullptr || Py_REFCNT(f) != 1 || t->spare_frame != nullptr || PyErr_Occurred()) return;
+    for (int i = 0; i < NFRAME; ++i) Py_CLEAR(frame_slot(f, offsets, i));  // may run a finalizer, which may tune
+    if (t->spare_frame == nullptr && Py_REFCNT(f) == 1) t->spare_frame = frame.release();
+  }
+  FrameLease(const FrameLease&) = delete;
+  FrameLease& operator=(const FrameLease&) = delete;
+};
 
 // The call's key values as `_key_later` makes them: (len(args), tuple(args[i] for i in positions)).
 PyObject* key_values(PyObject* args, PyObject* positions) {
@@ -395,7 +430,8 @@ PyObject* tune(Tuner* t, PyObject* tuner, TuneArgs& a) {
                               Py_True, Py_None, tuned,       plan.tuned ? args : Py_None,
                               plan.tuned ? plan.key_values.get() : Py_None};
   PyTypeObject* frame_type = reinterpret_cast<PyTypeObject*>(PyTuple_GET_ITEM(config.get(), FRAME_TYPE));
-  Ref frame(new_frame(frame_type, offsets, values));
+  FrameLease lease(t, frame_type, offsets, values);
+  Ref& frame = lease.frame;
   if (!frame) return nullptr;
   PyObject* cache = plan.cache.get();
   Py_ssize_t size = PyDict_GET_SIZE(cache);
@@ -484,6 +520,7 @@ PyObject* tuner_new(PyTypeObject* type, PyObject* args, PyObject*) {
   t->local_dict = LocalDict{0, nullptr};
   t->grid_warmup = false;
   for (PyObject*& p : t->seen) p = nullptr;
+  t->spare_frame = nullptr;
   PyObject_GC_Track(t);
   return reinterpret_cast<PyObject*>(t);
 }
@@ -498,6 +535,7 @@ PyObject* tuner_configure(PyObject* self, PyObject* args) {
   }
   t->local_dict.reset();  // another LOCAL, or none
   for (PyObject*& p : t->seen) Py_CLEAR(p);  // another PLANS, or none
+  Py_CLEAR(t->spare_frame);  // perhaps another frame class
   if (n == 0) {
     Py_CLEAR(t->config);
     Py_RETURN_NONE;
@@ -530,8 +568,14 @@ PyMemberDef tuner_members[] = {
     {"fallbacks", T_PYSSIZET, offsetof(Tuner, fallbacks), READONLY, "calls given to Python"},
     {nullptr, 0, 0, 0, nullptr}};
 
+PyObject* tuner_spare(PyObject* self, void*) {
+  PyObject* spare = reinterpret_cast<Tuner*>(self)->spare_frame;
+  return Py_NewRef(spare != nullptr ? spare : Py_None);
+}
+
 PyGetSetDef tuner_getset[] = {
     {"enabled", tuner_enabled, nullptr, "whether calls are framed here", nullptr},
+    {"spare", tuner_spare, nullptr, "the emptied frame the next call takes (a diagnostic), or None", nullptr},
     {nullptr, nullptr, nullptr, nullptr, nullptr}};
 
 int add_type(PyObject* module, PyTypeObject* type, const char* name) {
