@@ -106,6 +106,31 @@ def test_a_layer_found_unmarked_is_looked_at_again_once_tilelens_marks_a_layer(i
     assert layer.run(4) == "target result"  # a mark taken away needs no word: it is looked at again
 
 
+def test_the_interception_sees_each_change_of_the_thread_state_and_keeps_no_launch(intercepted: Any) -> None:
+    """The interception keeps the thread-state values it read until a ``NotifyingLocal`` announces a change:
+    each change on this thread is seen by the next call, and an interpreted launch's context is not kept once
+    the thread lets go of it."""
+    import weakref
+
+    class Context:
+        pass
+
+    plain = Layer()
+    assert plain.run(1) == "target result" and plain.run(2) == "target result"  # None, kept
+    context = Context()
+    alive = weakref.ref(context)
+    LOCAL.launch = context
+    assert plain.run(3) == "original result"
+    LOCAL.launch = None
+    del context
+    assert alive() is None
+    assert plain.run(4) == "target result"
+    del LOCAL.launch  # back to the class default
+    assert plain.run(5) == "target result"
+    LOCAL.launch = object()
+    assert plain.run(6) == "original result"
+
+
 def test_each_thread_sees_its_own_thread_state_through_the_kept_dict(intercepted: Any) -> None:
     """The interception keeps the last asking thread's ``__dict__`` of the thread state: calls alternating
     between a thread inside an interpreted launch and one outside must each see their own state, and a

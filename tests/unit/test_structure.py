@@ -214,6 +214,8 @@ OWN_OBJECTS = {
         "shape.values = list(entry[1])",
     ): "the tl.tuple the tensor constructor just made",
     ("tilelens.core.frontend", "shape.type = entry[2]"): "the tl.tuple the tensor constructor just made",
+    ("tilelens.core.thread_state", "super().__setattr__(name, value)"): "TileLens's own thread-local state",
+    ("tilelens.core.thread_state", "super().__delattr__(name)"): "TileLens's own thread-local state",
 }
 
 

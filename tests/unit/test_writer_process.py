@@ -251,3 +251,36 @@ def test_a_launch_marshal_refuses_is_counted_on_the_program_thread_and_the_rest_
     rows = _rows(db, blobs)
     assert [(r[0], r[-1][3][7]) for r in rows] == [(0, 1.0), (1, 3.0)]
     assert len(rec.launch_ids) == 2
+
+
+def test_the_writers_counts_are_the_compiled_counter_and_count_as_itertools_does(
+    tmp_path: Path, native_module: Any
+) -> None:
+    """The compiled ``Counter`` (which the launcher advances without a call) counts as ``itertools.count``
+    does, repr included, which ``ProcessWriter.queued`` reads; a compiled recording's writer counts with it."""
+    import itertools
+
+    for make in (itertools.count, native_module.Counter):
+        counter = make(5)
+        assert iter(counter) is counter and [next(counter) for _ in range(3)] == [5, 6, 7]
+        assert repr(counter) == "count(8)" and next(make()) == 0
+    from .test_compiled_templates import StableTritonLike
+
+    rec = tilelens.Recording(
+        str(tmp_path / "h.db"),
+        tmp_path / "b",
+        backend="compiled",
+        snapshots="none",
+        runner=StableTritonLike(),
+    )
+    with rec:
+        x = torch.ones(8)
+        for i in range(5):
+            scale_kernel[(1,)](x, torch.zeros(8), 8, float(i), BLOCK=8)
+        w, router = rec._writer, rec._compiled
+        assert isinstance(w, writer_process.ProcessWriter) and router is not None
+        assert type(w._numbers) is native_module.Counter and type(w._queued) is native_module.Counter
+        assert router._launcher.steady == 4  # the launches after the first, numbered by the launcher
+        assert repr(w._numbers) == "count(6)"  # five launches numbered 1..5
+        assert w.queued() == 7  # the kernel's and its template's definitions, and the five launches
+    assert len(rec.launch_ids) == 5

@@ -7,15 +7,16 @@ its call runs (on ``RouterLocal.stack``), so what it holds (the call's arguments
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
 from typing import Any
 
 from tilelens.core import compat
+from tilelens.core.thread_state import NotifyingLocal
 
 
-class RouterLocal(threading.local):
-    """A router's per-thread state; ``stack`` (this thread's frames) is made by the thread's first launch."""
+class RouterLocal(NotifyingLocal):
+    """A router's per-thread state; ``stack`` (this thread's frames) is made by the thread's first launch.
+    A ``NotifyingLocal``: the compiled launcher and tuner keep the stack they read."""
 
     stack: list[Frame] | None = None
 

@@ -37,13 +37,14 @@ import fcntl
 import functools
 import hashlib
 import importlib.util
+import itertools
 import os
 import shutil
 import subprocess
 import sys
 import sysconfig
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -195,6 +196,9 @@ def load() -> Any:
             _loaded = False
             return None
         _loaded = module
+        from tilelens.core import thread_state
+
+        thread_state.CHANGED.append(module.locals_changed)
         return module
 
 
@@ -252,6 +256,16 @@ def intercept(original: Any, target: Any) -> Callable[..., Any] | None:
 
     run: Callable[..., Any] = module.Intercept(original, target, LOCAL)
     return run
+
+
+def counter(start: int) -> Iterator[int]:
+    """``itertools.count(start)``, or the compiled module's ``Counter`` (the same, and the compiled launcher
+    advances it without a call) when the module is built and ``TILELENS_NATIVE`` allows it (never builds)."""
+    module = None if mode() == "0" else load()
+    if module is None:
+        return itertools.count(start)
+    made: Iterator[int] = module.Counter(start)
+    return made
 
 
 def marks_added() -> None:

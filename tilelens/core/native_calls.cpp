@@ -54,6 +54,11 @@ PyObject* marks_added(PyObject*, PyObject*) {
   Py_RETURN_NONE;
 }
 
+PyObject* locals_changed(PyObject*, PyObject*) {
+  ++g_locals_changed;
+  Py_RETURN_NONE;
+}
+
 void forget_unmarked(Intercept* ic) {
   for (PyObject*& p : ic->unmarked) Py_CLEAR(p);
 }
@@ -67,7 +72,7 @@ int intercept_traverse(PyObject* self, visitproc visit, void* arg) {
   Py_VISIT(i->original);
   Py_VISIT(i->target);
   Py_VISIT(i->thread);
-  Py_VISIT(i->thread_dict.dict);
+  if (int r = i->thread_dict.traverse(visit, arg)) return r;
   for (PyObject* p : i->unmarked) Py_VISIT(p);
   return 0;
 }
@@ -207,7 +212,7 @@ int tuner_traverse(PyObject* self, visitproc visit, void* arg) {
   Tuner* t = reinterpret_cast<Tuner*>(self);
   Py_VISIT(t->slow);
   Py_VISIT(t->config);
-  Py_VISIT(t->local_dict.dict);
+  if (int r = t->local_dict.traverse(visit, arg)) return r;
   for (PyObject* p : t->seen) Py_VISIT(p);
   Py_VISIT(t->spare_frame);
   return 0;
@@ -660,10 +665,12 @@ int add_call_types(PyObject* module) {
   TunerType.tp_getset = tuner_getset;
   TunerType.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL;
   TunerType.tp_doc = "An autotuner's call framed for a compiled recording (see native_calls.cpp).";
-  static PyMethodDef marks_def = {"marks_added", marks_added, METH_NOARGS,
-                                   "marks_added(): TileLens marked a layer `_tilelens_trace` just now"};
-  Ref marks_fn(PyCFunction_NewEx(&marks_def, nullptr, nullptr));
-  if (!marks_fn || PyModule_AddObjectRef(module, "marks_added", marks_fn.get()) < 0) return -1;
+  static PyMethodDef defs[] = {
+      {"marks_added", marks_added, METH_NOARGS, "marks_added(): TileLens marked a layer `_tilelens_trace` just now"},
+      {"locals_changed", locals_changed, METH_NOARGS,
+       "locals_changed(): a thread-local attribute TileLens reads was set or deleted just now"},
+      {nullptr, nullptr, 0, nullptr}};
+  if (PyModule_AddFunctions(module, defs) < 0) return -1;
   if (add_type(module, &InterceptType, "Intercept") < 0) return -1;
   return add_type(module, &TunerType, "Tuner");
 }

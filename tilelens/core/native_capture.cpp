@@ -685,8 +685,8 @@ int launcher_traverse(PyObject* self, visitproc visit, void* arg) {
   Launcher* l = reinterpret_cast<Launcher*>(self);
   Py_VISIT(l->slow);
   Py_VISIT(l->config);
-  Py_VISIT(l->local_dict.dict);
-  Py_VISIT(l->thread_dict.dict);
+  if (int r = l->local_dict.traverse(visit, arg)) return r;
+  if (int r = l->thread_dict.traverse(visit, arg)) return r;
   for (PyObject* k : l->seen) Py_VISIT(k);
   for (PlanCache& c : l->plan_cache)
     if (int r = c.traverse(visit, arg)) return r;
@@ -1164,11 +1164,12 @@ struct Stamp {
 // `launch_pack.pack` (the same bytes): the item ("m", n, number, started, duration, grid, values) as the
 // writer process reads it without marshal, the values given as `Words`. nullptr without an exception when
 // a value does not fit (the caller marshals the item then); nullptr with one on failure.
-PyObject* pack_words(PyObject* n, PyObject* number, const Stamp& started, const Stamp& duration, Grid& grid,
+PyObject* pack_words(int64_t n, PyObject* number, const Stamp& started, const Stamp& duration, Grid& grid,
                      const Words& values) {
   if (!values.fits || !started.packs() || !duration.packs()) return nullptr;
   int64_t head[5];
-  if (!int64_of(n, head[0]) || !int64_of(number, head[1])) return nullptr;
+  head[0] = n;
+  if (!int64_of(number, head[1])) return nullptr;
   if (grid.words) {
     for (int i = 0; i < 3; ++i) head[2 + i] = grid.dims[i];
   } else {
@@ -1235,7 +1236,9 @@ PyObject* pack_flat(PyObject* n, PyObject* number, PyObject* started, PyObject* 
   Stamp at, took;
   at.obj.reset(Py_NewRef(started));
   took.obj.reset(Py_NewRef(duration));
-  return pack_words(n, number, at, took, resolved, words);
+  int64_t index;
+  if (!int64_of(n, index)) return nullptr;
+  return pack_words(index, number, at, took, resolved, words);
 }
 
 PyObject* pack_flat_py(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
@@ -1248,60 +1251,113 @@ PyObject* pack_flat_py(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   return out;
 }
 
+// `itertools.count(start)` as the writer counts launches and queued items with (`native.counter`): `next()`
+// gives the next int; `queue_flat` takes the next value without a call and without making an int object.
+// Its repr is `count(N)`, N the next value, as `itertools.count`'s.
+struct Counter {
+  PyObject_HEAD
+  long long next;
+};
+
+PyTypeObject CounterType = {PyVarObject_HEAD_INIT(nullptr, 0)};
+
+PyObject* counter_next(PyObject* self) {
+  return PyLong_FromLongLong(reinterpret_cast<Counter*>(self)->next++);
+}
+
+PyObject* counter_repr(PyObject* self) {
+  return PyUnicode_FromFormat("count(%lld)", reinterpret_cast<Counter*>(self)->next);
+}
+
+PyObject* counter_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
+  long long start = 0;
+  static const char* keywords[] = {"start", nullptr};
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|L:Counter", const_cast<char**>(keywords), &start))
+    return nullptr;
+  Counter* c = PyObject_New(Counter, type);
+  if (c == nullptr) return nullptr;
+  c->next = start;
+  return reinterpret_cast<PyObject*>(c);
+}
+
+// A value taken from a counter (`take`): a `Counter`'s as a machine word, made an int object only when asked
+// (`get`); any other iterator's (`itertools.count`) as the object `next()` gave.
+struct Launched {
+  int64_t index = 0;
+  bool fits = false;  // `index` holds the value
+  Ref obj;
+
+  // 0, or -1 and an exception (StopIteration when the iterator ended).
+  int take(PyObject* it) {
+    if (Py_IS_TYPE(it, &CounterType)) {
+      index = reinterpret_cast<Counter*>(it)->next++;
+      fits = true;
+      return 0;
+    }
+    obj.reset(PyIter_Next(it));
+    if (!obj) {
+      if (!PyErr_Occurred()) PyErr_SetNone(PyExc_StopIteration);
+      return -1;
+    }
+    fits = int64_of(obj.get(), index);
+    return 0;
+  }
+  // A new or kept reference to the value (nullptr and an exception on failure).
+  PyObject* get() {
+    if (!obj) obj.reset(PyLong_FromLongLong(index));
+    return obj.get();
+  }
+};
+
 // `ProcessWriter.submit_flat(number, started, duration, grid, values)`'s steps, in its order, from the writer's
 // `flat_parts()` (writer, numbers, items.append, items, queued, limit): the next launch number, the item
 // ("m", n, ...) appended to the queue packed (`pack_words`, from `words` when `values` is nullptr, else from
 // the list) or, when a value does not fit, marshalled in format 2 as `submit_flat` does; the queued items
-// counted, and the wait for the feeder when the queue is past its limit. Returns the launch number (nullptr
-// and an exception on failure).
-PyObject* queue_flat(PyObject* parts, PyObject* number, Stamp& started, Stamp& duration, Grid& grid,
-                     PyObject* values, const Words& words) {
+// counted, and the wait for the feeder when the queue is past its limit. 0 with the launch number in
+// `number_out` (and in `n`, when it was made as an object), or -1 and an exception.
+int queue_flat(PyObject* parts, PyObject* number, Stamp& started, Stamp& duration, Grid& grid, PyObject* values,
+               const Words& words, Launched& n) {
   if (!PyTuple_CheckExact(parts) || PyTuple_GET_SIZE(parts) != 6) {
     PyErr_SetString(PyExc_TypeError, "flat_parts() must give 6 items");
-    return nullptr;
+    return -1;
   }
   PyObject* writer = PyTuple_GET_ITEM(parts, 0);
-  Ref n(PyIter_Next(PyTuple_GET_ITEM(parts, 1)));
-  if (!n) {
-    if (!PyErr_Occurred()) PyErr_SetNone(PyExc_StopIteration);
-    return nullptr;
-  }
+  if (n.take(PyTuple_GET_ITEM(parts, 1)) < 0) return -1;
   Ref data;
   if (values == nullptr) {
-    data.reset(pack_words(n.get(), number, started, duration, grid, words));
+    if (n.fits) data.reset(pack_words(n.index, number, started, duration, grid, words));
   } else {
     PyObject* resolved = grid.get();
-    if (resolved == nullptr) return nullptr;
+    if (resolved == nullptr) return -1;
     PyObject* s = started.get();
     PyObject* d = s ? duration.get() : nullptr;
-    if (d == nullptr) return nullptr;
-    data.reset(pack_flat(n.get(), number, s, d, resolved, values));
+    PyObject* id = d ? n.get() : nullptr;
+    if (id == nullptr) return -1;
+    data.reset(pack_flat(id, number, s, d, resolved, values));
   }
   if (!data) {  // a value the packed form does not take: marshalled, as `submit_flat` does
-    if (PyErr_Occurred()) return nullptr;
+    if (PyErr_Occurred()) return -1;
     Ref list(values != nullptr ? Py_NewRef(values) : list_of(words));
     PyObject* resolved = list ? grid.get() : nullptr;
     PyObject* s = resolved ? started.get() : nullptr;
     PyObject* d = s ? duration.get() : nullptr;
-    if (d == nullptr) return nullptr;
-    Ref item(PyTuple_Pack(7, g_names.m, n.get(), number, s, d, resolved, list.get()));
+    PyObject* id = d ? n.get() : nullptr;
+    if (id == nullptr) return -1;
+    Ref item(PyTuple_Pack(7, g_names.m, id, number, s, d, resolved, list.get()));
     data.reset(item ? PyMarshal_WriteObjectToString(item.get(), 2) : nullptr);
   }
   Ref appended(data ? call_n(PyTuple_GET_ITEM(parts, 2), {data.get()}) : nullptr);
-  if (!appended) return nullptr;
-  Ref queued(PyIter_Next(PyTuple_GET_ITEM(parts, 4)));  // counted; only a flush or close reads a count
-  if (!queued) {
-    if (!PyErr_Occurred()) PyErr_SetNone(PyExc_StopIteration);
-    return nullptr;
-  }
+  if (!appended) return -1;
+  Launched queued;  // counted; only a flush or close reads a count
+  if (queued.take(PyTuple_GET_ITEM(parts, 4)) < 0) return -1;
   Py_ssize_t size = PyObject_Size(PyTuple_GET_ITEM(parts, 3));
   Py_ssize_t limit = PyLong_AsSsize_t(PyTuple_GET_ITEM(parts, 5));
-  if (size < 0 || (limit == -1 && PyErr_Occurred())) return nullptr;
+  if (size < 0 || (limit == -1 && PyErr_Occurred())) return -1;
   if (size > limit) {
     Ref waited(PyObject_CallMethodNoArgs(writer, g_names.wait_for_feeder));
-    if (!waited) return nullptr;
+    if (!waited) return -1;
   }
-  return n.release();
+  return 0;
 }
 
 double seconds(PyObject* clock, Ref& holder) {
@@ -1477,15 +1533,20 @@ PyObject* launch(Launcher* l, LaunchArgs& a) {
     int ok = steady(f, frames, slots, k.get(), last.get(), probe->bound, result.get(), a, stack.get(), probe, number,
                     words, values, resolved, l->plan_cache[place], l->plans_kept);
     if (ok == 1) {
-      Ref handle(f[QUEUE] != Py_None
-                     ? queue_flat(f[QUEUE], number.get(), started, duration, resolved, values.get(),
-                                  words)
-                     : (resolved.get() != nullptr && started.get() != nullptr && duration.get() != nullptr
-                            ? call_n(f[FLAT], {number.get(), started.obj.get(), duration.obj.get(), resolved.get(),
-                                               values.get()})
-                            : nullptr));
-      if (!handle) return nullptr;
-      if (PyList_GET_SIZE(stack.get()) && attach(frames, stack.get(), handle.get()) < 0) return nullptr;
+      Launched n;  // the launch's number: its handle
+      if (f[QUEUE] != Py_None) {
+        if (queue_flat(f[QUEUE], number.get(), started, duration, resolved, values.get(), words, n) < 0)
+          return nullptr;
+      } else {
+        if (resolved.get() == nullptr || started.get() == nullptr || duration.get() == nullptr) return nullptr;
+        n.obj.reset(call_n(f[FLAT], {number.get(), started.obj.get(), duration.obj.get(), resolved.get(),
+                                     values.get()}));
+        if (!n.obj) return nullptr;
+      }
+      if (PyList_GET_SIZE(stack.get())) {
+        PyObject* handle = n.get();
+        if (handle == nullptr || attach(frames, stack.get(), handle) < 0) return nullptr;
+      }
       ++l->steady;
       return result.release();
     }
@@ -1695,6 +1756,16 @@ PyMODINIT_FUNC PyInit__tilelens_capture(void) {
   LauncherType.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL;
   LauncherType.tp_doc = "A compiled recording's steady launch (see native_capture.cpp).";
   if (PyType_Ready(&LauncherType) < 0) return nullptr;
+  CounterType.tp_name = "_tilelens_capture.Counter";
+  CounterType.tp_basicsize = sizeof(Counter);
+  CounterType.tp_dealloc = reinterpret_cast<destructor>(PyObject_Free);
+  CounterType.tp_iter = PyObject_SelfIter;
+  CounterType.tp_iternext = counter_next;
+  CounterType.tp_repr = counter_repr;
+  CounterType.tp_new = counter_new;
+  CounterType.tp_flags = Py_TPFLAGS_DEFAULT;
+  CounterType.tp_doc = "Counter(start=0): itertools.count(start) that the compiled launcher advances in place.";
+  if (PyType_Ready(&CounterType) < 0) return nullptr;
   const char* names[] = {"grid", "warmup", "stack", "bench_depth", "jit", "last_template", "flat_plan",
                          "options_key", "_current", "tuner", "layer", "best_config", "key", "key_values",
                          "heuristics", "launch", "number", "numbers", "option_plans", "m",
@@ -1716,7 +1787,7 @@ PyMODINIT_FUNC PyInit__tilelens_capture(void) {
     Py_DECREF(m);
     return nullptr;
   }
-  PyTypeObject* types[] = {&ProbeType, &LauncherType};
+  PyTypeObject* types[] = {&ProbeType, &LauncherType, &CounterType};
   for (PyTypeObject* t : types) {
     Py_INCREF(t);
     if (PyModule_AddObject(m, t->tp_name + std::strlen("_tilelens_capture."), reinterpret_cast<PyObject*>(t)) < 0) {

@@ -73,43 +73,74 @@ inline bool is_name(PyObject* a, PyObject* b) {
   return PyUnicode_Compare(a, b) == 0;
 }
 
+// How many times a thread-local attribute TileLens reads was set or deleted, on any thread
+// (`locals_changed()`, called by `thread_state.NotifyingLocal` after each). A value `LocalDict` read stays
+// what a read would give while this count and the asking thread stay the same.
+inline uint64_t g_locals_changed = 1;
+
 // A `threading.local`'s attributes as the calling thread sees them, read from that thread's own `__dict__`,
 // which is kept between calls while the same thread asks: one dict lookup instead of `local_getattro`'s
 // (~500 instructions, paid several times a launch). Thread ids are never reused (`PyThreadState_GetID`), so
 // a kept dict is only ever read by its own thread. A name the thread never set is the class's default, read
-// from the type's attribute cache when it is a plain value, else the usual way. Invariants: the names read so are plain attributes of the local, not descriptors of its class;
-// one cache serves one local (its owner clears it when its local changes), and the owner's `tp_traverse` and
-// `tp_clear` visit and clear `dict` with its other references.
+// from the type's attribute cache when it is a plain value, else the usual way. The value read is kept, and
+// given again while the thread and `g_locals_changed` stay the same (the class's defaults are not changed).
+// Invariants: the names read so are plain attributes of the local, not descriptors of its class; one cache
+// serves one local (its owner clears it when its local changes), and the owner's `tp_traverse` and
+// `tp_clear` visit and clear it (`traverse`, `reset`) with its other references.
 struct LocalDict {
   uint64_t thread;
   PyObject* dict;  // owned; nullptr: nothing kept
+  // The last value read through the kept dict (owned; see `get` for which are kept), of `name` (an interned
+  // name the caller keeps), read while `g_locals_changed` was `changes`: one owner reads one name, on every
+  // launch.
+  PyObject* name = nullptr;
+  PyObject* value = nullptr;
+  uint64_t changes = 0;
 
   void reset() {
     Py_CLEAR(dict);
+    Py_CLEAR(value);
+    name = nullptr;
     thread = 0;
+  }
+  int traverse(visitproc visit, void* arg) {
+    Py_VISIT(dict);
+    Py_VISIT(value);
+    return 0;
   }
 
   // A new reference to `local.<name>` for this thread, or nullptr and an exception.
-  PyObject* get(PyObject* local, PyObject* name) {
+  PyObject* get(PyObject* local, PyObject* wanted) {
     static PyObject* dunder_dict = PyUnicode_InternFromString("__dict__");
     uint64_t id = PyThreadState_GetID(PyThreadState_Get());
+    if (dict != nullptr && thread == id && value != nullptr && name == wanted && changes == g_locals_changed)
+      return Py_NewRef(value);
     if (dict == nullptr || thread != id) {
       PyObject* d = dunder_dict != nullptr ? PyObject_GetAttr(local, dunder_dict) : nullptr;
       if (d == nullptr || !PyDict_CheckExact(d)) {
         Py_XDECREF(d);
         PyErr_Clear();
-        return PyObject_GetAttr(local, name);
+        return PyObject_GetAttr(local, wanted);
       }
       Py_XSETREF(dict, d);
+      Py_CLEAR(value);
       thread = id;
     }
-    PyObject* value = PyDict_GetItemWithError(dict, name);
-    if (value != nullptr) return Py_NewRef(value);
-    if (PyErr_Occurred()) return nullptr;
-    // Not set by this thread: the class's default, when it is a plain value (the type's attribute cache).
-    PyObject* fallback = _PyType_Lookup(Py_TYPE(local), name);
-    if (fallback != nullptr && Py_TYPE(fallback)->tp_descr_get == nullptr) return Py_NewRef(fallback);
-    return PyObject_GetAttr(local, name);
+    PyObject* found = PyDict_GetItemWithError(dict, wanted);
+    if (found == nullptr) {
+      if (PyErr_Occurred()) return nullptr;
+      // Not set by this thread: the class's default, when it is a plain value (the type's attribute cache).
+      found = _PyType_Lookup(Py_TYPE(local), wanted);
+      if (found == nullptr || Py_TYPE(found)->tp_descr_get != nullptr) return PyObject_GetAttr(local, wanted);
+    }
+    // Kept: None, an int, a list (what `launch` is outside an interpreted launch, `bench_depth`, `stack`); a
+    // launch's context is not kept past a change, which would only drop it at the next read.
+    if (found == Py_None || PyLong_CheckExact(found) || PyList_CheckExact(found)) {
+      Py_XSETREF(value, Py_NewRef(found));
+      name = wanted;
+      changes = g_locals_changed;
+    }
+    return Py_NewRef(found);
   }
 };
 

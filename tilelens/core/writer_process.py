@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import itertools
 import marshal
 import os
 import subprocess
@@ -37,6 +36,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from tilelens.core import native
 from tilelens.core.launch_pack import loads as load_item
 from tilelens.core.writer_child import RawWriter, event_item, frame, kernel_item, read_frame
 
@@ -112,7 +112,7 @@ class ProcessWriter:
         self._report = report
         self._fallback_factory = fallback
         self._items: deque[Any] = deque()
-        self._numbers = itertools.count(1)
+        self._numbers = native.counter(1)
         self._known: set[int] = set()  # kernel numbers already sent
         # Kernel and template messages sent so far: a writer that takes over from a dead child learns them.
         self._definitions: list[tuple[Any, ...]] = []
@@ -121,7 +121,7 @@ class ProcessWriter:
         self._sent_upto = 0  # items handed to the child (or the fallback) so far
         # Items queued so far, counted by ``next``: a flush or close waits for the count its own marker got,
         # which covers every item queued before it (nothing stores the count per launch).
-        self._queued = itertools.count(1)
+        self._queued = native.counter(1)
         self._lock = threading.Lock()  # one flush or close at a time
         self._stopping = False
         self._local: RawWriter | None = None  # set once the child died: this process writes from then on
@@ -211,8 +211,9 @@ class ProcessWriter:
         return count
 
     def queued(self) -> int:
-        """How many items were queued so far, read without advancing the count (``itertools.count``'s repr,
-        ``count(N)``, names the next one). For diagnostics and tests: no launch reads it."""
+        """How many items were queued so far, read without advancing the count (the repr of
+        ``native.counter``'s counts, ``count(N)``, names the next one). For diagnostics and tests: no launch
+        reads it."""
         return int(repr(self._queued)[len("count(") : -1]) - 1
 
     def _wait_for_feeder(self) -> None:
