@@ -371,6 +371,38 @@ def test_tuning_keys_equal_in_value_are_the_same_frames_and_others_are_not(
     assert counts["1"] == (4, 2)  # Python's: the first launch with 300, and the first with 302
 
 
+def test_a_cleared_metadata_cache_is_read_again_by_the_launcher(
+    tmp_path: Path, native_module: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The launcher keeps the metadata it found for a kernel's compiled kernel (``MetaCache``) until the
+    router clears its metadata cache (past 4096 compiled kernels), which the router announces: the next
+    launch of that compiled kernel takes the metadata the router reads anew, as the Python path does."""
+    x = torch.arange(40, dtype=torch.float32)
+    rows, counts = {}, {}
+    for native in ("1", "0"):
+        out = torch.zeros(40)
+        rec, db, blobs = _recording_as(native, tmp_path, monkeypatch)
+        with rec:
+            for _ in range(3):
+                scale_kernel[(3,)](x, out, 40, 2.0, BLOCK=16, num_warps=2)
+            router = rec._compiled
+            assert router is not None
+            # Full: the next compiled kernel's metadata clears the cache, the 2-warp kernel's entry with it.
+            router._metadata_cache.update({-i: (object(), {}) for i in range(1, 4098)})
+            scale_kernel[(3,)](x, out, 40, 2.0, BLOCK=16, num_warps=4)
+            assert len(router._metadata_cache) == 1
+            for _ in range(2):
+                scale_kernel[(3,)](x, out, 40, 2.0, BLOCK=16, num_warps=2)
+            if native == "1":
+                counts[native] = (router._launcher.steady, router._launcher.fallbacks)
+        assert rec.write_failure is None and len(rec.launch_ids) == 6
+        rows[native] = _all_rows(db, blobs)
+    assert rows["1"] == rows["0"]
+    # Python's: the first launch, the first with 4 warps, and the first with 2 after the clear (its metadata
+    # is read anew: another template, as the Python router makes it).
+    assert counts["1"] == (3, 3)
+
+
 def _place(obj: Any) -> int:
     """The launcher's place for a jit in its per-kernel caches (``address_slot<6>`` in native_common.h)."""
     return ((id(obj) * 0x9E3779B97F4A7C15) % 2**64) >> 58

@@ -520,6 +520,7 @@ class CompiledRouter:
         if known is not None and known[0] is result:
             return known[1]
         if len(self._metadata_cache) > 4096:  # stand-ins may return a new object per launch
+            native.metadata_cleared()  # the compiled launcher keeps entries it read until then
             self._metadata_cache.clear()
         metadata = compat.compile_metadata(result)
         self._metadata_cache[id(result)] = (result, metadata)

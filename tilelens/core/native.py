@@ -268,6 +268,16 @@ def counter(start: int) -> Iterator[int]:
     return made
 
 
+def metadata_cleared() -> None:
+    """Tell the compiled launchers that a router's metadata cache (``METADATA``) is being cleared: they keep
+    the entries they read until then (``native_capture.cpp``'s ``MetaCache``). A no-op when the module is not
+    loaded."""
+    with _lock:
+        module = _loaded or None
+    if module is not None:
+        module.metadata_cleared()
+
+
 def marks_added() -> None:
     """Tell the compiled ``Intercept`` objects that a layer was just marked ``_tilelens_trace``: they keep the
     layers they found unmarked until then (``native_calls.cpp``). A no-op when the module is not loaded (no

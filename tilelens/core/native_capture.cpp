@@ -651,6 +651,58 @@ struct PlanCache {
   }
 };
 
+// The metadata `steady` last found in the router's METADATA for a compiled kernel (owned: no other object
+// takes `result`'s address meanwhile), while no clear of that dict was announced (`g_metadata_clears`, by
+// `metadata_cleared()`). METADATA maps a compiled kernel's id to (kernel, metadata) and, while the kernel
+// lives, keeps that entry until it is cleared: so the kept metadata is the entry's, without making the id
+// and looking it up (~330 instructions a launch).
+uint64_t g_metadata_clears = 0;
+
+PyObject* metadata_cleared(PyObject*, PyObject*) {
+  ++g_metadata_clears;
+  Py_RETURN_NONE;
+}
+
+struct MetaCache {
+  PyObject* result = nullptr;
+  PyObject* metadata = nullptr;
+  uint64_t clears = 0;
+
+  // The kept metadata (borrowed) of `r`, or nullptr.
+  PyObject* find(PyObject* r) const {
+    return r == result && clears == g_metadata_clears ? metadata : nullptr;
+  }
+  void keep(PyObject* r, PyObject* m) {
+    Py_XSETREF(result, Py_NewRef(r));
+    Py_XSETREF(metadata, Py_NewRef(m));
+    clears = g_metadata_clears;
+  }
+  void clear() {
+    Py_CLEAR(result);
+    Py_CLEAR(metadata);
+  }
+  int traverse(visitproc visit, void* arg) {
+    Py_VISIT(result);
+    Py_VISIT(metadata);
+    return 0;
+  }
+};
+
+// What the launcher keeps for the kernel at one place of its `seen`.
+struct KernelKept {
+  PlanCache plan;
+  MetaCache metadata;
+
+  void clear() {
+    plan.clear();
+    metadata.clear();
+  }
+  int traverse(visitproc visit, void* arg) {
+    if (int r = plan.traverse(visit, arg)) return r;
+    return metadata.traverse(visit, arg);
+  }
+};
+
 struct Launcher {
   PyObject_HEAD
   vectorcallfunc vectorcall;
@@ -669,7 +721,7 @@ struct Launcher {
   static constexpr int kSeenBits = 6;
   static constexpr int kSeen = 1 << kSeenBits;
   PyObject* seen[kSeen];
-  PlanCache plan_cache[kSeen];  // `options_match`'s last plan for the kernel at the same place in `seen`
+  KernelKept kept[kSeen];  // for the kernel at the same place in `seen`
   Py_ssize_t plans_kept;  // launches whose options `options_match` compared with a kept plan (a diagnostic)
 };
 
@@ -688,7 +740,7 @@ int launcher_traverse(PyObject* self, visitproc visit, void* arg) {
   if (int r = l->local_dict.traverse(visit, arg)) return r;
   if (int r = l->thread_dict.traverse(visit, arg)) return r;
   for (PyObject* k : l->seen) Py_VISIT(k);
-  for (PlanCache& c : l->plan_cache)
+  for (KernelKept& c : l->kept)
     if (int r = c.traverse(visit, arg)) return r;
   return 0;
 }
@@ -700,7 +752,7 @@ int launcher_clear(PyObject* self) {
   l->local_dict.reset();
   l->thread_dict.reset();
   for (PyObject*& k : l->seen) Py_CLEAR(k);
-  for (PlanCache& c : l->plan_cache) c.clear();
+  for (KernelKept& c : l->kept) c.clear();
   return 0;
 }
 
@@ -1013,7 +1065,7 @@ int options_match(PyObject* k, LaunchArgs& a, PyObject* key, const Slots& slots,
 // decides, from the same facts.
 int steady(const Config& f, const Frames& frame_slots, const Slots& slots, PyObject* k, PyObject* last, PyObject* bound,
            PyObject* result, LaunchArgs& a, PyObject* stack, Probe* probe, Ref& number, Words& words,
-           Ref& values, Grid& resolved, PlanCache& plan_cache, Py_ssize_t& plans_kept) {
+           Ref& values, Grid& resolved, KernelKept& kept, Py_ssize_t& plans_kept) {
   Ref plan(slot_or_attr(k, slots.kernel, slots.kernel_at[K_FLAT_PLAN], g_names.flat_plan));
   if (!plan) return -1;
   Values sink{nullptr, &words};
@@ -1033,7 +1085,7 @@ int steady(const Config& f, const Frames& frame_slots, const Slots& slots, PyObj
   PyObject* sig = sig_ref.get();
   // The compiled kernel's metadata, as the router cached it at this kernel object's first launch.
   PyObject* metadata = Py_None;
-  if (result != Py_None) {
+  if (result != Py_None && (metadata = kept.metadata.find(result)) == nullptr) {
     Ref id(PyLong_FromVoidPtr(result));
     if (!id) return -1;
     PyObject* known = PyDict_GetItemWithError(f[METADATA], id.get());
@@ -1041,11 +1093,12 @@ int steady(const Config& f, const Frames& frame_slots, const Slots& slots, PyObj
         PyTuple_GET_ITEM(known, 0) != result)
       return PyErr_Occurred() ? -1 : 0;
     metadata = PyTuple_GET_ITEM(known, 1);
+    kept.metadata.keep(result, metadata);
   }
   Ref node(module_global(f[TESTID], g_names.current));
   if (!node) return -1;
   Ref options;  // `options_key(k, a)`, made only when the last template's cannot be seen equal in place
-  int options_same = options_match(k, a, PyTuple_GET_ITEM(last, 2), slots, plan_cache, plans_kept);
+  int options_same = options_match(k, a, PyTuple_GET_ITEM(last, 2), slots, kept.plan, plans_kept);
   if (options_same < 0) return -1;
   if (!options_same) {
     options.reset(a.options() ? options_key(k, a, slots) : Py_NewRef(Py_None));
@@ -1531,7 +1584,7 @@ PyObject* launch(Launcher* l, LaunchArgs& a) {
     Grid resolved;
     Words words;  // on this call's stack: a finalizer run meanwhile may launch (and capture) too
     int ok = steady(f, frames, slots, k.get(), last.get(), probe->bound, result.get(), a, stack.get(), probe, number,
-                    words, values, resolved, l->plan_cache[place], l->plans_kept);
+                    words, values, resolved, l->kept[place], l->plans_kept);
     if (ok == 1) {
       Launched n;  // the launch's number: its handle
       if (f[QUEUE] != Py_None) {
@@ -1598,7 +1651,7 @@ PyObject* launcher_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
   l->thread_dict = tilelens_native::LocalDict{0, nullptr};
   l->native_clocks = false;
   for (PyObject*& k : l->seen) k = nullptr;
-  for (PlanCache& c : l->plan_cache) c = PlanCache{};
+  for (KernelKept& c : l->kept) c = KernelKept{};
   l->plans_kept = 0;
   PyObject_GC_Track(l);
   return reinterpret_cast<PyObject*>(l);
@@ -1620,7 +1673,7 @@ PyObject* launcher_configure(PyObject* self, PyObject* args) {
   l->local_dict.reset();  // another LOCAL and THREAD, or none
   l->thread_dict.reset();
   for (PyObject*& k : l->seen) Py_CLEAR(k);  // another KERNELS, or none
-  for (PlanCache& c : l->plan_cache) c.clear();
+  for (KernelKept& c : l->kept) c.clear();
   if (n == 0 || g_tensor_type == nullptr) {
     Py_CLEAR(l->config);
     Py_RETURN_NONE;
@@ -1680,6 +1733,8 @@ PyMethodDef methods[] = {
     {"capture", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(capture)), METH_FASTCALL,
      "capture(plan, bound, last) -> (sig, values) | None"},
     {"setup", setup, METH_O, "setup(torch.Tensor): the tensor type captured"},
+    {"metadata_cleared", metadata_cleared, METH_NOARGS,
+     "metadata_cleared(): a router's METADATA dict is cleared just now (launchers look it up again)"},
     {"pack_flat", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(pack_flat_py)), METH_FASTCALL,
      "pack_flat(n, template, started, duration, grid, values) -> bytes | None (launch_pack.pack)"},
     {nullptr, nullptr, 0, nullptr}};
