@@ -21,7 +21,7 @@ from triton import knobs
 import tilelens
 from tilelens.core import compat, interpreter
 from tilelens.core.compiled import CompiledRouter
-from tilelens.core.compiled_frames import Frame
+from tilelens.core.compiled_frames import Frame, key_values
 from tilelens.core.compiled_kernel import RESERVED_SET
 from tilelens.core.thread_state import LOCAL
 from tilelens.store import History
@@ -257,8 +257,9 @@ def test_the_compiled_tuner_frames_a_call_exactly_as_the_router_does(native_modu
         seen_by[name] = seen[1:]
     assert seen_by["compiled"] == seen_by["python"]
     frames = [s[3] for s in seen_by["compiled"]]
-    assert frames[0] == [Frame(fake, tuner=True, tuned=True, args=("x1", 8, 9, 1.5), key_values=(4, (8, 9)))]
-    assert frames[1] == [Frame(fake, tuner=True, tuned=True, args=("x2", 8, 9), key_values=(3, (8, 9)))]
+    assert frames[0] == [Frame(fake, tuner=True, tuned=True, args=("x1", 8, 9, 1.5), positions=(1, 2))]
+    assert frames[1] == [Frame(fake, tuner=True, tuned=True, args=("x2", 8, 9), positions=(1, 2))]
+    assert [key_values(f[0]) for f in frames[:2]] == [(4, (8, 9)), (3, (8, 9))]
     assert frames[2] == [Frame(single, tuner=True)]  # one config: no key
 
 
@@ -286,7 +287,7 @@ def test_the_compiled_tuner_keeps_each_tuners_plan_apart(native_module: Any) -> 
     assert seen_by["compiled"] == seen_by["python"]
     assert counts == (18, 0)
     frames = [s[3][0] for s in seen_by["compiled"]]
-    assert [f.key_values for f in frames[:3]] == [(3, (0,)), (3, (10,)), (3, (2, 10))]
+    assert [key_values(f) for f in frames[:3]] == [(3, (0,)), (3, (10,)), (3, (2, 10))]
 
     router, seen = _router()
     tuner = native_module.Tuner(router.tune)
@@ -321,7 +322,7 @@ def test_the_compiled_tuner_reuses_a_frame_no_one_kept_and_lets_go_of_what_it_he
         frames.append(id(frame))
         if kwargs.get("keep"):
             kept.append(frame)
-        return frame.key_values
+        return key_values(frame)
 
     class Arg:
         pass
@@ -345,7 +346,7 @@ def test_the_compiled_tuner_reuses_a_frame_no_one_kept_and_lets_go_of_what_it_he
     assert tuner(fake, ("x3", 12, 13), {"keep": True}) == (3, (12, 13))
     assert frames[1:] == [first, first]  # framed anew each call
     assert tuner.spare is None  # the kept one stays the keeper's, whole
-    assert kept[0].args == ("x3", 12, 13) and kept[0].key_values == (3, (12, 13)) and kept[0].tuner
+    assert kept[0].args == ("x3", 12, 13) and key_values(kept[0]) == (3, (12, 13)) and kept[0].tuner
     assert tuner(fake, ("x4", 14, 15), {}) == (3, (14, 15))
     assert frames[3] != first and spare() == frames[3]
     assert (tuner.steady, tuner.fallbacks) == (4, 0)
@@ -388,7 +389,7 @@ def test_a_fresh_key_in_the_cache_reaches_tuned_also_when_the_run_raises(native_
     assert caught.value is raised and router._local.stack == []
     kind, layer, frame, timings_before, cache = seen[-1]
     assert (kind, layer, cache, timings_before) == ("tuned", fake, {(3, 4): "config"}, None)
-    assert frame.key_values == (3, (3, 4)) and frame.tuned
+    assert key_values(frame) == (3, (3, 4)) and frame.tuned
 
     failure = RuntimeError("the event failed")
 

@@ -27,7 +27,6 @@ import itertools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from operator import itemgetter
 from typing import Any
 
 from tilelens.core import compat, compiled_native, native, testid
@@ -89,8 +88,8 @@ class CompiledRouter:
     # (``compat.run_compiled``, or a stand-in that says so with ``binds_like_triton = True``).
     _probe_grid: bool | None = None
     # id(tuner) -> (tuner, its key positions, whether no parameter is named "grid" or "warmup", the highest
-    # key position, a getter of the key positions' values)
-    _tuner_plans: dict[int, tuple[Any, tuple[int, ...], bool, int, Any]] = field(default_factory=dict)
+    # key position)
+    _tuner_plans: dict[int, tuple[Any, tuple[int, ...], bool, int]] = field(default_factory=dict)
     _tuner_run: Any = None  # Triton's ``Autotuner.run``, looked up at the first autotuned launch
     _best_cache: dict[int, tuple[Any, tuple[Any, ...]]] = field(default_factory=dict)
     _grids: dict[tuple[int, ...], tuple[int, int, int]] = field(default_factory=dict)
@@ -220,9 +219,6 @@ class CompiledRouter:
                 positions,
                 RESERVED_SET.isdisjoint(tuner.arg_names),
                 max(positions, default=-1),
-                itemgetter(*positions)
-                if len(positions) > 1
-                else (lambda a, i=positions: tuple(a[j] for j in i)),
             )
         # ``kernel[grid](...)`` calls the tuner with ``grid``/``warmup`` only, which the key leaves out (it
         # keeps the names in ``arg_names``) unless the kernel has parameters of those names.
@@ -230,7 +226,7 @@ class CompiledRouter:
             frame.key = compat.autotune_key(tuner, args, kwargs)
         elif len(args) > plan[3]:
             frame.args = args
-            frame.key_values = (len(args), plan[4](args))
+            frame.positions = plan[1]  # the key values are made when needed (``compiled_frames.key_values``)
         else:
             frame.key = compat.autotune_key_positional(plan[1], tuner.arg_names, args)
 

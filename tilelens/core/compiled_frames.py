@@ -32,9 +32,12 @@ class Frame:
     key_text: str | None = None  # ``str(key)``, made by the first launch that needs it
     tuned: bool = False  # an Autotuner with more than one config: its launches have a tuning key
     # A call with positional arguments only: its key is worked out when first needed (``_full_key``) from
-    # ``args``; until then ``key_values`` (the number of arguments, the key arguments' values) stand for it.
+    # ``args``; until then its key values (:func:`key_values`: the number of arguments, the key arguments'
+    # values) stand for it, set in ``key_values`` or, by the compiled tuner, left to be made from ``args`` and
+    # the key arguments' ``positions``.
     args: tuple[Any, ...] | None = None
     key_values: tuple[Any, ...] | None = None
+    positions: tuple[int, ...] | None = None
 
 
 class GridProbe:
@@ -77,10 +80,19 @@ class Framed:
         self.stack.pop()
 
 
+def key_values(f: Frame) -> tuple[Any, ...] | None:
+    """A tuned frame's key values: ``key_values``, else made from ``args`` and ``positions`` when both are set
+    (``native_calls.cpp``'s ``key_values_of`` makes the same)."""
+    if f.key_values is not None or f.args is None or f.positions is None:
+        return f.key_values
+    args = f.args
+    return (len(args), tuple(args[i] for i in f.positions))
+
+
 def frame_key(f: Frame) -> tuple[Any, ...]:
     """A frame's part of a template key (``CompiledRouter._templated``)."""
     if f.tuner:
-        return (id(f.layer), id(getattr(f.layer, "best_config", None)), f.key, f.key_values)
+        return (id(f.layer), id(getattr(f.layer, "best_config", None)), f.key, key_values(f))
     return (id(f.layer), f.heuristics)
 
 

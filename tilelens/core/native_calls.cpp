@@ -172,7 +172,7 @@ PyMemberDef intercept_members[] = {
 // Tuner: `CompiledRouter.tune` for a call of an autotuner of one config, or of one the router knows (its
 // plan is in `plans`) made with positional arguments that reach every key position and keyword arguments
 // (if any) among `reserved` (`grid`, `warmup`) when no parameter has such a name. It makes the call's `Frame` (`Frame(tuner, None, (),
-// 0, None, True)`, with `tuned`, `args` and `key_values` set as `_key_later` sets them), keeps it on this
+// 0, None, True)`, with `tuned`, `args` and `positions` set as `_key_later` sets them), keeps it on this
 // thread's stack while Triton's `Autotuner.run` runs, and when the call added a key to the tuner's cache
 // calls `tuned(tuner, frame, timings_before, cache)` (the router's `_tuned`), also when the run raised.
 // Every other call, and every call while not configured, goes to `slow(tuner, args, kwargs)`.
@@ -181,7 +181,7 @@ PyMemberDef intercept_members[] = {
 // offsets `configure` read from the class's member descriptors.
 
 const char* kFrameFields[NFRAME] = {"layer",    "key",   "heuristics", "trials", "launch",
-                                    "tuner",    "key_text", "tuned",   "args",   "key_values"};
+                                    "tuner",    "key_text", "tuned",   "args",   "key_values", "positions"};
 
 enum TunerField : int { PLANS, LOCAL, RUN, TUNED_AFTER, FRAME_TYPE, RESERVED, NTUNER };
 
@@ -266,8 +266,13 @@ struct FrameLease {
   FrameLease& operator=(const FrameLease&) = delete;
 };
 
-// The call's key values as `_key_later` makes them: (len(args), tuple(args[i] for i in positions)).
-PyObject* key_values(PyObject* args, PyObject* positions) {
+}  // namespace
+
+PyObject* key_values_of(PyObject* args, PyObject* positions) {
+  if (!PyTuple_CheckExact(args) || !PyTuple_CheckExact(positions)) {
+    PyErr_SetString(PyExc_TypeError, "a frame's args and positions must be tuples");
+    return nullptr;
+  }
   Py_ssize_t m = PyTuple_GET_SIZE(positions);
   Ref values(PyTuple_New(m));
   if (!values) return nullptr;
@@ -283,6 +288,8 @@ PyObject* key_values(PyObject* args, PyObject* positions) {
   if (!count) return nullptr;
   return PyTuple_Pack(2, count.get(), values.get());
 }
+
+namespace {
 
 // An autotuner call's arguments: the positional ones as a tuple, and the keyword ones as a dict or, from an
 // `Intercept`, as the vectorcall's values named by `kwnames` (the dict made only when Python needs it).
@@ -353,7 +360,7 @@ PyObject* call_run(PyObject* run, PyObject* tuner, TuneArgs& a) {
 // What `plan_call` found out about a call.
 struct Plan {
   bool tuned = false;
-  Ref key_values, timings_before, cache, stack;
+  Ref positions, timings_before, cache, stack;
 };
 
 // 1: this call is the Tuner's (`out` set); 0: Python's; -1: an exception (the caller clears it: Python's).
@@ -391,9 +398,9 @@ int plan_call(PyObject* config, Tuner* t, PyObject* tuner, TuneArgs& a, Plan& ou
     Py_ssize_t highest = PyLong_AsSsize_t(PyTuple_GET_ITEM(plan, 3));
     if (highest == -1 && PyErr_Occurred()) return -1;
     if (PyTuple_GET_SIZE(args) <= highest) return 0;
-    out.key_values.reset(key_values(args, positions));
+    out.positions.reset(Py_NewRef(positions));  // the key values are made only when needed (`key_values_of`)
     out.timings_before.reset(attr_or_none(tuner, g_call_names.configs_timings));
-    if (!out.key_values || !out.timings_before) return -1;
+    if (!out.timings_before) return -1;
   }
   out.cache.reset(PyObject_GetAttr(tuner, g_call_names.cache));
   if (!out.cache) return -1;
@@ -433,7 +440,7 @@ PyObject* tune(Tuner* t, PyObject* tuner, TuneArgs& a) {
   PyObject* tuned = plan.tuned ? Py_True : Py_False;
   PyObject* values[NFRAME] = {tuner,   Py_None, empty.get(), zero.get(), Py_None,
                               Py_True, Py_None, tuned,       plan.tuned ? args : Py_None,
-                              plan.tuned ? plan.key_values.get() : Py_None};
+                              Py_None, plan.tuned ? plan.positions.get() : Py_None};
   PyTypeObject* frame_type = reinterpret_cast<PyTypeObject*>(PyTuple_GET_ITEM(config.get(), FRAME_TYPE));
   FrameLease lease(t, frame_type, offsets, values);
   Ref& frame = lease.frame;

@@ -729,8 +729,8 @@ PyTypeObject LauncherType = {PyVarObject_HEAD_INIT(nullptr, 0)};
 
 struct Names {
   PyObject *grid, *warmup, *stack, *bench_depth, *jit, *last_template, *flat_plan, *options_key, *current,
-      *tuner, *layer, *best_config, *key, *key_values, *heuristics, *launch, *number, *numbers, *option_plans,
-      *m, *wait_for_feeder;
+      *tuner, *layer, *best_config, *key, *key_values, *args, *positions, *heuristics, *launch, *number, *numbers,
+      *option_plans, *m, *wait_for_feeder;
 } g_names;
 
 int launcher_traverse(PyObject* self, visitproc visit, void* arg) {
@@ -756,6 +756,24 @@ int launcher_clear(PyObject* self) {
   return 0;
 }
 
+// `a == b` as Python finds it, for the values frames keys hold: two exact tuples item by item here (what
+// tuple comparison does: equal sizes, each pair identical or `==`), without the generic comparison's dispatch
+// and its result object at each level; anything else by `PyObject_RichCompareBool`. 1, 0, or -1 and an
+// exception.
+int equal_values(PyObject* a, PyObject* b, int depth = 0) {
+  if (a == b) return 1;
+  if (depth < 8 && PyTuple_CheckExact(a) && PyTuple_CheckExact(b)) {
+    Py_ssize_t n = PyTuple_GET_SIZE(a);
+    if (n != PyTuple_GET_SIZE(b)) return 0;
+    for (Py_ssize_t i = 0; i < n; ++i) {
+      int eq = equal_values(PyTuple_GET_ITEM(a, i), PyTuple_GET_ITEM(b, i), depth + 1);
+      if (eq != 1) return eq;
+    }
+    return 1;
+  }
+  return PyObject_RichCompareBool(a, b, Py_EQ);
+}
+
 // The frames on a launch's stack: `compiled_frames.Frame` instances (the class `configure` was given), whose
 // slots are read directly at the offsets read from its member descriptors; a frame of another class (none
 // is made) is read by attribute.
@@ -770,6 +788,46 @@ struct Frames {
       if (value != nullptr) return Py_NewRef(value);
     }
     return PyObject_GetAttr(frame, name);
+  }
+  // `compiled_frames.key_values(frame)`: the slot, or made from `args` and `positions` when the slot is None
+  // and both are set (a new reference, or nullptr and an exception).
+  PyObject* key_values(PyObject* frame) const {
+    Ref values(get(frame, tilelens_native::FRAME_KEY_VALUES, g_names.key_values));
+    if (!values || values.get() != Py_None) return values.release();
+    Ref args(get(frame, tilelens_native::FRAME_ARGS, g_names.args));
+    Ref positions(args ? get(frame, tilelens_native::FRAME_POSITIONS, g_names.positions) : nullptr);
+    if (!positions) return nullptr;
+    if (args.get() == Py_None || positions.get() == Py_None) return values.release();
+    return tilelens_native::key_values_of(args.get(), positions.get());
+  }
+  // Whether `key_values(frame) == last` as Python finds it, without making the key values: `last` a 2-tuple
+  // whose count is `==` the number of arguments and whose values are each `==` the argument at its position
+  // (`equal_values`). 1, 0, or -1 and an exception.
+  int key_values_equal(PyObject* frame, PyObject* last) const {
+    Ref values(get(frame, tilelens_native::FRAME_KEY_VALUES, g_names.key_values));
+    Ref args(values ? get(frame, tilelens_native::FRAME_ARGS, g_names.args) : nullptr);
+    Ref positions(args ? get(frame, tilelens_native::FRAME_POSITIONS, g_names.positions) : nullptr);
+    if (!positions) return -1;
+    if (values.get() != Py_None || args.get() == Py_None || positions.get() == Py_None)
+      return equal_values(last, values.get());
+    PyObject* a = args.get();
+    PyObject* p = positions.get();
+    if (!PyTuple_CheckExact(a) || !PyTuple_CheckExact(p) || !PyTuple_CheckExact(last) || PyTuple_GET_SIZE(last) != 2)
+      return 0;
+    PyObject* kept = PyTuple_GET_ITEM(last, 1);
+    Py_ssize_t m = PyTuple_GET_SIZE(p);
+    if (!PyTuple_CheckExact(kept) || PyTuple_GET_SIZE(kept) != m) return 0;
+    Ref count(PyLong_FromSsize_t(PyTuple_GET_SIZE(a)));
+    int eq = count ? equal_values(PyTuple_GET_ITEM(last, 0), count.get()) : -1;
+    for (Py_ssize_t j = 0; eq == 1 && j < m; ++j) {
+      Py_ssize_t at = PyLong_AsSsize_t(PyTuple_GET_ITEM(p, j));
+      if (at < 0 || at >= PyTuple_GET_SIZE(a)) {
+        PyErr_Clear();
+        return 0;  // what `key_values` makes of it fails: the caller's `frames_key` says so
+      }
+      eq = equal_values(PyTuple_GET_ITEM(kept, j), PyTuple_GET_ITEM(a, at));
+    }
+    return eq;
   }
   int set(PyObject* frame, int field, PyObject* name, PyObject* value) const {
     if (Py_TYPE(frame) != type) return PyObject_SetAttr(frame, name, value);
@@ -815,7 +873,7 @@ PyObject* frames_key(const Frames& frames, PyObject* stack) {
       }
       Ref best_id(PyLong_FromVoidPtr(best.get()));
       Ref key(frames.get(frame, tilelens_native::FRAME_KEY, g_names.key));
-      Ref values(frames.get(frame, tilelens_native::FRAME_KEY_VALUES, g_names.key_values));
+      Ref values(frames.key_values(frame));
       if (!best_id || !key || !values) return nullptr;
       item = PyTuple_Pack(4, id.get(), best_id.get(), key.get(), values.get());
     } else {
@@ -827,24 +885,6 @@ PyObject* frames_key(const Frames& frames, PyObject* stack) {
     PyTuple_SET_ITEM(out.get(), i, item);
   }
   return out.release();
-}
-
-// `a == b` as Python finds it, for the values frames keys hold: two exact tuples item by item here (what
-// tuple comparison does: equal sizes, each pair identical or `==`), without the generic comparison's dispatch
-// and its result object at each level; anything else by `PyObject_RichCompareBool`. 1, 0, or -1 and an
-// exception.
-int equal_values(PyObject* a, PyObject* b, int depth = 0) {
-  if (a == b) return 1;
-  if (depth < 8 && PyTuple_CheckExact(a) && PyTuple_CheckExact(b)) {
-    Py_ssize_t n = PyTuple_GET_SIZE(a);
-    if (n != PyTuple_GET_SIZE(b)) return 0;
-    for (Py_ssize_t i = 0; i < n; ++i) {
-      int eq = equal_values(PyTuple_GET_ITEM(a, i), PyTuple_GET_ITEM(b, i), depth + 1);
-      if (eq != 1) return eq;
-    }
-    return 1;
-  }
-  return PyObject_RichCompareBool(a, b, Py_EQ);
 }
 
 // Whether `frames_key(frames, stack)` equals `key` (a kernel's last template's frames key), seen in place
@@ -883,10 +923,9 @@ int frames_match(const Frames& frames, PyObject* stack, PyObject* key) {
         return 0;
       }
       Ref tuning_key(frames.get(frame, tilelens_native::FRAME_KEY, g_names.key));
-      Ref values(frames.get(frame, tilelens_native::FRAME_KEY_VALUES, g_names.key_values));
-      if (!tuning_key || !values) return -1;
+      if (!tuning_key) return -1;
       int eq = equal_values(PyTuple_GET_ITEM(item, 2), tuning_key.get());
-      if (eq == 1) eq = equal_values(PyTuple_GET_ITEM(item, 3), values.get());
+      if (eq == 1) eq = frames.key_values_equal(frame, PyTuple_GET_ITEM(item, 3));
       if (eq != 1) {
         PyErr_Clear();
         return 0;
@@ -1822,12 +1861,13 @@ PyMODINIT_FUNC PyInit__tilelens_capture(void) {
   CounterType.tp_doc = "Counter(start=0): itertools.count(start) that the compiled launcher advances in place.";
   if (PyType_Ready(&CounterType) < 0) return nullptr;
   const char* names[] = {"grid", "warmup", "stack", "bench_depth", "jit", "last_template", "flat_plan",
-                         "options_key", "_current", "tuner", "layer", "best_config", "key", "key_values",
+                         "options_key", "_current", "tuner", "layer", "best_config", "key", "key_values", "args", "positions",
                          "heuristics", "launch", "number", "numbers", "option_plans", "m",
                          "_wait_for_feeder"};
   PyObject** slots[] = {&g_names.grid, &g_names.warmup, &g_names.stack, &g_names.bench_depth, &g_names.jit,
                         &g_names.last_template, &g_names.flat_plan, &g_names.options_key, &g_names.current,
                         &g_names.tuner, &g_names.layer, &g_names.best_config, &g_names.key, &g_names.key_values,
+                        &g_names.args, &g_names.positions,
                         &g_names.heuristics, &g_names.launch, &g_names.number, &g_names.numbers,
                         &g_names.option_plans, &g_names.m, &g_names.wait_for_feeder};
   for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); ++i) {

@@ -144,12 +144,16 @@ struct LocalDict {
   }
 };
 
-// `compiled_frames.Frame`'s ten slots, in this order (native_calls.cpp makes frames, the launcher reads them).
-constexpr int NFRAME = 10;
+// `compiled_frames.Frame`'s eleven slots, in this order (native_calls.cpp makes frames, the launcher reads them).
+constexpr int NFRAME = 11;
 enum FrameField : int {
   FRAME_LAYER, FRAME_KEY, FRAME_HEURISTICS, FRAME_TRIALS, FRAME_LAUNCH, FRAME_TUNER, FRAME_KEY_TEXT, FRAME_TUNED,
-  FRAME_ARGS, FRAME_KEY_VALUES
+  FRAME_ARGS, FRAME_KEY_VALUES, FRAME_POSITIONS
 };
+
+// A tuned frame's key values as `compiled_frames.key_values` makes them from its `args` and `positions`:
+// (len(args), tuple(args[i] for i in positions)); nullptr and an exception on failure (native_calls.cpp).
+PyObject* key_values_of(PyObject* args, PyObject* positions);
 
 // The offsets of the frame class's slots; false (and a TypeError) unless each is a plain object slot of a
 // class without `__dict__` (native_calls.cpp).
