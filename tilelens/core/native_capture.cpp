@@ -1353,6 +1353,8 @@ struct Counter {
 
 PyTypeObject CounterType = {PyVarObject_HEAD_INIT(nullptr, 0)};
 
+void counter_dealloc(PyObject* self) { Py_TYPE(self)->tp_free(self); }
+
 PyObject* counter_next(PyObject* self) {
   return PyLong_FromLongLong(reinterpret_cast<Counter*>(self)->next++);
 }
@@ -1405,8 +1407,8 @@ struct Launched {
 // `flat_parts()` (writer, numbers, items.append, items, queued, limit): the next launch number, the item
 // ("m", n, ...) appended to the queue packed (`pack_words`, from `words` when `values` is nullptr, else from
 // the list) or, when a value does not fit, marshalled in format 2 as `submit_flat` does; the queued items
-// counted, and the wait for the feeder when the queue is past its limit. 0 with the launch number in
-// `number_out` (and in `n`, when it was made as an object), or -1 and an exception.
+// counted, and the wait for the feeder when the queue is past its limit. 0 with the launch number taken into
+// `n`, or -1 and an exception.
 int queue_flat(PyObject* parts, PyObject* number, Stamp& started, Stamp& duration, Grid& grid, PyObject* values,
                const Words& words, Launched& n) {
   if (!PyTuple_CheckExact(parts) || PyTuple_GET_SIZE(parts) != 6) {
@@ -1544,7 +1546,7 @@ PyObject* launch(Launcher* l, LaunchArgs& a) {
     if (warmup != nullptr ? PyDict_DelItem(kwargs, g_names.warmup) < 0 : PyErr_Occurred() != nullptr)
       return nullptr;
   }
-  const size_t place = tilelens_native::address_slot<Launcher::kSeenBits>(jit);  // in `seen`, `plan_cache`
+  const size_t place = tilelens_native::address_slot<Launcher::kSeenBits>(jit);  // in `seen` and `kept`
   Ref stack(l->local_dict.get(f[LOCAL], g_names.stack));
   Ref k, last;
   bool mine = stack && PyList_CheckExact(stack.get());
@@ -1852,7 +1854,7 @@ PyMODINIT_FUNC PyInit__tilelens_capture(void) {
   if (PyType_Ready(&LauncherType) < 0) return nullptr;
   CounterType.tp_name = "_tilelens_capture.Counter";
   CounterType.tp_basicsize = sizeof(Counter);
-  CounterType.tp_dealloc = reinterpret_cast<destructor>(PyObject_Free);
+  CounterType.tp_dealloc = counter_dealloc;
   CounterType.tp_iter = PyObject_SelfIter;
   CounterType.tp_iternext = counter_next;
   CounterType.tp_repr = counter_repr;
