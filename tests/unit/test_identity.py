@@ -69,3 +69,54 @@ def test_def_line_equals_inspect_for_every_liger_kernel() -> None:
                 assert _def_line(jit.fn) == _by_inspect(jit.fn), (module.__name__, jit.fn.__name__)
                 seen += 1
     assert seen >= 50
+
+
+KERNEL_FILE = """
+import triton
+import triton.language as tl
+from triton import knobs
+
+with knobs.runtime.scope():
+    knobs.runtime.interpret = False
+
+    @triton.jit
+    def twice(x_ptr, n, BLOCK: tl.constexpr):
+        offs = tl.arange(0, BLOCK)
+        tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * 2, mask=offs < n)
+"""
+
+
+def test_a_kernels_identity_is_made_once_while_its_file_is_unchanged(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``known_identity`` (what a compiled recording takes at a kernel's first launch) keeps the identity for
+    the kernel object while its file's modification time and size stay: recordings after the first neither
+    hash the file nor walk the kernel again. An edited file makes it anew, with the new file's sha256."""
+    import hashlib
+    import sys
+
+    from tilelens.core import identity
+
+    path = tmp_path / "tl_identity_kernel.py"
+    path.write_text(KERNEL_FILE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = importlib.import_module("tl_identity_kernel")
+    monkeypatch.setitem(sys.modules, "tl_identity_kernel", module)
+    made: list[Any] = []
+
+    def counting(fn: Any) -> Any:
+        made.append(fn)
+        return kernel_identity(fn)
+
+    monkeypatch.setattr(identity, "kernel_identity", counting)
+    first = identity.known_identity(module.twice)
+    assert identity.known_identity(module.twice) is first and len(made) == 1
+    assert first.file_sha256 == hashlib.sha256(KERNEL_FILE.encode()).hexdigest()
+    path.write_text(KERNEL_FILE + "# edited\n")
+    edited = identity.known_identity(module.twice)
+    assert (
+        len(made) == 2
+        and edited.file_sha256 == hashlib.sha256((KERNEL_FILE + "# edited\n").encode()).hexdigest()
+    )
+    assert edited.source_sha256 == first.source_sha256  # the kernel object's own source: unchanged
+    assert identity.known_identity(module.twice) is edited and len(made) == 2

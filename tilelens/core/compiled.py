@@ -44,7 +44,7 @@ from tilelens.core.compiled_frames import (
 from tilelens.core.compiled_kernel import RESERVED_SET, RoutedKernel
 from tilelens.core.compiled_rows import first_device, record_of
 from tilelens.core.compiled_templates import Templates, body_of, capture, slots_of
-from tilelens.core.identity import kernel_identity
+from tilelens.core.identity import known_identity
 from tilelens.core.interpreter import original_run
 from tilelens.core.launch import config_dict
 from tilelens.core.semantics import describe_failure
@@ -263,7 +263,7 @@ class CompiledRouter:
         known = self._kernels.get(id(jit))
         if known is None or known.jit is not jit:
             known = self._kernels[id(jit)] = RoutedKernel(
-                jit, kernel_params(jit.fn), kernel_identity(jit), next(self._numbers)
+                jit, kernel_params(jit.fn), known_identity(jit), next(self._numbers)
             )
         return known
 

@@ -11,6 +11,7 @@ import hashlib
 import inspect
 import linecache
 import os
+import weakref
 from typing import Any, cast
 
 from tilelens.core import compat
@@ -45,6 +46,40 @@ def kernel_identity(fn: Any) -> KernelIdentity:
         cache_key=cache_key,
         file_sha256=file_sha256(file),
     )
+
+
+# JITFunction -> (its file's (mtime_ns, size) when the identity was made, the identity). Kept for the life of
+# the kernel object: a compiled recording made per test or per step otherwise hashed every kernel's file and
+# walked its dependencies again at each one's first launch.
+_KNOWN: weakref.WeakKeyDictionary[Any, tuple[tuple[int, int] | None, KernelIdentity]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def known_identity(jit: Any) -> KernelIdentity:
+    """``kernel_identity(jit)`` for a ``JITFunction``, made once and kept while its file is unchanged (its
+    modification time and size): the file's sha256 is then still the file's. Everything else an identity holds
+    is the kernel object's own (its source, its cache key, which Triton computes once)."""
+    state = _file_state(_file(jit.fn))
+    try:
+        known = _KNOWN.get(jit)
+    except TypeError:  # not weakly referable: made every time
+        return kernel_identity(jit)
+    if known is not None and state is not None and known[0] == state:
+        return known[1]
+    made = kernel_identity(jit)
+    _KNOWN[jit] = (state, made)
+    return made
+
+
+def _file_state(path: str) -> tuple[int, int] | None:
+    if path.startswith("<"):
+        return None
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_mtime_ns, st.st_size)
 
 
 def file_sha256(path: str) -> str | None:
