@@ -7,6 +7,7 @@ from __future__ import annotations
 import gc
 import traceback
 import weakref
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -101,6 +102,28 @@ def _recording_as(native: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     db, blobs = tmp_path / f"n{native}.db", tmp_path / f"n{native}"
     rec = tilelens.Recording(str(db), blobs, backend="compiled", snapshots="none", runner=StableTritonLike())
     return rec, db, blobs
+
+
+def _recorded_both_ways(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, program: Callable[[Any], None], launches: int
+) -> tuple[list[Any], list[Any], tuple[int, int, int]]:
+    """``program(router)`` recorded with the compiled module on and off (``_recording_as``): the rows with it,
+    the rows without it, and the launcher's (steady, fallbacks, plans_kept) after it. Each recording must
+    have written ``launches`` launches and no failure."""
+    rows: dict[str, list[Any]] = {}
+    counts = (0, 0, 0)
+    for native in ("1", "0"):
+        rec, db, blobs = _recording_as(native, tmp_path, monkeypatch)
+        with rec:
+            router = rec._compiled
+            assert router is not None
+            program(router)
+            if native == "1":
+                launcher = router._launcher
+                counts = (launcher.steady, launcher.fallbacks, launcher.plans_kept)
+        assert rec.write_failure is None and len(rec.launch_ids) == launches
+        rows[native] = _all_rows(db, blobs)
+    return rows["1"], rows["0"], counts
 
 
 def test_launches_like_the_last_are_finished_by_the_launcher_and_store_the_python_routers_rows(
@@ -265,16 +288,14 @@ def test_a_steady_launch_with_an_int_past_64_bits_is_marshalled_and_stores_the_p
     """The packed form holds 64-bit ints only: a launch whose scalar is past that is captured again into a
     list and marshalled, and the next launch like it is packed again."""
     x, out = torch.arange(40, dtype=torch.float32), torch.zeros(40)
-    rows = {}
-    for native in ("1", "0"):
-        rec, db, blobs = _recording_as(native, tmp_path, monkeypatch)
-        with rec:
-            for n in (40, 2**63 + 5, 39):  # the first makes the template; the other two are like it
-                scale_kernel[(1,)](x, out, n, 2.0, BLOCK=16)
-        assert rec.write_failure is None and len(rec.launch_ids) == 3
-        rows[native] = _all_rows(db, blobs)
-    assert rows["1"] == rows["0"]
-    assert [rows["1"][i][1][2]["value"] for i in (0, 2)] == [40, 39]
+
+    def program(router: Any) -> None:
+        for n in (40, 2**63 + 5, 39):  # the first makes the template; the other two are like it
+            scale_kernel[(1,)](x, out, n, 2.0, BLOCK=16)
+
+    rows, py_rows, _ = _recorded_both_ways(tmp_path, monkeypatch, program, 3)
+    assert rows == py_rows
+    assert [rows[i][1][2]["value"] for i in (0, 2)] == [40, 39]
     assert [data[0] == launch_pack.MARK for data in queued] == [False, True]
     assert launch_pack.loads(queued[0])[6][6] == 2**63 + 5
 
@@ -290,23 +311,17 @@ def test_one_kernel_launched_through_different_layers_takes_each_layers_template
     tuned_add.cache.clear()
     tuned_add.cache[(40, "torch.float32", "torch.float32")] = tuned_add.configs[0]
     block = tuned_add.configs[0].kwargs["BLOCK"]
-    rows, counts = {}, {}
-    for native in ("1", "0"):
+
+    def program(router: Any) -> None:
         outs = [torch.zeros(40) for _ in range(3)]
-        rec, db, blobs = _recording_as(native, tmp_path, monkeypatch)
-        with rec:
-            for _ in range(3):
-                tuned_add[(2,)](x, outs[0], 40, 0.5)
-                tuned_add.fn[(2,)](x, outs[1], 40, 0.5, BLOCK=block)
-                tuned_add.fn.fn[(2,)](x, outs[2], 40, 0.5, BLOCK=block, EVEN=True)
-            router = rec._compiled
-            assert router is not None
-            if native == "1":
-                counts[native] = (router._launcher.steady, router._launcher.fallbacks)
-        assert rec.write_failure is None and len(rec.launch_ids) == 9
-        rows[native] = _all_rows(db, blobs)
-    assert counts["1"] == (6, 3)  # each layer's first launch makes its template; the rest are found
-    assert rows["1"] == rows["0"]
+        for _ in range(3):
+            tuned_add[(2,)](x, outs[0], 40, 0.5)
+            tuned_add.fn[(2,)](x, outs[1], 40, 0.5, BLOCK=block)
+            tuned_add.fn.fn[(2,)](x, outs[2], 40, 0.5, BLOCK=block, EVEN=True)
+
+    rows, py_rows, counts = _recorded_both_ways(tmp_path, monkeypatch, program, 9)
+    assert counts[:2] == (6, 3)  # each layer's first launch makes its template; the rest are found
+    assert rows == py_rows
 
 
 def test_launch_options_are_told_apart_by_value_and_order_as_the_python_router_does(
@@ -317,24 +332,18 @@ def test_launch_options_are_told_apart_by_value_and_order_as_the_python_router_d
     the table, the same options in another order are another template (their stored order differs), and
     the rows are the Python router's."""
     x = torch.arange(40, dtype=torch.float32)
-    rows, counts = {}, {}
-    for native in ("1", "0"):
+
+    def program(router: Any) -> None:
         out = torch.zeros(40)
-        rec, db, blobs = _recording_as(native, tmp_path, monkeypatch)
-        with rec:
-            for warps in (2, 2, 4, 4, 2):
-                scale_kernel[(3,)](x, out, 40, 2.0, BLOCK=16, num_warps=warps)
-            scale_kernel[(3,)](x, out, 40, 2.0, BLOCK=16, num_warps=4, num_stages=1)
-            scale_kernel[(3,)](x, out, 40, 2.0, BLOCK=16, num_stages=1, num_warps=4)
-            router = rec._compiled
-            assert router is not None
-            if native == "1":
-                counts[native] = (router._launcher.steady, router._launcher.fallbacks)
-        assert rec.write_failure is None and len(rec.launch_ids) == 7
-        rows[native] = _all_rows(db, blobs)
-    assert rows["1"] == rows["0"]
-    assert counts["1"] == (3, 4)  # made in Python: the first 2, the first 4, and each num_stages order
-    assert [r[0]["config"]["options"] for r in rows["1"]] == [
+        for warps in (2, 2, 4, 4, 2):
+            scale_kernel[(3,)](x, out, 40, 2.0, BLOCK=16, num_warps=warps)
+        scale_kernel[(3,)](x, out, 40, 2.0, BLOCK=16, num_warps=4, num_stages=1)
+        scale_kernel[(3,)](x, out, 40, 2.0, BLOCK=16, num_stages=1, num_warps=4)
+
+    rows, py_rows, counts = _recorded_both_ways(tmp_path, monkeypatch, program, 7)
+    assert rows == py_rows
+    assert counts[:2] == (3, 4)  # made in Python: the first 2, the first 4, and each num_stages order
+    assert [r[0]["config"]["options"] for r in rows] == [
         *({"num_warps": w} for w in (2, 2, 4, 4, 2)),
         {"num_warps": 4, "num_stages": 1},
         {"num_stages": 1, "num_warps": 4},
@@ -353,22 +362,16 @@ def test_tuning_keys_equal_in_value_are_the_same_frames_and_others_are_not(
     for n in (300, 302):
         tuned_add.cache[(n, "torch.float32", "torch.float32")] = tuned_add.configs[0]
     sizes = ["300", "300", "300", "300", "302", "302"]
-    rows, counts = {}, {}
-    for native in ("1", "0"):
+
+    def program(router: Any) -> None:
         out = torch.zeros(302)
-        rec, db, blobs = _recording_as(native, tmp_path, monkeypatch)
-        with rec:
-            for size in sizes:
-                n = int(size)  # a new int object each launch
-                tuned_add[(2,)](x, out, n, 0.5)
-            router = rec._compiled
-            assert router is not None
-            if native == "1":
-                counts[native] = (router._launcher.steady, router._launcher.fallbacks)
-        assert rec.write_failure is None and len(rec.launch_ids) == len(sizes)
-        rows[native] = _all_rows(db, blobs)
-    assert rows["1"] == rows["0"]
-    assert counts["1"] == (4, 2)  # Python's: the first launch with 300, and the first with 302
+        for size in sizes:
+            n = int(size)  # a new int object each launch
+            tuned_add[(2,)](x, out, n, 0.5)
+
+    rows, py_rows, counts = _recorded_both_ways(tmp_path, monkeypatch, program, len(sizes))
+    assert rows == py_rows
+    assert counts[:2] == (4, 2)  # Python's: the first launch with 300, and the first with 302
 
 
 def test_a_cleared_metadata_cache_is_read_again_by_the_launcher(
@@ -378,29 +381,23 @@ def test_a_cleared_metadata_cache_is_read_again_by_the_launcher(
     router clears its metadata cache (past 4096 compiled kernels), which the router announces: the next
     launch of that compiled kernel takes the metadata the router reads anew, as the Python path does."""
     x = torch.arange(40, dtype=torch.float32)
-    rows, counts = {}, {}
-    for native in ("1", "0"):
+
+    def program(router: Any) -> None:
         out = torch.zeros(40)
-        rec, db, blobs = _recording_as(native, tmp_path, monkeypatch)
-        with rec:
-            for _ in range(3):
-                scale_kernel[(3,)](x, out, 40, 2.0, BLOCK=16, num_warps=2)
-            router = rec._compiled
-            assert router is not None
-            # Full: the next compiled kernel's metadata clears the cache, the 2-warp kernel's entry with it.
-            router._metadata_cache.update({-i: (object(), {}) for i in range(1, 4098)})
-            scale_kernel[(3,)](x, out, 40, 2.0, BLOCK=16, num_warps=4)
-            assert len(router._metadata_cache) == 1
-            for _ in range(2):
-                scale_kernel[(3,)](x, out, 40, 2.0, BLOCK=16, num_warps=2)
-            if native == "1":
-                counts[native] = (router._launcher.steady, router._launcher.fallbacks)
-        assert rec.write_failure is None and len(rec.launch_ids) == 6
-        rows[native] = _all_rows(db, blobs)
-    assert rows["1"] == rows["0"]
+        for _ in range(3):
+            scale_kernel[(3,)](x, out, 40, 2.0, BLOCK=16, num_warps=2)
+        # Full: the next compiled kernel's metadata clears the cache, the 2-warp kernel's entry with it.
+        router._metadata_cache.update({-i: (object(), {}) for i in range(1, 4098)})
+        scale_kernel[(3,)](x, out, 40, 2.0, BLOCK=16, num_warps=4)
+        assert len(router._metadata_cache) == 1
+        for _ in range(2):
+            scale_kernel[(3,)](x, out, 40, 2.0, BLOCK=16, num_warps=2)
+
+    rows, py_rows, counts = _recorded_both_ways(tmp_path, monkeypatch, program, 6)
+    assert rows == py_rows
     # Python's: the first launch, the first with 4 warps, and the first with 2 after the clear (its metadata
     # is read anew: another template, as the Python router makes it).
-    assert counts["1"] == (3, 3)
+    assert counts[:2] == (3, 3)
 
 
 def _place(obj: Any) -> int:
@@ -427,36 +424,29 @@ def test_options_from_a_new_names_tuple_each_call_are_compared_by_name_for_each_
     # plain kernel's are (num_warps, num_stages), another.
     calls += [(scale_kernel, {"num_warps": 4, "BLOCK": 16})] * 3
     calls += [(plain, {"num_warps": 4, "num_stages": 1, "BLOCK": block, "EVEN": True})] * 3
-    rows, counts = {}, {}
-    for native in ("1", "0"):
+
+    def program(router: Any) -> None:
         outs = [torch.zeros(40), torch.zeros(40)]
-        rec, db, blobs = _recording_as(native, tmp_path, monkeypatch)
-        with rec:
-            for kernel, options in calls:
-                if kernel is scale_kernel:
-                    kernel[(3,)](x, outs[0], 40, 2.0, **dict(options))
-                else:
-                    kernel[(2,)](x, outs[1], 40, 0.5, **dict(options))
-            router = rec._compiled
-            assert router is not None
-            if native == "1":
-                launcher = router._launcher
-                counts[native] = (launcher.steady, launcher.fallbacks, launcher.plans_kept)
-        assert rec.write_failure is None and len(rec.launch_ids) == len(calls)
-        rows[native] = _all_rows(db, blobs)
-    assert rows["1"] == rows["0"]
+        for kernel, options in calls:
+            if kernel is scale_kernel:
+                kernel[(3,)](x, outs[0], 40, 2.0, **dict(options))
+            else:
+                kernel[(2,)](x, outs[1], 40, 0.5, **dict(options))
+
+    rows, py_rows, counts = _recorded_both_ways(tmp_path, monkeypatch, program, len(calls))
+    assert rows == py_rows
     # Python's: each kernel's first launch with 2 warps and with 4, and the plain kernel's first in the other
     # order. A plan is kept once found in the table under the names as the call came: the first launch with
     # some names makes the plan, the second files it under those names, the third finds and keeps it. So
     # each kernel's fifth and sixth launches (4 warps) compare through it, and no launch in the other order
     # does. Two kernels at one place (1 in 64) take turns there and keep nothing.
     kept = 4 if _place(scale_kernel) != _place(plain) else 0
-    assert counts["1"] == (13, 5, kept)
-    assert [r[0]["config"]["options"] for r in rows["1"][:2]] == [
+    assert counts == (13, 5, kept)
+    assert [r[0]["config"]["options"] for r in rows[:2]] == [
         {"num_warps": 2},
         {"num_stages": 1, "num_warps": 2},
     ]
-    assert [list(r[0]["config"]["options"]) for r in rows["1"][-6:]] == [
+    assert [list(r[0]["config"]["options"]) for r in rows[-6:]] == [
         *(["num_warps"] for _ in range(3)),
         *(["num_warps", "num_stages"] for _ in range(3)),
     ]

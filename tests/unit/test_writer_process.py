@@ -264,15 +264,9 @@ def test_the_writers_counts_are_the_compiled_counter_and_count_as_itertools_does
         counter = make(5)
         assert iter(counter) is counter and [next(counter) for _ in range(3)] == [5, 6, 7]
         assert repr(counter) == "count(8)" and next(make()) == 0
-    from .test_compiled_templates import StableTritonLike
+    from .test_compiled_templates import _recording
 
-    rec = tilelens.Recording(
-        str(tmp_path / "h.db"),
-        tmp_path / "b",
-        backend="compiled",
-        snapshots="none",
-        runner=StableTritonLike(),
-    )
+    rec = _recording(tmp_path)  # the launcher takes launches like the last (Triton-like stable kernels)
     with rec:
         x = torch.ones(8)
         for i in range(5):

@@ -268,24 +268,25 @@ def counter(start: int) -> Iterator[int]:
     return made
 
 
-def metadata_cleared() -> None:
-    """Tell the compiled launchers that a router's metadata cache (``METADATA``) is being cleared: they keep
-    the entries they read until then (``native_capture.cpp``'s ``MetaCache``). A no-op when the module is not
-    loaded."""
+def _announce(name: str) -> None:
+    """Call the loaded module's ``name()``, which tells its objects that something they keep changed; a no-op
+    when the module is not loaded (none of its objects exists then), whatever ``TILELENS_NATIVE`` says now."""
     with _lock:
         module = _loaded or None
     if module is not None:
-        module.metadata_cleared()
+        getattr(module, name)()
+
+
+def metadata_cleared() -> None:
+    """Tell the compiled launchers that a router's metadata cache (``METADATA``) is being cleared: they keep
+    the entries they read until then (``native_capture.cpp``'s ``MetaCache``)."""
+    _announce("metadata_cleared")
 
 
 def marks_added() -> None:
     """Tell the compiled ``Intercept`` objects that a layer was just marked ``_tilelens_trace``: they keep the
-    layers they found unmarked until then (``native_calls.cpp``). A no-op when the module is not loaded (no
-    ``Intercept`` exists then), whatever ``TILELENS_NATIVE`` says now."""
-    with _lock:
-        module = _loaded or None
-    if module is not None:
-        module.marks_added()
+    layers they found unmarked until then (``native_calls.cpp``)."""
+    _announce("marks_added")
 
 
 def capture_function() -> Any:

@@ -1863,8 +1863,8 @@ PyMODINIT_FUNC PyInit__tilelens_capture(void) {
   CounterType.tp_doc = "Counter(start=0): itertools.count(start) that the compiled launcher advances in place.";
   if (PyType_Ready(&CounterType) < 0) return nullptr;
   const char* names[] = {"grid", "warmup", "stack", "bench_depth", "jit", "last_template", "flat_plan",
-                         "options_key", "_current", "tuner", "layer", "best_config", "key", "key_values", "args", "positions",
-                         "heuristics", "launch", "number", "numbers", "option_plans", "m",
+                         "options_key", "_current", "tuner", "layer", "best_config", "key", "key_values",
+                         "args", "positions", "heuristics", "launch", "number", "numbers", "option_plans", "m",
                          "_wait_for_feeder"};
   PyObject** slots[] = {&g_names.grid, &g_names.warmup, &g_names.stack, &g_names.bench_depth, &g_names.jit,
                         &g_names.last_template, &g_names.flat_plan, &g_names.options_key, &g_names.current,
