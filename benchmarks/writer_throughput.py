@@ -17,7 +17,6 @@ Reported per launch: wall and CPU time, and the SQLite statements' own share of 
 from __future__ import annotations
 
 import contextlib
-import marshal
 import sys
 import tempfile
 import time
@@ -55,7 +54,9 @@ def sent_items(launches: int, folder: Path) -> list[Any]:
                 step()
     finally:
         wp.ProcessWriter._send = send  # type: ignore[method-assign]
-    items = [marshal.loads(i) if type(i) is bytes else i for i in sent]
+    from tilelens.core.launch_pack import loads
+
+    items = [loads(i) if type(i) is bytes else i for i in sent]  # packed or marshalled, as the child reads
     return [i for i in items if i[0] not in ("o", "f", "x")]
 
 

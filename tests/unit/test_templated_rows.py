@@ -5,6 +5,8 @@ storage class, that the usual path writes, with ids SQLite itself would have giv
 from __future__ import annotations
 
 import datetime as dt
+import json
+import random
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -203,3 +205,38 @@ def test_a_start_time_is_the_text_the_columns_full_processor_makes() -> None:
         when = dt.datetime.fromtimestamp(epoch, dt.timezone.utc)
         assert short(when) == full(when)
         assert short(when).startswith(when.strftime("%Y-%m-%d %H:%M:%S"))
+
+
+def test_a_start_time_from_epoch_seconds_is_the_text_the_processor_makes_of_its_datetime() -> None:
+    dialect = sqlite_dialect()
+    full = Launch.__table__.c.started_at.type.dialect_impl(dialect).bind_processor(dialect)
+    text = templated_rows.started_text(templated_rows.started_processor(dialect))
+    rng = random.Random(15)
+    epochs = [0.0, 0.000001, 59.9999995, 86399.999999, 951782400.5, 1764597138.0000005, 253402300799.0]
+    epochs += [rng.uniform(0, 4.2e9) for _ in range(2000)]
+    for epoch in epochs:
+        assert text(epoch) == full(dt.datetime.fromtimestamp(epoch, dt.timezone.utc)), epoch
+    # A processor that makes anything else keeps its own way: its value, made of the same datetime.
+    other = templated_rows.started_text(lambda when: when.isoformat())
+    assert other(1.5) == "1970-01-01T00:00:01.500000+00:00"
+    same = templated_rows.started_text(None)
+    assert same(1.5) == dt.datetime(1970, 1, 1, 0, 0, 1, 500000, dt.timezone.utc)
+
+
+def test_argument_rows_are_kept_per_values_and_the_values_types() -> None:
+    """1, 1.0 and True are equal keys of a dict, but they are different rows: the kept parameters are keyed
+    with the values' types, and a kept row takes each launch's own id."""
+    b = templated_rows._Bound
+    template = object.__new__(templated_rows.RowTemplate)
+    columns = ["launch_id", "storage_offset", "storage_group", "storage_bytes", "value"]
+    template.args = Statement("launch_args", columns, [[b(1), b(2), b(3), b(4), b(5)]], 5)
+    template.arg_processors = (None, None, None, json.dumps)  # the JSON column's processor makes text
+    template.slots = ((0, True), (1, False))  # a tensor (offset, pointer, bytes), then a scalar
+    template.convert = lambda v: v
+    template.scalars, template.tails = {}, {}
+    assert template.arg_row(5, [0, 4096, 64, 1]) == (5, 0, 0, 64, "1")
+    assert template.arg_row(6, [0, 4096, 64, 1.0]) == (6, 0, 0, 64, "1.0")
+    assert template.arg_row(7, [0, 4096, 64, True]) == (7, 0, 0, 64, "true")
+    assert template.arg_row(8, (0, 4096, 64, 1)) == (8, 0, 0, 64, "1")  # a tuple of the same values: kept
+    assert template.arg_row(9, [8, 4096, 64, 1]) == (9, 8, 0, 64, "1")
+    assert len(template.tails) == 4

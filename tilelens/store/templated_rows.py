@@ -31,6 +31,7 @@ refusal (:class:`~tilelens.store.rowsql.Fallback`), is left to the usual path.
 from __future__ import annotations
 
 import datetime as _dt
+from collections.abc import Callable
 from operator import itemgetter
 from typing import Any, cast
 
@@ -145,11 +146,14 @@ class RowTemplate:
         )
         procs = dict(zip(ins.columns, ins.processors, strict=True))
         self.processors = tuple(procs[c] for c in _VARYING[1:])  # seq .. created_at
-        self.started = started_processor(writer.engine.dialect)
+        self.started_text = started_text(started_processor(writer.engine.dialect))
+        p_seq, p_x, p_y, p_z, _p_started, p_duration, _p_created = self.processors
+        self.plain = all(p is None for p in (p_seq, p_x, p_y, p_z, p_duration))
         self.args: Statement | None = None
         self.slots = slots
         self.convert = convert  # a scalar -> the value its record holds (the capture's ``jsonable``)
         self.scalars: dict[tuple[type, Any], Any] = {}  # (type, value) -> its ``value`` column parameter
+        self.tails: dict[tuple[Any, ...], tuple[Any, ...]] = {}  # flat values -> ``arg_row``'s parameters
         if args:
             rows = [{**a, "launch_id": 0} for a in args]
             arg_ins = writer._insert(cast(Table, LaunchArg.__table__), list(rows[0]))
@@ -171,18 +175,30 @@ class RowTemplate:
     ) -> tuple[Any, ...]:
         """The launch statement's parameters. ``created``: the creation time as its column's processor made
         it (``created_param``), the same for a batch written in one transaction; None: now."""
-        when = _dt.datetime.fromtimestamp(started, _dt.timezone.utc)
+        if created is None:
+            created = self.created_param()
+        if self.plain:  # SQLite: integer and float columns bind as they are
+            row = (
+                launch_id,
+                seq,
+                int(grid[0]),
+                int(grid[1]),
+                int(grid[2]),
+                self.started_text(started),
+                float(duration),
+                created,
+            )
+            return self.launch.params(row)
         p_seq, p_x, p_y, p_z, _p_started, p_duration, _p_created = self.processors
-        p_started = self.started
         row = (
             launch_id,
-            seq if p_seq is None else p_seq(seq),
-            int(grid[0]) if p_x is None else p_x(int(grid[0])),
-            int(grid[1]) if p_y is None else p_y(int(grid[1])),
-            int(grid[2]) if p_z is None else p_z(int(grid[2])),
-            when if p_started is None else p_started(when),
-            float(duration) if p_duration is None else p_duration(float(duration)),
-            self.created_param() if created is None else created,
+            _bound(p_seq, seq),
+            _bound(p_x, int(grid[0])),
+            _bound(p_y, int(grid[1])),
+            _bound(p_z, int(grid[2])),
+            self.started_text(started),
+            _bound(p_duration, float(duration)),
+            created,
         )
         return self.launch.params(row)
 
@@ -193,11 +209,26 @@ class RowTemplate:
         return now if p is None else p(now)
 
     def arg_row(self, launch_id: int, values: Any) -> tuple[Any, ...]:
-        """The argument statement's parameters for launch ``launch_id`` with flat ``values``."""
+        """The argument statement's parameters for launch ``launch_id`` with flat ``values``.
+
+        A launch-bound program launches each layer with the same values step after step (the caching
+        allocator hands back the same addresses; sizes, offsets and scalars repeat), so the parameters
+        after the launch id are kept per ``values``, keyed with each value's type too (1, 1.0 and True are
+        equal keys but different rows)."""
         assert self.args is not None
+        key = (tuple(values), tuple(map(type, values)))
+        tail = self.tails.get(key)
+        if tail is None:
+            tail = self._arg_tail(values)
+            if len(self.tails) > 4096:
+                self.tails.clear()
+            self.tails[key] = tail
+        return self.args.params((launch_id, *tail))
+
+    def _arg_tail(self, values: Any) -> tuple[Any, ...]:
         off_p, grp_p, nb_p, val_p = self.arg_processors
         plain = off_p is None and grp_p is None and nb_p is None  # integer columns: no conversion
-        params: list[Any] = [launch_id]
+        params: list[Any] = []
         groups: dict[int, int] = {}
         scalars = self.scalars
         j = 0
@@ -224,7 +255,7 @@ class RowTemplate:
                     scalars[key] = bound
                 params.append(bound)
                 j += 1
-        return self.args.params(tuple(params))
+        return tuple(params)
 
 
 _UNSEEN = object()
@@ -237,6 +268,26 @@ def started_processor(dialect: Any) -> Any:
     started = Launch.__table__.c.started_at.type
     impl = getattr(started, "impl", None)
     return (impl.dialect_impl(dialect) if impl is not None else started).bind_processor(dialect)
+
+
+def started_text(processor: Any) -> Callable[[float], Any]:
+    """What makes ``launches.started_at``'s parameter from a start time in seconds since the epoch: what
+    ``processor`` (:func:`started_processor`) makes of its aware UTC datetime. Where that is SQLAlchemy's
+    SQLite text (``YYYY-MM-DD HH:MM:SS.ffffff``, checked on a few times at the edges of its fields), the same
+    text comes from ``datetime.isoformat`` (C) instead of its %-formatting of seven fields: ~3 µs a launch
+    less in the writer process."""
+
+    def usual(epoch: float) -> Any:
+        when = _dt.datetime.fromtimestamp(epoch, _dt.timezone.utc)
+        return when if processor is None else processor(when)
+
+    def isoformat(epoch: float) -> str:
+        return _dt.datetime.fromtimestamp(epoch, _dt.timezone.utc).isoformat(" ", "microseconds")[:-6]
+
+    probes = (0.0, 1.5, 59.999999, 1764597138.000001, 1764597138.999999, 2**31 + 0.25, 4102444800.123456)
+    if processor is not None and all(isoformat(e) == usual(e) for e in probes):
+        return isoformat
+    return usual
 
 
 def _bound(processor: Any, value: Any) -> Any:
