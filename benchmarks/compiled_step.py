@@ -205,23 +205,29 @@ def run(
 
     copied: dict[str, int] = {}
 
-    base, none_, none_all = [], [], []
+    # Untraced and recorded samples alternate, untraced first and last (A R A R ... R A): each recorded sample
+    # is compared with the mean of the untraced samples on either side of it, which cancels the host's drift
+    # across the pair, and each untraced sample with the one after it is the same comparison with nothing
+    # recorded: the noise floor the recorded figures sit in (printed beside them).
+    base, none_, none_all = [_timed(step.run, steps)], [], []
     launches = 0
     for i in range(samples):
-        base.append(_timed(step.run, steps))
         t_step, t_all, launches, _ = recorded("none", steps, f"none{i}")
         none_.append(t_step)
         none_all.append(t_all)
+        base.append(_timed(step.run, steps))
     out["launches_per_measurement"] = launches
     out["untraced_s"] = min(base)
     out["snapshots_none_s"] = min(none_)
     out["snapshots_none_with_drain_s"] = min(none_all)
     out["ratio_none"] = min(none_) / min(base)
     out["ratio_none_with_drain"] = min(none_all) / min(base)
-    # Each recorded sample against the untraced sample just before it: the machine's drift between samples
-    # (the shared host's clocks) cancels out; the median of those ratios is the robust figure.
-    paired = sorted(n / b for n, b in zip(none_, base))
+    paired = sorted(n / ((a + b) / 2) for n, a, b in zip(none_, base, base[1:]))
     out["ratio_none_paired_median"] = paired[len(paired) // 2]
+    out["ratio_none_paired"] = paired
+    control = sorted(b / a for a, b in zip(base, base[1:]))
+    out["untraced_vs_untraced_median"] = control[len(control) // 2]
+    out["untraced_vs_untraced"] = control
     out["enter_none_s"] = [enter_s[f"none{i}"] for i in range(samples)]
     out["cpu_us_per_launch_untraced"] = min(_CPU["untraced"]) / launches * 1e6
     out["cpu_us_per_launch_none"] = min(_CPU["none"]) / launches * 1e6
@@ -232,9 +238,12 @@ def run(
     # A long run: tens of thousands of launches, more than the writer's backlog at the end of a short burst
     # hides. Its ratio with the drain is what a training loop feels: a writer slower than the program makes
     # the drain grow with the run (and, past ``writer_process.QUEUE_SIZE`` queued launches, slows the program).
+    # Untraced halves before and after it (A R A), for the same drift-cancelling reason as above.
     if long_steps:
-        long_base = _timed(step.run, long_steps)
+        half = long_steps // 2
+        long_before = _timed(step.run, half)
         t_long, t_long_all, long_launches, _ = recorded("none", long_steps, "long")
+        long_base = long_before + _timed(step.run, long_steps - half)
         out["long_steps"] = long_steps
         out["long_launches"] = long_launches
         out["long_untraced_s"] = long_base
@@ -284,12 +293,16 @@ def report(r: dict[str, Any]) -> str:
         f"compiled recording, step {r['shape']}, {r['launches_per_measurement']} launches per {r['steps']} steps",
         f"  untraced compiled        {r['untraced_s']:.3f} s",
         f"  snapshots=none           {r['snapshots_none_s']:.3f} s  ratio {r['ratio_none']:.3f}"
-        f" (median of {len(r['enter_none_s'])} paired samples {r['ratio_none_paired_median']:.3f})"
+        f" (median of {len(r['enter_none_s'])} samples, each against the untraced ones around it,"
+        f" {r['ratio_none_paired_median']:.3f}; range {min(r['ratio_none_paired']):.3f}-{max(r['ratio_none_paired']):.3f})"
         f"  (with writer drain {r['snapshots_none_with_drain_s']:.3f} s, ratio {r['ratio_none_with_drain']:.3f})",
+        f"  host noise: each untraced sample against the one after it, nothing recorded: median"
+        f" {r['untraced_vs_untraced_median']:.3f}, range {min(r['untraced_vs_untraced']):.3f}-"
+        f"{max(r['untraced_vs_untraced']):.3f}",
         *(
             [
                 f"  long run, {r['long_steps']} steps ({r['long_launches']} launches): untraced"
-                f" {r['long_untraced_s']:.2f} s; snapshots=none ratio {r['long_ratio_none']:.3f}, with writer drain"
+                f" {r['long_untraced_s']:.2f} s (halves before and after); snapshots=none ratio {r['long_ratio_none']:.3f}, with writer drain"
                 f" {r['long_ratio_none_with_drain']:.3f} (drain {r['long_drain_s']:.2f} s)"
             ]
             if "long_steps" in r
