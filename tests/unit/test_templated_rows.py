@@ -212,10 +212,27 @@ def test_a_start_time_from_epoch_seconds_is_the_text_the_processor_makes_of_its_
     full = Launch.__table__.c.started_at.type.dialect_impl(dialect).bind_processor(dialect)
     text = templated_rows.started_text(templated_rows.started_processor(dialect))
     rng = random.Random(15)
-    epochs = [0.0, 0.000001, 59.9999995, 86399.999999, 951782400.5, 1764597138.0000005, 253402300799.0]
-    epochs += [rng.uniform(0, 4.2e9) for _ in range(2000)]
+    epochs = [0.0, 0.000001, -0.5, -86400.0000005, 59.9999995, 86399.999999, 951782400.5, 1764597138.0000005]
+    epochs += [253402300799.0, 1764597138.9999996, 1764597139.0]
+    epochs += [rng.uniform(0, 4.2e9) for _ in range(2000)] + [rng.uniform(0, 1e6) for _ in range(2000)]
+    epochs += [1764597138 + k / 7 for k in range(100)]  # within a few seconds: the kept text of a second
     for epoch in epochs:
         assert text(epoch) == full(dt.datetime.fromtimestamp(epoch, dt.timezone.utc)), epoch
+    # The text up to the seconds is made once a second: 100 launches within 15 seconds call the processor
+    # 15 times (besides the checks when the text maker is made).
+    calls = []
+
+    def counted(when: dt.datetime) -> Any:
+        calls.append(when)
+        return full(when)
+
+    per_second = templated_rows.started_text(counted)
+    calls.clear()
+    for k in range(100):
+        assert per_second(1764597138 + k * 0.15) == full(
+            dt.datetime.fromtimestamp(1764597138 + k * 0.15, dt.timezone.utc)
+        )
+    assert len(calls) == 15
     # A processor that makes anything else keeps its own way: its value, made of the same datetime.
     other = templated_rows.started_text(lambda when: when.isoformat())
     assert other(1.5) == "1970-01-01T00:00:01.500000+00:00"
@@ -240,3 +257,26 @@ def test_argument_rows_are_kept_per_values_and_the_values_types() -> None:
     assert template.arg_row(8, (0, 4096, 64, 1)) == (8, 0, 0, 64, "1")  # a tuple of the same values: kept
     assert template.arg_row(9, [8, 4096, 64, 1]) == (9, 8, 0, 64, "1")
     assert len(template.tails) == 4
+
+
+def test_one_insert_of_many_executions_rows_writes_what_the_executions_one_by_one_write() -> None:
+    b = templated_rows._Bound
+    one = Statement("v", ["a", "b", "c"], [[b(1), "x", 1.5], [b(2), b(1), None]], 2)
+    rows = [(i, f"s{i}") for i in range(37)]
+    together, apart = sqlite3.connect(":memory:"), sqlite3.connect(":memory:")
+    for conn in (together, apart):
+        conn.execute("CREATE TABLE v (a, b, c)")
+    one.insert_all(together.cursor(), rows)
+    for row in rows:
+        apart.execute(one.sql, one.params(row))
+    written = [
+        c.execute("SELECT rowid, a, typeof(b), b, c FROM v ORDER BY rowid").fetchall()
+        for c in (together, apart)
+    ]
+    assert written[0] == written[1] and len(written[0]) == 74
+    assert one.most == templated_rows.MAX_TIMES == 16
+    assert sorted(one._times) == [1, 4, 16]  # 37 = 2 x 16 + 4 + 1
+    assert one.times(4).sql.count("(?, 'x', ?)") == 4
+    # A statement of many placeholders puts fewer executions in one INSERT, within SQLite's limit.
+    wide = Statement("w", ["a"], [[b(1)]] * 100, 1)
+    assert wide.most == 8 and wide.times(8).sql.count("?") <= templated_rows.MAX_PARAMETERS

@@ -13,7 +13,12 @@ storage group, storage bytes (tensors) or value (scalars): about 25 parameters i
 Why it matters (measured, ``benchmarks.writer_throughput``): the writer process wrote ~105 µs per launch on
 this project's 2-core machine, most of it binding constant parameters (each ``None`` costs the ``sqlite3``
 module an adaptation attempt); a launch-bound program launching every ~60 µs then filled the writer's queue
-and, past ``writer_process.QUEUE_SIZE`` launches, ran at the writer's speed.
+and, past ``writer_process.QUEUE_SIZE`` launches, ran at the writer's speed. Later (callgrind, the same bench's
+3,748 launches): 187.8k instructions a launch in the writer, 139.3k once the launches of one template in a
+batch went in INSERTs of up to 16 launches' rows each (:meth:`Statement.times`: SQLite's cost per statement
+execution, opening a cursor on the table and each index and ending the statement, had been paid per launch
+row), the start time's text was made once a second (:func:`started_text`) and each template's argument
+parameters were kept per flat values. SQLite's own statements are most of what is left (~90k).
 
 Launch ids are given, not left to SQLite: the batch's transaction (``BEGIN IMMEDIATE``, the database's write
 lock) reads the table's largest id and numbers the batch's launches after it in seq order, which is the id
@@ -31,7 +36,9 @@ refusal (:class:`~tilelens.store.rowsql.Fallback`), is left to the usual path.
 from __future__ import annotations
 
 import datetime as _dt
+import math
 from collections.abc import Callable
+from itertools import chain
 from operator import itemgetter
 from typing import Any, cast
 
@@ -47,6 +54,7 @@ _INT64 = 2**63 - 1
 # Placeholders one statement may have on every SQLite (before 3.32 the limit was 999). A template past it (a
 # kernel of hundreds of parameters) keeps the usual path: ``RawWriter._learn_rows`` records None for it.
 MAX_PARAMETERS = 999
+MAX_TIMES = 16  # executions' rows one INSERT takes at most (``Statement.times``)
 
 
 class _Bound:
@@ -84,6 +92,8 @@ class Statement:
     a sequence of parameters from Python 3.12, and refuses them from 3.14.)"""
 
     def __init__(self, table: str, columns: list[str], rows: list[list[Any]], varying: int) -> None:
+        self._source = (table, columns, rows, varying)
+        self._times: dict[int, Statement] = {1: self}
         consts: list[Any] = []
         order: list[int] = []
         tuples = []
@@ -119,9 +129,53 @@ class Statement:
         self.in_order = picks == list(range(varying + len(consts)))
         self._pick = itemgetter(*picks) if len(picks) > 1 else (lambda row: tuple(row[i] for i in picks))
 
+        # The most executions' rows one statement takes (a power of two up to MAX_TIMES, within the limit on
+        # placeholders): see :meth:`times`.
+        self.most = 1
+        while self.most < MAX_TIMES and 2 * self.most * max(1, len(order)) <= MAX_PARAMETERS:
+            self.most *= 2
+
     def params(self, varying: tuple[Any, ...]) -> tuple[Any, ...]:
         """The statement's parameters for the ``varying`` values of one execution (the n-th is ``_Bound(n)``'s)."""
         return varying + self.consts if self.in_order else self._pick(varying + self.consts)
+
+    def times(self, k: int) -> Statement:
+        """This statement's rows ``k`` times over in one INSERT, for ``k`` executions' varying values one after
+        the other (``params`` of their concatenation). SQLite inserts the rows in the order written, so the
+        rows and the ids SQLite gives them are those of ``k`` executions of this one in turn; one execution
+        instead of ``k`` halves SQLite's work per launch row (callgrind: 48k -> 23k instructions a row of a
+        table like ``launches``, 16 rows an execution), most of it a statement's own start and end."""
+        known = self._times.get(k)
+        if known is None:
+            table, columns, rows, varying = self._source
+            repeated = [
+                [_Bound(c.n + j * varying) if type(c) is _Bound else c for c in row]
+                for j in range(k)
+                for row in rows
+            ]
+            known = self._times[k] = Statement(table, columns, repeated, varying * k)
+        return known
+
+    def insert_all(self, cur: Any, rows: list[tuple[Any, ...]]) -> None:
+        """Execute this statement once for each of ``rows`` (varying values), in order, ``most`` executions'
+        rows to an INSERT, then halves of that for the rest (at most one INSERT of each smaller size)."""
+        at, size, n = 0, self.most, len(rows)
+        while at < n:
+            while size > n - at:
+                size //= 2
+            end = at + (n - at) // size * size
+            if size == 1:
+                cur.executemany(self.sql, [self.params(r) for r in rows[at:end]])
+            else:
+                many = self.times(size)
+                cur.executemany(
+                    many.sql,
+                    [
+                        many.params(tuple(chain.from_iterable(rows[j : j + size])))
+                        for j in range(at, end, size)
+                    ],
+                )
+            at = end
 
 
 class RowTemplate:
@@ -175,10 +229,16 @@ class RowTemplate:
     ) -> tuple[Any, ...]:
         """The launch statement's parameters. ``created``: the creation time as its column's processor made
         it (``created_param``), the same for a batch written in one transaction; None: now."""
+        return self.launch.params(self.launch_varying(launch_id, seq, grid, started, duration, created))
+
+    def launch_varying(
+        self, launch_id: int, seq: int, grid: Any, started: float, duration: float, created: Any = None
+    ) -> tuple[Any, ...]:
+        """The launch statement's varying values (``launch_row`` before its constants are placed)."""
         if created is None:
             created = self.created_param()
         if self.plain:  # SQLite: integer and float columns bind as they are
-            row = (
+            return (
                 launch_id,
                 seq,
                 int(grid[0]),
@@ -188,9 +248,8 @@ class RowTemplate:
                 float(duration),
                 created,
             )
-            return self.launch.params(row)
         p_seq, p_x, p_y, p_z, _p_started, p_duration, _p_created = self.processors
-        row = (
+        return (
             launch_id,
             _bound(p_seq, seq),
             _bound(p_x, int(grid[0])),
@@ -200,7 +259,6 @@ class RowTemplate:
             _bound(p_duration, float(duration)),
             created,
         )
-        return self.launch.params(row)
 
     def created_param(self) -> Any:
         """``created_at`` for a row written now, as its column's processor makes it."""
@@ -209,13 +267,17 @@ class RowTemplate:
         return now if p is None else p(now)
 
     def arg_row(self, launch_id: int, values: Any) -> tuple[Any, ...]:
-        """The argument statement's parameters for launch ``launch_id`` with flat ``values``.
+        """The argument statement's parameters for launch ``launch_id`` with flat ``values``."""
+        assert self.args is not None
+        return self.args.params(self.arg_varying(launch_id, values))
+
+    def arg_varying(self, launch_id: int, values: Any) -> tuple[Any, ...]:
+        """The argument statement's varying values for launch ``launch_id`` with flat ``values``.
 
         A launch-bound program launches each layer with the same values step after step (the caching
         allocator hands back the same addresses; sizes, offsets and scalars repeat), so the parameters
         after the launch id are kept per ``values``, keyed with each value's type too (1, 1.0 and True are
         equal keys but different rows)."""
-        assert self.args is not None
         key = (tuple(values), tuple(map(type, values)))
         tail = self.tails.get(key)
         if tail is None:
@@ -223,7 +285,7 @@ class RowTemplate:
             if len(self.tails) > 4096:
                 self.tails.clear()
             self.tails[key] = tail
-        return self.args.params((launch_id, *tail))
+        return (launch_id, *tail)
 
     def _arg_tail(self, values: Any) -> tuple[Any, ...]:
         off_p, grp_p, nb_p, val_p = self.arg_processors
@@ -272,21 +334,41 @@ def started_processor(dialect: Any) -> Any:
 
 def started_text(processor: Any) -> Callable[[float], Any]:
     """What makes ``launches.started_at``'s parameter from a start time in seconds since the epoch: what
-    ``processor`` (:func:`started_processor`) makes of its aware UTC datetime. Where that is SQLAlchemy's
-    SQLite text (``YYYY-MM-DD HH:MM:SS.ffffff``, checked on a few times at the edges of its fields), the same
-    text comes from ``datetime.isoformat`` (C) instead of its %-formatting of seven fields: ~3 µs a launch
-    less in the writer process."""
+    ``processor`` (:func:`started_processor`) makes of its aware UTC datetime.
+
+    Where that is SQLAlchemy's SQLite text (``YYYY-MM-DD HH:MM:SS.ffffff``, checked on times at the edges of
+    its fields), the text up to the seconds is made once per second and the microseconds are appended:
+    ``datetime.fromtimestamp``'s own split (``modf``, the fraction rounded half to even, carried into the
+    seconds at 10**6). Formatting the seven fields per launch cost the writer process ~15k instructions a
+    launch (as SQLAlchemy's %-formatting or ``datetime.isoformat``, alike); this costs a few hundred."""
 
     def usual(epoch: float) -> Any:
         when = _dt.datetime.fromtimestamp(epoch, _dt.timezone.utc)
         return when if processor is None else processor(when)
 
-    def isoformat(epoch: float) -> str:
-        return _dt.datetime.fromtimestamp(epoch, _dt.timezone.utc).isoformat(" ", "microseconds")[:-6]
+    kept: list[tuple[float, str]] = [(math.nan, "")]  # (a whole second, its text up to the microseconds)
 
-    probes = (0.0, 1.5, 59.999999, 1764597138.000001, 1764597138.999999, 2**31 + 0.25, 4102444800.123456)
-    if processor is not None and all(isoformat(e) == usual(e) for e in probes):
-        return isoformat
+    def per_second(epoch: float) -> str:
+        fraction, whole = math.modf(epoch)
+        micro = round(fraction * 1e6)
+        if micro >= 1_000_000:
+            whole, micro = whole + 1.0, micro - 1_000_000
+        elif micro < 0:
+            whole, micro = whole - 1.0, micro + 1_000_000
+        second, head = kept[0]
+        if second != whole:
+            head = usual(whole)[:20]
+            kept[0] = (whole, head)
+        return f"{head}{micro:06d}"
+
+    probes = (0.0, 1.5, -1.5, 59.999999, 59.9999995, 1764597138.000001, 1764597138.9999996, 2**31 + 0.25)
+    if processor is None:
+        return usual
+    texts = [usual(e) for e in probes]
+    if all(type(t) is str and len(t) == 26 and t[19] == "." for t in texts) and all(
+        per_second(e) == t for e, t in zip(probes, texts)
+    ):
+        return per_second
     return usual
 
 
@@ -331,16 +413,16 @@ def write_templated(
             rows = launches.get(template)
             if rows is None:
                 rows = launches[template] = []
-            rows.append(template.launch_row(launch_id, seq, grid, started, duration, created))
+            rows.append(template.launch_varying(launch_id, seq, grid, started, duration, created))
             if template.args is not None:
                 rows = args.get(template)
                 if rows is None:
                     rows = args[template] = []
-                rows.append(template.arg_row(launch_id, values))
+                rows.append(template.arg_varying(launch_id, values))
         for template, rows in launches.items():
-            cur.executemany(template.launch.sql, rows)
+            template.launch.insert_all(cur, rows)
         for template, rows in args.items():
-            cur.executemany(template.args.sql, rows)  # type: ignore[union-attr]  # args is not None here
+            template.args.insert_all(cur, rows)  # type: ignore[union-attr]  # args is not None here
         return list(range(first, first + len(entries)))
 
     return cast("list[int]", writer._transaction(statements))
