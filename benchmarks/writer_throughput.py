@@ -109,18 +109,18 @@ def sql_share(items: list[Any], folder: Path) -> float:
         for k, item in enumerate(launches):
             t = writer.rows[item[2]]
             rows, args = per_template.setdefault(t, ([], []))
-            rows.append(t.launch_row(10**6 + k, 10**6 + k, item[5], item[3], item[4], created))
+            rows.append(t.launch_varying(10**6 + k, 10**6 + k, item[5], item[3], item[4], created))
             if t.args is not None:
-                args.append(t.arg_row(10**6 + k, item[6]))
+                args.append(t.arg_varying(10**6 + k, item[6]))
         raw = writer.history._rows.engine.raw_connection()
         try:
             cur = raw.driver_connection.cursor()
             t0 = time.perf_counter()
             cur.execute("BEGIN IMMEDIATE")
             for t, (rows, args) in per_template.items():
-                cur.executemany(t.launch.sql, rows)
+                t.launch.insert_all(cur, rows)  # as ``write_templated`` inserts them
                 if args:
-                    cur.executemany(t.args.sql, args)
+                    t.args.insert_all(cur, args)
             cur.execute("COMMIT")
             return (time.perf_counter() - t0) / len(launches)
         finally:
