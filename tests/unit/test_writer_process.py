@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 import torch
 from sqlalchemy import select
 
@@ -278,3 +279,32 @@ def test_the_writers_counts_are_the_compiled_counter_and_count_as_itertools_does
         assert repr(w._numbers) == "count(6)"  # five launches numbered 1..5
         assert w.queued() == 7  # the kernel's and its template's definitions, and the five launches
     assert len(rec.launch_ids) == 5
+
+
+def test_the_writers_cpu_is_read_from_proc_and_grows_as_it_writes(tmp_path: Path) -> None:
+    """``writer_cpu_seconds`` (the bench prints it per launch): the writer process's user and system time,
+    read from ``/proc``, which writing launches raises; None once no writer process is alive."""
+    if not Path("/proc/self/stat").exists():
+        pytest.skip("no /proc here")
+    from .test_compiled_templates import _recording
+
+    rec = _recording(tmp_path)
+    with rec:
+        x = torch.ones(8)
+        scale_kernel[(1,)](x, torch.zeros(8), 8, 1.0, BLOCK=8)
+        rec.flush()
+        before = writer_process.writer_cpu_seconds()
+        assert before is not None and before > 0  # its start alone takes CPU (a fresh interpreter)
+        for i in range(1000):
+            scale_kernel[(1,)](x, torch.zeros(8), 8, float(i), BLOCK=8)
+        rec.flush()
+        after = writer_process.writer_cpu_seconds()
+    assert after is not None and after > before  # 1,000 launches written: more than one clock tick
+    child = writer_process._shared
+    assert child is not None
+    again = writer_process.writer_cpu_seconds()
+    stat = Path(f"/proc/{child.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    ticks = (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK")  # utime and stime, read after
+    assert again is not None and after <= again <= ticks
+    writer_process.stop_writer_process()
+    assert writer_process.writer_cpu_seconds() is None

@@ -34,6 +34,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from tilelens.core import native
@@ -89,6 +90,21 @@ def stop_writer_process(timeout: float = 30.0) -> int | None:
     if child.stdout is not None:
         child.stdout.close()
     return code
+
+
+def writer_cpu_seconds() -> float | None:
+    """CPU seconds (user and system) this program's writer process has used so far, from ``/proc`` (Linux);
+    None without a live writer process or without ``/proc``. A diagnostic: ``scripts/bench.py --compiled``
+    prints it per launch beside the program's own CPU, because the writer's work, though on another core,
+    slows a launch-bound program on a shared host (README, Recording on a GPU). No launch reads it."""
+    child = _shared
+    if child is None or _shared_pid != os.getpid() or child.poll() is not None:
+        return None
+    try:
+        fields = Path(f"/proc/{child.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime, in ticks
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 atexit.register(stop_writer_process)
