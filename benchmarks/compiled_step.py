@@ -102,6 +102,7 @@ class Step:
 
 _CPU: dict[str, list[float]] = {}  # the program thread's CPU seconds per timed loop, by variant
 _NATIVE: set[bool] = set()  # whether the templated recordings captured with the compiled capture
+_WRITER: dict[str, list[float]] = {}  # the writer process's CPU seconds during each recorded loop, by variant
 
 
 def _timed(fn: Any, steps: int) -> float:
@@ -157,11 +158,13 @@ def run(
     layers: int = 8,
 ) -> dict[str, Any]:
     import tilelens
+    from tilelens.core.writer_process import writer_cpu_seconds
     from tilelens.store import History
     from tilelens.store.models import LaunchArg
 
     _CPU.clear()  # this shape's loops only (run() is called once per shape)
     _NATIVE.clear()
+    _WRITER.clear()
     step = Step(tokens, hidden, inter, vocab, layers)
     step.run()  # compile and autotune untraced first: every variant below starts from warm caches
     torch.cuda.synchronize()
@@ -184,11 +187,15 @@ def run(
             snapshot_pool_bytes=pool,
             **where,  # type: ignore[arg-type]
         ) as rec:
+            w0 = writer_cpu_seconds()
             t0, c0 = time.perf_counter(), time.thread_time()
             enter_s[tag] = t0 - t_enter
             for _ in range(n):
                 what.run()
             _CPU.setdefault(mode, []).append(time.thread_time() - c0)
+            w1 = writer_cpu_seconds()
+            if w0 is not None and w1 is not None:
+                _WRITER.setdefault(mode, []).append(w1 - w0)
             if rec._compiled is not None and rec._compiled.flat is not None:
                 _NATIVE.add(rec._compiled.native_capture)
             torch.cuda.synchronize()
@@ -231,6 +238,8 @@ def run(
     out["enter_none_s"] = [enter_s[f"none{i}"] for i in range(samples)]
     out["cpu_us_per_launch_untraced"] = min(_CPU["untraced"]) / launches * 1e6
     out["cpu_us_per_launch_none"] = min(_CPU["none"]) / launches * 1e6
+    writer = sorted(_WRITER.get("none", []))
+    out["writer_cpu_us_per_launch_none"] = writer[len(writer) // 2] / launches * 1e6 if writer else None
     out["native_capture"] = "mixed" if len(_NATIVE) > 1 else "yes" if True in _NATIVE else "no"
     out["wall_us_per_launch_untraced"] = min(base) / launches * 1e6
     out["gpu_busy_per_step_s"] = gpu_busy_per_step(step)
@@ -286,6 +295,10 @@ def run(
     return out
 
 
+def _us(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.1f} us"
+
+
 def report(r: dict[str, Any]) -> str:
     # The host's noise moves single figures by 10-20 %: the verdict takes the least favourable of the three.
     worst = max(r["ratio_none"], r["ratio_none_paired_median"], r.get("long_ratio_none", 0.0))
@@ -319,6 +332,8 @@ def report(r: dict[str, Any]) -> str:
         f" {r['untraced_s'] / r['steps'] * 1e3:.2f} ms per untraced step; program thread CPU per launch:"
         f" untraced {r['cpu_us_per_launch_untraced']:.1f} us, recorded (snapshots=none)"
         f" {r['cpu_us_per_launch_none']:.1f} us (untraced wall {r['wall_us_per_launch_untraced']:.1f} us/launch);"
+        f" writer process CPU during the recorded steps (median) {_us(r.get('writer_cpu_us_per_launch_none'))}"
+        " per launch;"
         f" compiled capture (tilelens.core.native): {r['native_capture']}",
         f"  D2H bandwidth (pinned)   {r['d2h_bandwidth_gbs']:.1f} GB/s;  snapshot bytes ~{r['snapshot_bytes_estimate'] / 1e9:.2f} GB,"
         f" extra {r['extra_s']:.3f} s vs allowed {r['allowed_extra_s']:.3f} s at 70 %",
