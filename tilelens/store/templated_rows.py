@@ -202,7 +202,9 @@ class RowTemplate:
         self.processors = tuple(procs[c] for c in _VARYING[1:])  # seq .. created_at
         self.started_text = started_text(started_processor(writer.engine.dialect))
         p_seq, p_x, p_y, p_z, _p_started, p_duration, _p_created = self.processors
-        self.plain = all(p is None for p in (p_seq, p_x, p_y, p_z, p_duration))
+        self.plain = all(p is None for p in (p_seq, p_x, p_y, p_z))  # SQLite's integers bind as they are
+        # SQLite's float column has a processor (``to_float``): what it makes of the launch's float.
+        self.duration: Callable[[float], Any] = float if p_duration is None else p_duration
         self.args: Statement | None = None
         self.slots = slots
         self.convert = convert  # a scalar -> the value its record holds (the capture's ``jsonable``)
@@ -237,7 +239,7 @@ class RowTemplate:
         """The launch statement's varying values (``launch_row`` before its constants are placed)."""
         if created is None:
             created = self.created_param()
-        if self.plain:  # SQLite: integer and float columns bind as they are
+        if self.plain:
             return (
                 launch_id,
                 seq,
@@ -245,7 +247,7 @@ class RowTemplate:
                 int(grid[1]),
                 int(grid[2]),
                 self.started_text(started),
-                float(duration),
+                self.duration(float(duration)),
                 created,
             )
         p_seq, p_x, p_y, p_z, _p_started, p_duration, _p_created = self.processors
