@@ -14,11 +14,12 @@ Why it matters (measured, ``benchmarks.writer_throughput``): the writer process 
 this project's 2-core machine, most of it binding constant parameters (each ``None`` costs the ``sqlite3``
 module an adaptation attempt); a launch-bound program launching every ~60 µs then filled the writer's queue
 and, past ``writer_process.QUEUE_SIZE`` launches, ran at the writer's speed. Later (callgrind, the same bench's
-3,748 launches): 187.8k instructions a launch in the writer, 139.3k once the launches of one template in a
+3,748 launches): 187.8k instructions a launch in the writer, 137.3k once the launches of one template in a
 batch went in INSERTs of up to 16 launches' rows each (:meth:`Statement.times`: SQLite's cost per statement
 execution, opening a cursor on the table and each index and ending the statement, had been paid per launch
-row), the start time's text was made once a second (:func:`started_text`) and each template's argument
-parameters were kept per flat values. SQLite's own statements are most of what is left (~90k).
+row), the start time's text was made once a second (:func:`started_text`), each template's argument
+parameters were kept per flat values and the launch row's integers bound as they are. SQLite's own statements
+are most of what is left (~90k).
 
 Launch ids are given, not left to SQLite: the batch's transaction (``BEGIN IMMEDIATE``, the database's write
 lock) reads the table's largest id and numbers the batch's launches after it in seq order, which is the id
