@@ -251,11 +251,15 @@ def test_argument_rows_are_kept_per_values_and_the_values_types() -> None:
     template.slots = ((0, True), (1, False))  # a tensor (offset, pointer, bytes), then a scalar
     template.convert = lambda v: v
     template.scalars, template.tails = {}, {}
-    assert template.arg_row(5, [0, 4096, 64, 1]) == (5, 0, 0, 64, "1")
-    assert template.arg_row(6, [0, 4096, 64, 1.0]) == (6, 0, 0, 64, "1.0")
-    assert template.arg_row(7, [0, 4096, 64, True]) == (7, 0, 0, 64, "true")
-    assert template.arg_row(8, (0, 4096, 64, 1)) == (8, 0, 0, 64, "1")  # a tuple of the same values: kept
-    assert template.arg_row(9, [8, 4096, 64, 1]) == (9, 8, 0, 64, "1")
+
+    def arg_row(launch_id: int, values: Any) -> tuple[Any, ...]:
+        return template.args.params(template.arg_varying(launch_id, values))  # what ``write_templated`` binds
+
+    assert arg_row(5, [0, 4096, 64, 1]) == (5, 0, 0, 64, "1")
+    assert arg_row(6, [0, 4096, 64, 1.0]) == (6, 0, 0, 64, "1.0")
+    assert arg_row(7, [0, 4096, 64, True]) == (7, 0, 0, 64, "true")
+    assert arg_row(8, (0, 4096, 64, 1)) == (8, 0, 0, 64, "1")  # a tuple of the same values: kept
+    assert arg_row(9, [8, 4096, 64, 1]) == (9, 8, 0, 64, "1")
     assert len(template.tails) == 4
 
 

@@ -210,7 +210,9 @@ class RowTemplate:
         self.slots = slots
         self.convert = convert  # a scalar -> the value its record holds (the capture's ``jsonable``)
         self.scalars: dict[tuple[type, Any], Any] = {}  # (type, value) -> its ``value`` column parameter
-        self.tails: dict[tuple[Any, ...], tuple[Any, ...]] = {}  # flat values -> ``arg_row``'s parameters
+        self.tails: dict[
+            tuple[Any, ...], tuple[Any, ...]
+        ] = {}  # flat values -> ``arg_varying``'s after the id
         if args:
             rows = [{**a, "launch_id": 0} for a in args]
             arg_ins = writer._insert(cast(Table, LaunchArg.__table__), list(rows[0]))
@@ -227,17 +229,12 @@ class RowTemplate:
                     cells[i][c] = _Bound(n)
             self.args = Statement("launch_args", cols, [[row[c] for c in cols] for row in cells], n)
 
-    def launch_row(
-        self, launch_id: int, seq: int, grid: Any, started: float, duration: float, created: Any = None
-    ) -> tuple[Any, ...]:
-        """The launch statement's parameters. ``created``: the creation time as its column's processor made
-        it (``created_param``), the same for a batch written in one transaction; None: now."""
-        return self.launch.params(self.launch_varying(launch_id, seq, grid, started, duration, created))
-
     def launch_varying(
         self, launch_id: int, seq: int, grid: Any, started: float, duration: float, created: Any = None
     ) -> tuple[Any, ...]:
-        """The launch statement's varying values (``launch_row`` before its constants are placed)."""
+        """The launch statement's varying values (its parameters are ``launch.params`` of them). ``created``:
+        the creation time as its column's processor made it (``created_param``), the same for a batch written
+        in one transaction; None: now."""
         if created is None:
             created = self.created_param()
         if self.plain:
@@ -251,7 +248,7 @@ class RowTemplate:
                 self.duration(float(duration)),
                 created,
             )
-        p_seq, p_x, p_y, p_z, _p_started, p_duration, _p_created = self.processors
+        p_seq, p_x, p_y, p_z = self.processors[:4]
         return (
             launch_id,
             _bound(p_seq, seq),
@@ -259,7 +256,7 @@ class RowTemplate:
             _bound(p_y, int(grid[1])),
             _bound(p_z, int(grid[2])),
             self.started_text(started),
-            _bound(p_duration, float(duration)),
+            self.duration(float(duration)),
             created,
         )
 
@@ -269,13 +266,9 @@ class RowTemplate:
         now = utcnow()
         return now if p is None else p(now)
 
-    def arg_row(self, launch_id: int, values: Any) -> tuple[Any, ...]:
-        """The argument statement's parameters for launch ``launch_id`` with flat ``values``."""
-        assert self.args is not None
-        return self.args.params(self.arg_varying(launch_id, values))
-
     def arg_varying(self, launch_id: int, values: Any) -> tuple[Any, ...]:
-        """The argument statement's varying values for launch ``launch_id`` with flat ``values``.
+        """The argument statement's varying values for launch ``launch_id`` with flat ``values`` (its parameters
+        are ``args.params`` of them).
 
         A launch-bound program launches each layer with the same values step after step (the caching
         allocator hands back the same addresses; sizes, offsets and scalars repeat), so the parameters
