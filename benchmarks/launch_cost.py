@@ -117,18 +117,20 @@ def measure(variant: str, steps: int = 100) -> Cost:
         raise ValueError(f"variant must be one of {VARIANTS}")
     if shutil.which("valgrind") is None:
         raise RuntimeError("valgrind is not installed (apt-get install valgrind)")
-    folder = Path(tempfile.mkdtemp(prefix="tilelens-launch-cost-"))
     env = dict(os.environ, PYTHONHASHSEED="0")
     env["PYTHONPATH"] = os.pathsep.join(
         p for p in (str(Path(__file__).parent.parent), env.get("PYTHONPATH")) if p
     )
-    done = subprocess.run(command(variant, steps, folder / "cg"), capture_output=True, text=True, env=env)
-    if done.returncode != 0:
-        raise RuntimeError(f"the {variant} child failed:\n{done.stderr[-3000:]}")
-    dumps = sorted(folder.glob("cg.*.1-01")) + sorted(folder.glob("cg.*.2-01"))
-    if len(dumps) != 1:
-        raise RuntimeError(f"expected one dump of the timed loop, found {[p.name for p in dumps]}")
-    return Cost(parse_counts(dumps[0].read_text()), steps * LAUNCHES_PER_STEP)
+    with tempfile.TemporaryDirectory(prefix="tilelens-launch-cost-") as name:
+        folder = Path(name)
+        cmd = command(variant, steps, folder / "cg")
+        done = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        if done.returncode != 0:
+            raise RuntimeError(f"the {variant} child failed:\n{done.stderr[-3000:]}")
+        dumps = sorted(folder.glob("cg.*.1-01")) + sorted(folder.glob("cg.*.2-01"))
+        if len(dumps) != 1:
+            raise RuntimeError(f"expected one dump of the timed loop, found {[p.name for p in dumps]}")
+        return Cost(parse_counts(dumps[0].read_text()), steps * LAUNCHES_PER_STEP)
 
 
 def child(variant: str, steps: int) -> int:
@@ -153,18 +155,19 @@ def child(variant: str, steps: int) -> int:
         finally:
             JITFunction.run = original  # type: ignore[method-assign]
         return 0
-    folder = Path(tempfile.mkdtemp(prefix="tilelens-launch-cost-"))
-    rec = tilelens.Recording(
-        str(folder / "h.db"), folder / "b", backend="compiled", snapshots="none", runner=fake_runner
-    )
-    with rec:
-        for _ in range(WARM_STEPS):
-            step()
-        os.sched_yield()
-        for _ in range(steps):
-            step()
-        os.getppid()
-    return len(rec.launch_ids)
+    with tempfile.TemporaryDirectory(prefix="tilelens-launch-cost-") as name:
+        folder = Path(name)
+        rec = tilelens.Recording(
+            str(folder / "h.db"), folder / "b", backend="compiled", snapshots="none", runner=fake_runner
+        )
+        with rec:
+            for _ in range(WARM_STEPS):
+                step()
+            os.sched_yield()
+            for _ in range(steps):
+                step()
+            os.getppid()
+        return len(rec.launch_ids)
 
 
 def report(costs: dict[str, Cost]) -> str:
