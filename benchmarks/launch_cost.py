@@ -171,6 +171,8 @@ def child(variant: str, steps: int) -> int:
 
 
 def report(costs: dict[str, Cost]) -> str:
+    """A table of the per-launch counts by variant; with both variants, what recording adds and the ratio
+    recorded/untraced of each event and of the estimate."""
     per = {variant: cost.per_launch() for variant, cost in costs.items()}
     lines = [f"{'per launch':<12}" + "".join(f"{name:>10}" for name in (*EVENTS, "~cycles"))]
     for variant, values in per.items():
@@ -189,6 +191,8 @@ def report(costs: dict[str, Cost]) -> str:
 
 
 def main(argv: list[str]) -> int:
+    """``[steps]``: measure both variants and print :func:`report`; ``--child VARIANT STEPS``: the program
+    callgrind runs (:func:`child`)."""
     if argv[:1] == ["--child"]:
         child(argv[1], int(argv[2]))
         return 0
