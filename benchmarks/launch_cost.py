@@ -32,6 +32,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -133,6 +134,16 @@ def measure(variant: str, steps: int = 100) -> Cost:
         return Cost(parse_counts(dumps[0].read_text()), steps * LAUNCHES_PER_STEP)
 
 
+def _counted(step: Callable[[], None], steps: int) -> None:
+    """``WARM_STEPS`` uncounted steps, then ``steps`` between the markers callgrind acts on."""
+    for _ in range(WARM_STEPS):
+        step()
+    os.sched_yield()  # --zero-before
+    for _ in range(steps):
+        step()
+    os.getppid()  # --dump-before
+
+
 def child(variant: str, steps: int) -> int:
     """The counted program: ``steps`` stand-in steps, untraced or recorded (compiled, ``snapshots="none"``),
     between ``os.sched_yield()`` and ``os.getppid()``. Returns the launches recorded (0 untraced)."""
@@ -146,12 +157,7 @@ def child(variant: str, steps: int) -> int:
         original = JITFunction.run
         JITFunction.run = _untraced_run  # type: ignore[method-assign]
         try:
-            for _ in range(WARM_STEPS):
-                step()
-            os.sched_yield()
-            for _ in range(steps):
-                step()
-            os.getppid()
+            _counted(step, steps)
         finally:
             JITFunction.run = original  # type: ignore[method-assign]
         return 0
@@ -161,12 +167,7 @@ def child(variant: str, steps: int) -> int:
             str(folder / "h.db"), folder / "b", backend="compiled", snapshots="none", runner=fake_runner
         )
         with rec:
-            for _ in range(WARM_STEPS):
-                step()
-            os.sched_yield()
-            for _ in range(steps):
-                step()
-            os.getppid()
+            _counted(step, steps)
         return len(rec.launch_ids)
 
 
