@@ -5,7 +5,9 @@ One step is a stack of ``layers`` transformer-MLP blocks in bf16 — Liger RMSNo
 the end, forward only: about ``5 * layers + 1`` launches per step, thousands per measurement. Measured side by
 side in one process: untraced compiled, ``tilelens.record(backend="compiled", snapshots="none")`` and
 ``snapshots="all"`` (the latter over fewer steps: it moves every tensor to the host), plus the device-to-host
-bandwidth of pinned copies and the time ``tilelens trace`` takes per launch.
+bandwidth of pinned copies and the time ``tilelens trace`` takes per launch. Beside TileLens, paired the same
+way, two reference interpositions (``benchmarks.reference_wrappers``) show what being in the launch's call path
+costs at all: a do-nothing Python wrapper, and the least Python capture of a launch.
 """
 
 from __future__ import annotations
@@ -105,12 +107,12 @@ _NATIVE: set[bool] = set()  # whether the templated recordings captured with the
 _WRITER: dict[str, list[float]] = {}  # the writer process's CPU seconds during each recorded loop, by variant
 
 
-def _timed(fn: Any, steps: int) -> float:
+def _timed(fn: Any, steps: int, variant: str = "untraced") -> float:
     torch.cuda.synchronize()
     t0, c0 = time.perf_counter(), time.thread_time()
     for _ in range(steps):
         fn()
-    _CPU.setdefault("untraced", []).append(time.thread_time() - c0)
+    _CPU.setdefault(variant, []).append(time.thread_time() - c0)
     torch.cuda.synchronize()
     return time.perf_counter() - t0
 
@@ -242,6 +244,13 @@ def run(
     out["writer_cpu_us_per_launch_none"] = writer[len(writer) // 2] / launches * 1e6 if writer else None
     out["native_capture"] = "mixed" if len(_NATIVE) > 1 else "yes" if True in _NATIVE else "no"
     out["wall_us_per_launch_untraced"] = min(base) / launches * 1e6
+    # The program thread's added CPU per launch, each recorded sample against the untraced ones around it (the
+    # host's pace moves the minima above by tens of µs between phases; pairing cancels it, as for the ratios).
+    u_cpu = _CPU["untraced"][: samples + 1]
+    out["cpu_extra_us_per_launch_none"] = _median(
+        [(c - (a + b) / 2) / launches * 1e6 for c, a, b in zip(_CPU["none"], u_cpu, u_cpu[1:])]
+    )
+    out.update(_references(step, steps, samples, base[-1], launches))
     out["gpu_busy_per_step_s"] = gpu_busy_per_step(step)
 
     # A long run: tens of thousands of launches, more than the writer's backlog at the end of a short burst
@@ -295,6 +304,38 @@ def run(
     return out
 
 
+def _references(step: Step, steps: int, samples: int, before: float, launches: int) -> dict[str, Any]:
+    """The reference interpositions (``benchmarks.reference_wrappers``), each sample between two untraced
+    ones as the recorded samples are (``before``: the untraced sample just taken): what being in the call
+    path costs before any recording, and what the least Python capture costs, beside TileLens's ratio."""
+    from benchmarks.reference_wrappers import KINDS, installed
+
+    ratios: dict[str, list[float]] = {kind: [] for kind in KINDS}
+    extra_cpu: dict[str, list[float]] = {kind: [] for kind in KINDS}
+    before_cpu = _CPU["untraced"][-1]
+    for _ in range(samples):
+        for kind in KINDS:
+            with installed(kind):
+                t = _timed(step.run, steps, kind)
+            after = _timed(step.run, steps)
+            ratios[kind].append(t / ((before + after) / 2))
+            after_cpu = _CPU["untraced"][-1]
+            extra_cpu[kind].append((_CPU[kind][-1] - (before_cpu + after_cpu) / 2) / launches * 1e6)
+            before, before_cpu = after, after_cpu
+    out: dict[str, Any] = {}
+    for kind, values in ratios.items():
+        values.sort()
+        out[f"reference_{kind}_paired"] = values
+        out[f"reference_{kind}_paired_median"] = values[len(values) // 2]
+        out[f"cpu_extra_us_per_launch_{kind}"] = _median(extra_cpu[kind])
+    return out
+
+
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[len(ordered) // 2]
+
+
 def _us(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.1f} us"
 
@@ -319,6 +360,21 @@ def report(r: dict[str, Any]) -> str:
                 f" {r['long_ratio_none_with_drain']:.3f} (drain {r['long_drain_s']:.2f} s)"
             ]
             if "long_steps" in r
+            else []
+        ),
+        *(
+            [
+                "  references, paired the same way (benchmarks.reference_wrappers): a do-nothing Python wrapper"
+                f" of the runs TileLens intercepts {r['reference_wrapper_paired_median']:.3f}"
+                f" ({min(r['reference_wrapper_paired']):.3f}-{max(r['reference_wrapper_paired']):.3f}); the least"
+                " Python capture (pointer, shape, strides, dtype per tensor; nothing stored)"
+                f" {r['reference_capture_paired_median']:.3f} ({min(r['reference_capture_paired']):.3f}-"
+                f"{max(r['reference_capture_paired']):.3f}); program thread CPU added per launch (paired"
+                f" medians): wrapper {r['cpu_extra_us_per_launch_wrapper']:+.1f} us, capture"
+                f" {r['cpu_extra_us_per_launch_capture']:+.1f} us, TileLens"
+                f" {r['cpu_extra_us_per_launch_none']:+.1f} us"
+            ]
+            if "reference_wrapper_paired" in r
             else []
         ),
         f"  snapshots=all, {r['snapshot_steps']} steps {r['snapshots_all_s']:.3f} s  ratio {r['ratio_all']:.2f}"
