@@ -13,7 +13,11 @@ host's Sapphire Rapids cores: 32 KiB L1i, 48 KiB L1d, 2 MiB L2 as the last level
 untraced and recorded: instructions (Ir), L1 instruction misses (I1mr), L1 data read and write misses (D1mr,
 D1mw), last-level misses (LLm), mispredicted conditional and indirect branches (Bcm, Bim), and a cycle
 estimate from them (:func:`estimated_cycles`). Callgrind counts deterministically, so two code versions can
-be compared on a noisy host; the estimate's weights are typical latencies, not this host's.
+be compared on a noisy host; the estimate's weights are typical latencies, not this host's. What it models is
+a single core's caches and branch predictor without a TLB, so it ranks changes to TileLens's own code well and
+changes to object lifetimes badly: a prototype that kept 16 launches' objects alive to check them in a batch
+counted ~32 % fewer added cycles here and cost ~35 % more added CPU on the H200 (BENCHMARKS.md, 2026-12-02, the
+floor). A change of that kind needs the H200's paired samples, not this count.
 
 Only the timed loop is counted: the child calls ``os.sched_yield()`` before it (callgrind zeroes its counts
 there: ``--zero-before``) and ``os.getppid()`` after it (callgrind writes them out: ``--dump-before``);
