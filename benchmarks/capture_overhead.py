@@ -15,6 +15,8 @@ import sys
 import tempfile
 import time
 import types
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +75,20 @@ def _untraced_run(self: Any, *args: Any, grid: Any, warmup: bool, **kwargs: Any)
     return fake_runner(self, args, grid, kwargs)
 
 
+@contextmanager
+def untraced_launches() -> Iterator[None]:
+    """``JITFunction.run`` as the stand-in compiled launch (:func:`fake_runner`) for the block, Triton's own
+    layers (the autotuner's cache lookup, the grid lambda) left as they are; restored also on error."""
+    from triton.runtime.jit import JITFunction
+
+    original = JITFunction.run
+    JITFunction.run = _untraced_run  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        JITFunction.run = original  # type: ignore[method-assign]
+
+
 def stand_in_step() -> Any:
     """One step of the GPU benchmark's pattern on the CPU: four launches of an autotuned kernel (its tuning
     preset: the stand-in cannot benchmark), one plain launch. Run with :func:`fake_runner` as the runner."""
@@ -93,8 +109,6 @@ def stand_in_step() -> Any:
 
 def run(launches: int = 4000) -> dict[str, float]:
     """Launches alternate as in the GPU benchmark's step: four of an autotuned kernel, one plain."""
-    from triton.runtime.jit import JITFunction
-
     import tilelens
 
     step = stand_in_step()
@@ -102,16 +116,12 @@ def run(launches: int = 4000) -> dict[str, float]:
     launches -= launches % 5
     # Untraced: Triton's own layers (the autotuner's cache lookup, the grid lambda) with the stand-in as the
     # compiled launch.
-    original = JITFunction.run
-    JITFunction.run = _untraced_run  # type: ignore[method-assign]
-    try:
+    with untraced_launches():
         step()
         t0 = time.perf_counter()
         for _ in range(launches // 5):
             step()
         untraced = time.perf_counter() - t0
-    finally:
-        JITFunction.run = original  # type: ignore[method-assign]
     folder = Path(tempfile.mkdtemp(prefix="tilelens-capture-bench-"))
     rec = tilelens.Recording(
         str(folder / "h.db"), folder / "b", backend="compiled", snapshots="none", runner=fake_runner
@@ -136,8 +146,6 @@ def run(launches: int = 4000) -> dict[str, float]:
 def breakdown(launches: int = 3000) -> list[tuple[str, float]]:
     """Where the launch thread's time goes: the recorded loop with stages of the router cut off one by one
     (program-thread CPU µs per launch, best of 3). Benchmark-only monkeypatching of TileLens's router."""
-    from triton.runtime.jit import JITFunction
-
     import tilelens
     from tilelens.core import compiled as C
 
@@ -155,12 +163,8 @@ def breakdown(launches: int = 3000) -> list[tuple[str, float]]:
             best = min(best, (time.thread_time() - c0) / launches * 1e6)
         out.append((label, best))
 
-    original = JITFunction.run
-    JITFunction.run = _untraced_run  # type: ignore[method-assign]
-    try:
+    with untraced_launches():
         measure("untraced (Triton's layers, stand-in launch)")
-    finally:
-        JITFunction.run = original  # type: ignore[method-assign]
     folder = Path(tempfile.mkdtemp(prefix="tilelens-capture-bench-"))
     Router = C.CompiledRouter
     saved = {name: getattr(Router, name) for name in ("launch", "tune", "_launch_unsnapshotted")}

@@ -324,9 +324,8 @@ def _references(step: Step, steps: int, samples: int, before: float, launches: i
             before, before_cpu = after, after_cpu
     out: dict[str, Any] = {}
     for kind, values in ratios.items():
-        values.sort()
-        out[f"reference_{kind}_paired"] = values
-        out[f"reference_{kind}_paired_median"] = values[len(values) // 2]
+        out[f"reference_{kind}_paired"] = sorted(values)
+        out[f"reference_{kind}_paired_median"] = _median(values)
         out[f"cpu_extra_us_per_launch_{kind}"] = _median(extra_cpu[kind])
     return out
 

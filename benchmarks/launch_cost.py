@@ -151,19 +151,13 @@ def _counted(step: Callable[[], None], steps: int) -> None:
 def child(variant: str, steps: int) -> int:
     """The counted program: ``steps`` stand-in steps, untraced or recorded (compiled, ``snapshots="none"``),
     between ``os.sched_yield()`` and ``os.getppid()``. Returns the launches recorded (0 untraced)."""
-    from triton.runtime.jit import JITFunction
-
     import tilelens
-    from benchmarks.capture_overhead import _untraced_run, fake_runner, stand_in_step
+    from benchmarks.capture_overhead import fake_runner, stand_in_step, untraced_launches
 
     step = stand_in_step()
     if variant == "untraced":
-        original = JITFunction.run
-        JITFunction.run = _untraced_run  # type: ignore[method-assign]
-        try:
+        with untraced_launches():
             _counted(step, steps)
-        finally:
-            JITFunction.run = original  # type: ignore[method-assign]
         return 0
     with tempfile.TemporaryDirectory(prefix="tilelens-launch-cost-") as name:
         folder = Path(name)
