@@ -12,6 +12,7 @@ costs at all: a do-nothing Python wrapper, and the least Python capture of a lau
 
 from __future__ import annotations
 
+import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -307,14 +308,23 @@ def run(
 def _references(step: Step, steps: int, samples: int, before: float, launches: int) -> dict[str, Any]:
     """The reference interpositions (``benchmarks.reference_wrappers``), each sample between two untraced
     ones as the recorded samples are (``before``: the untraced sample just taken): what being in the call
-    path costs before any recording, and what the least Python capture costs, beside TileLens's ratio."""
+    path costs before any recording, and what the least Python and C captures cost, beside TileLens's ratio.
+    The C reference is left out (its error kept) when it does not build."""
+    from benchmarks import reference_native
     from benchmarks.reference_wrappers import KINDS, installed
 
-    ratios: dict[str, list[float]] = {kind: [] for kind in KINDS}
-    extra_cpu: dict[str, list[float]] = {kind: [] for kind in KINDS}
+    out: dict[str, Any] = {}
+    kinds = list(KINDS)
+    try:
+        reference_native.build()
+    except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
+        kinds.remove("native")
+        out["reference_native_error"] = str(exc).splitlines()[0][:200]
+    ratios: dict[str, list[float]] = {kind: [] for kind in kinds}
+    extra_cpu: dict[str, list[float]] = {kind: [] for kind in kinds}
     before_cpu = _CPU["untraced"][-1]
     for _ in range(samples):
-        for kind in KINDS:
+        for kind in kinds:
             with installed(kind):
                 t = _timed(step.run, steps, kind)
             after = _timed(step.run, steps)
@@ -322,7 +332,6 @@ def _references(step: Step, steps: int, samples: int, before: float, launches: i
             after_cpu = _CPU["untraced"][-1]
             extra_cpu[kind].append((_CPU[kind][-1] - (before_cpu + after_cpu) / 2) / launches * 1e6)
             before, before_cpu = after, after_cpu
-    out: dict[str, Any] = {}
     for kind, values in ratios.items():
         out[f"reference_{kind}_paired"] = sorted(values)
         out[f"reference_{kind}_paired_median"] = _median(values)
@@ -368,10 +377,23 @@ def report(r: dict[str, Any]) -> str:
                 f" ({min(r['reference_wrapper_paired']):.3f}-{max(r['reference_wrapper_paired']):.3f}); the least"
                 " Python capture (pointer, shape, strides, dtype per tensor; nothing stored)"
                 f" {r['reference_capture_paired_median']:.3f} ({min(r['reference_capture_paired']):.3f}-"
-                f"{max(r['reference_capture_paired']):.3f}); program thread CPU added per launch (paired"
+                f"{max(r['reference_capture_paired']):.3f}); "
+                + (
+                    "the same capture in C, with the grid and the config (benchmarks.reference_native)"
+                    f" {r['reference_native_paired_median']:.3f} ({min(r['reference_native_paired']):.3f}-"
+                    f"{max(r['reference_native_paired']):.3f}); "
+                    if "reference_native_paired" in r
+                    else f"the C capture not run ({r.get('reference_native_error', 'not built')}); "
+                )
+                + "program thread CPU added per launch (paired"
                 f" medians): wrapper {r['cpu_extra_us_per_launch_wrapper']:+.1f} us, capture"
-                f" {r['cpu_extra_us_per_launch_capture']:+.1f} us, TileLens"
-                f" {r['cpu_extra_us_per_launch_none']:+.1f} us"
+                f" {r['cpu_extra_us_per_launch_capture']:+.1f} us, "
+                + (
+                    f"C capture {r['cpu_extra_us_per_launch_native']:+.1f} us, "
+                    if "cpu_extra_us_per_launch_native" in r
+                    else ""
+                )
+                + f"TileLens {r['cpu_extra_us_per_launch_none']:+.1f} us"
             ]
             if "reference_wrapper_paired" in r
             else []

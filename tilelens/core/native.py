@@ -111,9 +111,10 @@ def compiler() -> str | None:
     return None
 
 
-def command(output: Path) -> list[str]:
-    """The compiler command building ``output`` (what ``torch.utils.cpp_extension`` would pass, without
-    needing ninja)."""
+def command(output: Path, sources: tuple[Path, ...] = SOURCES) -> list[str]:
+    """The compiler command building ``output`` from ``sources`` (what ``torch.utils.cpp_extension`` would
+    pass, without needing ninja). The bench's C reference (``benchmarks.reference_native``) is built by it
+    too, so that both are compiled alike."""
     import torch
     from torch.utils import cpp_extension
 
@@ -128,7 +129,7 @@ def command(output: Path) -> list[str]:
         *FLAGS,
         f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
         *(f"-I{p}" for p in includes),
-        *(str(p) for p in SOURCES),
+        *(str(p) for p in sources),
         "-o",
         str(output),
         *(f"-L{p}" for p in libraries),
