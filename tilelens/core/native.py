@@ -50,6 +50,9 @@ from typing import Any
 
 ENV = "TILELENS_NATIVE"
 DIR_ENV = "TILELENS_NATIVE_DIR"
+# 1: build (under another name) and load the profiling module, whose steady launch sums its parts' time-stamp
+# counter ticks (`profile`); for measuring where a launch's time goes, never for recording in earnest.
+PROFILE_ENV = "TILELENS_NATIVE_PROFILE"
 SOURCE = Path(__file__).with_name("native_capture.cpp")
 # Every file the module is built from (the header included by both sources): the build hashes them all.
 SOURCES = (SOURCE, SOURCE.with_name("native_calls.cpp"))
@@ -64,6 +67,13 @@ _background: subprocess.Popen[bytes] | None = None
 # The compiler's options besides paths and libraries; part of the module's name, so that changing one rebuilds
 # it. -O3: gcc then inlines CPython's reference counting where -O2 called a copy of Py_DECREF.
 FLAGS = ("-O3", "-shared", "-fPIC", "-std=c++17", "-w")
+PROFILE_FLAGS = ("-DTILELENS_PROFILE",)
+
+
+def flags() -> tuple[str, ...]:
+    """The compiler's options for the module this program uses: :data:`FLAGS`, and :data:`PROFILE_FLAGS` when
+    ``TILELENS_NATIVE_PROFILE=1``."""
+    return FLAGS + PROFILE_FLAGS if os.environ.get(PROFILE_ENV, "").strip() == "1" else FLAGS
 
 
 def mode() -> str:
@@ -96,7 +106,7 @@ def _name() -> str:
     digest = hashlib.sha256()
     for path in (*SOURCES, *HEADERS):
         digest.update(path.read_bytes())
-    for part in (torch.__version__, torch.__file__, sys.version, sysconfig.get_platform(), *FLAGS):
+    for part in (torch.__version__, torch.__file__, sys.version, sysconfig.get_platform(), *flags()):
         digest.update(b"\0" + str(part).encode())
     suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
     return f"capture-{digest.hexdigest()[:16]}{suffix}"
@@ -126,7 +136,7 @@ def command(output: Path, sources: tuple[Path, ...] = SOURCES) -> list[str]:
     abi = int(bool(torch.compiled_with_cxx11_abi()))
     return [
         cxx,
-        *FLAGS,
+        *(flags() if sources == SOURCES else FLAGS),
         f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
         *(f"-I{p}" for p in includes),
         *(str(p) for p in sources),
@@ -229,6 +239,17 @@ def start_background_build() -> None:
             )
         except OSError:
             _background = None
+
+
+def profile(reset: bool = True) -> dict[str, tuple[int, int]] | None:
+    """Per part of the steady compiled launch (``native_common.h``'s ``Part``), the time-stamp counter ticks
+    and calls summed since the last reset, or None unless this program loaded the profiling build
+    (``TILELENS_NATIVE_PROFILE=1``). ``benchmarks.launch_parts`` reports them."""
+    module = loaded()
+    if module is None:
+        return None
+    parts: dict[str, tuple[int, int]] | None = module.profile(reset)
+    return parts
 
 
 def loaded() -> Any:

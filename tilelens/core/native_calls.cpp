@@ -114,6 +114,7 @@ int passes_through(Intercept* ic, PyObject* obj, PyObject* const* kwvalues, PyOb
 }
 
 PyObject* intercept_vectorcall(PyObject* self, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
+  TL_STAMP(entered);
   Intercept* ic = reinterpret_cast<Intercept*>(self);
   Py_ssize_t n = PyVectorcall_NARGS(nargsf);
   if (ic->original == nullptr) {
@@ -125,8 +126,14 @@ PyObject* intercept_vectorcall(PyObject* self, PyObject* const* args, size_t nar
   if (pass < 0) return nullptr;
   if (pass) return PyObject_Vectorcall(ic->original, args, nargsf, kwnames);
   // The compiled targets take the call as it arrived (what calling them with a tuple and a dict does).
-  if (is_launcher(ic->target)) return launch_vector(ic->target, args, n, kwnames);
-  if (Py_IS_TYPE(ic->target, &TunerType)) return tune_vector(ic->target, args, n, kwnames);
+  if (is_launcher(ic->target)) {
+    TL_PART(PART_INTERCEPT_LAUNCH, entered);
+    return launch_vector(ic->target, args, n, kwnames);
+  }
+  if (Py_IS_TYPE(ic->target, &TunerType)) {
+    TL_PART(PART_INTERCEPT_TUNE, entered);
+    return tune_vector(ic->target, args, n, kwnames);
+  }
   Ref positional(PyTuple_New(n - 1));
   Ref keywords(PyDict_New());
   if (!positional || !keywords) return nullptr;
@@ -424,6 +431,7 @@ PyObject* tune(Tuner* t, PyObject* tuner, TuneArgs& a) {
   PyObject* args = a.args.get();
   if (t->config == nullptr || !PyTuple_CheckExact(args) || (a.kwargs && !PyDict_CheckExact(a.kwargs.get())))
     return call_slow(t->slow, tuner, a);
+  TL_STAMP(entered);
   Ref config(Py_NewRef(t->config));
   Py_ssize_t offsets[NFRAME];
   std::memcpy(offsets, t->offsets, sizeof(offsets));
@@ -450,7 +458,11 @@ PyObject* tune(Tuner* t, PyObject* tuner, TuneArgs& a) {
   PyObject* stack = plan.stack.get();
   if (PyList_Append(stack, frame.get()) < 0) return nullptr;
   ++t->steady;
+  TL_PART(PART_TUNE_BEFORE, entered);
+  TL_STAMP(running);
   Ref result(call_run(PyTuple_GET_ITEM(config.get(), RUN), tuner, a));
+  TL_PART(PART_TUNE_RUN, running);
+  TL_STAMP(ran);
   // `finally`: off the stack, then a fresh tuning's event, also when the run raised.
   PyObject *type, *value, *tb;
   PyErr_Fetch(&type, &value, &tb);
@@ -480,6 +492,7 @@ PyObject* tune(Tuner* t, PyObject* tuner, TuneArgs& a) {
     PyErr_Restore(type, value, tb);
     return nullptr;
   }
+  TL_PART(PART_TUNE_AFTER, ran);
   return result.release();
 }
 

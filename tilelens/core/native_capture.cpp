@@ -1105,6 +1105,7 @@ int options_match(PyObject* k, LaunchArgs& a, PyObject* key, const Slots& slots,
 int steady(const Config& f, const Frames& frame_slots, const Slots& slots, PyObject* k, PyObject* last, PyObject* bound,
            PyObject* result, LaunchArgs& a, PyObject* stack, Probe* probe, Ref& number, Words& words,
            Ref& values, Grid& resolved, KernelKept& kept, Py_ssize_t& plans_kept) {
+  TL_STAMP(capturing);
   Ref plan(slot_or_attr(k, slots.kernel, slots.kernel_at[K_FLAT_PLAN], g_names.flat_plan));
   if (!plan) return -1;
   Values sink{nullptr, &words};
@@ -1122,6 +1123,8 @@ int steady(const Config& f, const Frames& frame_slots, const Slots& slots, PyObj
     if (!again) return PyErr_Occurred() ? -1 : 0;
   }
   PyObject* sig = sig_ref.get();
+  TL_PART(PART_CAPTURE, capturing);
+  TL_STAMP(finding);
   // The compiled kernel's metadata, as the router cached it at this kernel object's first launch.
   PyObject* metadata = Py_None;
   if (result != Py_None && (metadata = kept.metadata.find(result)) == nullptr) {
@@ -1134,7 +1137,11 @@ int steady(const Config& f, const Frames& frame_slots, const Slots& slots, PyObj
     metadata = PyTuple_GET_ITEM(known, 1);
     kept.metadata.keep(result, metadata);
   }
+  TL_PART(PART_METADATA, finding);
+  TL_STAMP(reading_node);
   Ref node(module_global(f[TESTID], g_names.current));
+  TL_PART(PART_NODE, reading_node);
+  TL_STAMP(matching_options);
   if (!node) return -1;
   Ref options;  // `options_key(k, a)`, made only when the last template's cannot be seen equal in place
   int options_same = options_match(k, a, PyTuple_GET_ITEM(last, 2), slots, kept.plan, plans_kept);
@@ -1143,6 +1150,8 @@ int steady(const Config& f, const Frames& frame_slots, const Slots& slots, PyObj
     options.reset(a.options() ? options_key(k, a, slots) : Py_NewRef(Py_None));
     if (!options) return -1;
   }
+  TL_PART(PART_OPTIONS, matching_options);
+  TL_STAMP(matching_frames);
   Ref frames;  // `frames_key(stack)`, made only when the last template's cannot be seen equal in place
   int frames_same = frames_match(frame_slots, stack, PyTuple_GET_ITEM(last, 3));
   if (frames_same < 0) return -1;
@@ -1150,6 +1159,8 @@ int steady(const Config& f, const Frames& frame_slots, const Slots& slots, PyObj
     frames.reset(PyList_GET_SIZE(stack) ? frames_key(frame_slots, stack) : Py_NewRef(Py_None));
     if (!frames) return -1;
   }
+  TL_PART(PART_FRAMES, matching_frames);
+  TL_STAMP(comparing);
   // `_templated`'s test of the kernel's last template, in its order.
   int same = PyTuple_GET_ITEM(last, 0) == f[TEMPLATES];
   if (same) {
@@ -1180,16 +1191,20 @@ int steady(const Config& f, const Frames& frame_slots, const Slots& slots, PyObj
     Ref now(PyTuple_Pack(7, f[TEMPLATES], sig, options.get(), frames.get(), mid.get(), node.get(), found));
     if (!now || PyObject_SetAttr(k, g_names.last_template, now.get()) < 0) return -1;
   }
+  TL_PART(PART_COMPARE, comparing);
+  TL_STAMP(resolving);
   PyObject* value = probe->value != nullptr ? probe->value : Py_None;
-  if (resolved.read(value)) return 1;  // a tuple of ints: what `_grid_of` would resolve it to, without a lookup
-  PyObject* known = PyTuple_CheckExact(value) ? PyDict_GetItemWithError(f[GRIDS], value) : nullptr;
-  if (known != nullptr) {
-    resolved.tuple.reset(Py_NewRef(known));
-  } else {
-    if (PyErr_Occurred()) return -1;
-    resolved.tuple.reset(call_n(f[GRID_OF], {value, bound}));
-    if (!resolved.tuple) return -1;
+  if (!resolved.read(value)) {  // not a tuple of ints (which `_grid_of` would resolve to itself, padded)
+    PyObject* known = PyTuple_CheckExact(value) ? PyDict_GetItemWithError(f[GRIDS], value) : nullptr;
+    if (known != nullptr) {
+      resolved.tuple.reset(Py_NewRef(known));
+    } else {
+      if (PyErr_Occurred()) return -1;
+      resolved.tuple.reset(call_n(f[GRID_OF], {value, bound}));
+      if (!resolved.tuple) return -1;
+    }
   }
+  TL_PART(PART_GRID, resolving);
   return 1;
 }
 
@@ -1510,6 +1525,7 @@ PyObject* run_launch(const Config& f, LaunchArgs& a, PyObject* probe) {
 }
 
 PyObject* launch(Launcher* l, LaunchArgs& a) {
+  TL_STAMP(entered);
   if (l->slow == nullptr) {
     PyErr_SetString(PyExc_RuntimeError, "a cleared launcher");
     return nullptr;
@@ -1601,7 +1617,11 @@ PyObject* launch(Launcher* l, LaunchArgs& a) {
     if (!started.obj) return nullptr;
   }
   if (PyErr_Occurred()) return nullptr;
+  TL_PART(PART_LAUNCH_BEFORE, entered);
+  TL_STAMP(running);
   Ref result(run_launch(f, a, probe_ref.get()));
+  TL_PART(PART_RUN, running);
+  TL_STAMP(ran);
   Ref error;
   if (!result) {  // recorded, then re-raised unchanged (with its traceback) by `after`
     PyObject *type, *value, *tb;
@@ -1624,9 +1644,11 @@ PyObject* launch(Launcher* l, LaunchArgs& a) {
     Ref number, values;
     Grid resolved;
     Words words;  // on this call's stack: a finalizer run meanwhile may launch (and capture) too
+    TL_PART(PART_AFTER_RUN, ran);
     int ok = steady(f, frames, slots, k.get(), last.get(), probe->bound, result.get(), a, stack.get(), probe, number,
                     words, values, resolved, l->kept[place], l->plans_kept);
     if (ok == 1) {
+      TL_STAMP(queueing);
       Launched n;  // the launch's number: its handle
       if (f[QUEUE] != Py_None) {
         if (queue_flat(f[QUEUE], number.get(), started, duration, resolved, values.get(), words, n) < 0)
@@ -1637,11 +1659,14 @@ PyObject* launch(Launcher* l, LaunchArgs& a) {
                                      values.get()}));
         if (!n.obj) return nullptr;
       }
+      TL_PART(PART_QUEUE, queueing);
+      TL_STAMP(attaching);
       if (PyList_GET_SIZE(stack.get())) {
         PyObject* handle = n.get();
         if (handle == nullptr || attach(frames, stack.get(), handle) < 0) return nullptr;
       }
       ++l->steady;
+      TL_PART(PART_ATTACH, attaching);
       return result.release();
     }
     PyErr_Clear();
@@ -1759,6 +1784,42 @@ PyGetSetDef launcher_getset[] = {
     {"enabled", launcher_enabled, nullptr, "whether launches are taken here", nullptr},
     {nullptr, nullptr, nullptr, nullptr, nullptr}};
 
+// `PART_NAMES[part]` names `tilelens_native::Part` `part` (keep in step with the enum).
+const char* const PART_NAMES[tilelens_native::NPARTS] = {
+    "intercept_launch", "intercept_tune", "tune_before", "tune_run", "tune_after", "launch_before",
+    "run",              "after_run",      "capture",     "metadata", "node",      "options",
+    "frames",           "compare",        "grid",        "queue",    "attach"};
+
+// `profile(reset)`: None in an ordinary build; in a profiling build a dict part name -> (ticks, calls) of the
+// time-stamp counter summed since the last reset, and the counts set to zero when `reset` is true.
+PyObject* profile(PyObject*, PyObject* reset) {
+#if TILELENS_PROFILED
+  int clear = PyObject_IsTrue(reset);
+  if (clear < 0) return nullptr;
+  Ref out(PyDict_New());
+  if (!out) return nullptr;
+  for (int i = 0; i < tilelens_native::NPARTS; ++i) {
+    Ref item(Py_BuildValue("(KK)", static_cast<unsigned long long>(tilelens_native::g_part_ticks[i]),
+                           static_cast<unsigned long long>(tilelens_native::g_part_calls[i])));
+    if (!item || PyDict_SetItemString(out.get(), PART_NAMES[i], item.get()) < 0) return nullptr;
+    if (clear) tilelens_native::g_part_ticks[i] = tilelens_native::g_part_calls[i] = 0;
+  }
+  return out.release();
+#else
+  static_cast<void>(reset);
+  Py_RETURN_NONE;
+#endif
+}
+
+// `ticks()`: the time-stamp counter now (profiling builds), else None: what `profile`'s ticks are counted in.
+PyObject* ticks_now(PyObject*, PyObject*) {
+#if TILELENS_PROFILED
+  return PyLong_FromUnsignedLongLong(tilelens_native::ticks());
+#else
+  Py_RETURN_NONE;
+#endif
+}
+
 PyObject* setup(PyObject*, PyObject* tensor_type) {
   if (!PyType_Check(tensor_type)) {
     PyErr_SetString(PyExc_TypeError, "setup(torch.Tensor)");
@@ -1774,6 +1835,8 @@ PyMethodDef methods[] = {
     {"capture", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(capture)), METH_FASTCALL,
      "capture(plan, bound, last) -> (sig, values) | None"},
     {"setup", setup, METH_O, "setup(torch.Tensor): the tensor type captured"},
+    {"profile", profile, METH_O, "profile(reset): per-part (ticks, calls) of a profiling build, else None"},
+    {"ticks", ticks_now, METH_NOARGS, "ticks(): the time-stamp counter in a profiling build, else None"},
     {"metadata_cleared", metadata_cleared, METH_NOARGS,
      "metadata_cleared(): a router's METADATA dict is cleared just now (launchers look it up again)"},
     {"pack_flat", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(pack_flat_py)), METH_FASTCALL,

@@ -13,7 +13,54 @@
 #include <cstdint>
 #include <initializer_list>
 
+#if defined(TILELENS_PROFILE) && (defined(__x86_64__) || defined(__i386__))
+#include <x86intrin.h>
+#define TILELENS_PROFILED 1
+#else
+#define TILELENS_PROFILED 0
+#endif
+
 namespace tilelens_native {
+
+// The parts of a steady compiled launch whose time-stamp-counter ticks a profiling build sums (built with
+// -DTILELENS_PROFILE: `TILELENS_NATIVE_PROFILE=1`, read by `native.profile()`; issue 15). The H200's host is a
+// VM without hardware counters, so this is how the launching thread's time inside TileLens is split there.
+// `PART_NAMES` (native_capture.cpp) names them in this order. An ordinary build compiles the stamps to nothing.
+enum Part : int {
+  PART_INTERCEPT_LAUNCH,  // Intercept's call of a JITFunction.run until the launcher takes it
+  PART_INTERCEPT_TUNE,    // the same for an Autotuner/Heuristics run until the tuner takes it
+  PART_TUNE_BEFORE,       // the tuner: its plan and frame, until Triton's autotuner runs
+  PART_TUNE_RUN,          // Triton's autotuner, the launch inside it included
+  PART_TUNE_AFTER,        // the tuner after it: the frame off the stack
+  PART_LAUNCH_BEFORE,     // the launcher: lookups, the probe, the clocks, until Triton's run
+  PART_RUN,               // Triton's JITFunction.run (the program's grid function through the probe included)
+  PART_AFTER_RUN,         // the clock, until the steady checks
+  PART_CAPTURE,           // the bound arguments read and their signature compared (`capture_sig`)
+  PART_METADATA,          // the compiled kernel's metadata found
+  PART_NODE,              // the pytest node id read
+  PART_OPTIONS,           // the launch options compared in place (`options_match`)
+  PART_FRAMES,            // the autotune/heuristics frames compared in place (`frames_match`)
+  PART_COMPARE,           // the template's test (`_templated`'s order)
+  PART_GRID,              // the grid resolved
+  PART_QUEUE,             // the launch queued for the writer (`queue_flat`)
+  PART_ATTACH,            // its handle given to the innermost tuner frame, until the launcher returns
+  NPARTS
+};
+
+#if TILELENS_PROFILED
+inline uint64_t g_part_ticks[NPARTS];
+inline uint64_t g_part_calls[NPARTS];
+inline uint64_t ticks() { return __rdtsc(); }
+inline void add_part(Part part, uint64_t since) {
+  g_part_ticks[part] += __rdtsc() - since;
+  ++g_part_calls[part];
+}
+#define TL_STAMP(name) const uint64_t name = tilelens_native::ticks()
+#define TL_PART(part, since) tilelens_native::add_part(tilelens_native::part, since)
+#else
+#define TL_STAMP(name) static_cast<void>(0)
+#define TL_PART(part, since) static_cast<void>(0)
+#endif
 
 // An owned reference, released at the end of its scope.
 struct Ref {

@@ -1,0 +1,47 @@
+"""``benchmarks.launch_parts`` and the profiling build behind it (``TILELENS_NATIVE_PROFILE=1``): every part of
+the steady compiled launch is stamped exactly as often as it runs, on the CPU stand-in step (four autotuned
+launches and one plain launch a step, all steady after the warm-up), and an ordinary build has no profile."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tilelens.core import native
+
+ROOT = Path(__file__).resolve().parents[2]
+STEPS = 30
+PER_STEP = {"launch": 5, "tune": 4}  # capture_overhead.stand_in_step
+TUNER_PARTS = ("intercept_tune", "tune_before", "tune_run", "tune_after")
+
+
+def test_every_part_of_the_steady_launch_is_counted_once_a_launch() -> None:
+    env = {k: v for k, v in os.environ.items() if k != native.PROFILE_ENV}
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.launch_parts", "--stand-in", "--steps", str(STEPS), "--json"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout)
+    assert result["launches"] == STEPS * PER_STEP["launch"]
+    parts = result["parts"]
+    assert len(parts) == 17 and list(parts)[:2] == ["intercept_launch", "intercept_tune"]
+    for name, (ticks, calls) in parts.items():
+        expected = STEPS * (PER_STEP["tune"] if name in TUNER_PARTS else PER_STEP["launch"])
+        assert calls == expected, name
+        assert ticks > 0, name
+    assert result["ticks_per_second"] > 1e8
+
+
+def test_an_ordinary_build_has_no_profile() -> None:
+    assert native.flags() == native.FLAGS
+    module = native.load()
+    assert module is not None  # conftest builds it
+    assert module.profile(True) is None and module.ticks() is None
