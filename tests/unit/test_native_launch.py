@@ -108,10 +108,10 @@ def _recorded_both_ways(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, program: Callable[[Any], None], launches: int
 ) -> tuple[list[Any], list[Any], tuple[int, int, int]]:
     """``program(router)`` recorded with the compiled module on and off (``_recording_as``): the rows with it,
-    the rows without it, and the launcher's (steady, fallbacks, plans_kept) after it. Each recording must
+    the rows without it, and the launcher's (steady, fallbacks, plans_kept, recent) after it. Each recording must
     have written ``launches`` launches and no failure."""
     rows: dict[str, list[Any]] = {}
-    counts = (0, 0, 0)
+    counts = (0, 0, 0, 0)
     for native in ("1", "0"):
         rec, db, blobs = _recording_as(native, tmp_path, monkeypatch)
         with rec:
@@ -120,7 +120,7 @@ def _recorded_both_ways(
             program(router)
             if native == "1":
                 launcher = router._launcher
-                counts = (launcher.steady, launcher.fallbacks, launcher.plans_kept)
+                counts = (launcher.steady, launcher.fallbacks, launcher.plans_kept, launcher.recent)
         assert rec.write_failure is None and len(rec.launch_ids) == launches
         rows[native] = _all_rows(db, blobs)
     return rows["1"], rows["0"], counts
@@ -324,6 +324,51 @@ def test_one_kernel_launched_through_different_layers_takes_each_layers_template
     assert rows == py_rows
 
 
+def test_a_kernel_alternating_between_templates_finds_each_among_its_recent_ones(
+    tmp_path: Path, native_module: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A kernel launched in turn with a few templates (one matmul at a layer's projection shapes, each with
+    its own tuning) finds each one among its recent templates in place (``RecentTemplates``) instead of
+    looking its key up: the launcher learns them from its own lookups, so the first round is Python's, the
+    second looks each up once, and every later launch is found in place. Tuning keys and configs differ
+    between the templates (the frames), as do a constexpr and a scalar's type (the signature); the rows are
+    the Python router's."""
+    x = torch.arange(48, dtype=torch.float32)
+    tuned_add.cache.clear()
+    tuned_add.cache[(40, "torch.float32", "torch.float32")] = tuned_add.configs[0]
+    tuned_add.cache[(48, "torch.float32", "torch.float32")] = tuned_add.configs[1]
+    tuned_add.cache[(44, "torch.float32", "torch.float32")] = tuned_add.configs[
+        0
+    ]  # differs from 40's in frames only
+    assert tuned_add.configs[0].kwargs != tuned_add.configs[1].kwargs
+    rounds = 4
+
+    def program(router: Any) -> None:
+        out = torch.zeros(48)
+        for _ in range(rounds):
+            scale_kernel[(3,)](x, out, 40, 2.0, BLOCK=16)
+            scale_kernel[(3,)](x, out, 40, 2, BLOCK=16)  # an int factor: another signature
+            scale_kernel[(6,)](x, out, 40, 2.0, BLOCK=8)  # another constexpr
+            tuned_add[(2,)](x, out, 40, 0.5)
+            tuned_add[(2,)](x, out, 48, 0.5)  # another tuning key and config: other frames
+            tuned_add[(2,)](x, out, 44, 0.5)  # another tuning key, 40's config: its frames tell it apart
+
+    launches = 6 * rounds
+    rows, py_rows, counts = _recorded_both_ways(tmp_path, monkeypatch, program, launches)
+    assert rows == py_rows
+    steady, fallbacks, _, recent = counts
+    assert (steady, fallbacks) == (launches - 6, 6)  # round 1 makes the six templates (Python)
+    # Round 2: every launch differs from its kernel's last template. Each kernel's first two are looked up
+    # (a lookup keeps the template it leaves and the one it finds), its third is found: the template it left
+    # at its first lookup (for tuned_add's 44, after 40's template, equal but for the frames). Later rounds:
+    # all six found in place.
+    assert recent == 2 + 6 * (rounds - 2)
+    chosen = [r[0]["config"]["autotune"]["chosen"]["kwargs"] for r in rows if "autotune" in r[0]["config"]]
+    assert chosen == [tuned_add.configs[i].kwargs for i in (0, 1, 0)] * rounds
+    blocks = [r[0]["config"]["constexprs"]["BLOCK"] for r in rows if "autotune" not in r[0]["config"]]
+    assert blocks == [16, 16, 8] * rounds
+
+
 def test_launch_options_are_told_apart_by_value_and_order_as_the_python_router_does(
     tmp_path: Path, native_module: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -441,7 +486,7 @@ def test_options_from_a_new_names_tuple_each_call_are_compared_by_name_for_each_
     # each kernel's fifth and sixth launches (4 warps) compare through it, and no launch in the other order
     # does. Two kernels at one place (1 in 64) take turns there and keep nothing.
     kept = 4 if _place(scale_kernel) != _place(plain) else 0
-    assert counts == (13, 5, kept)
+    assert counts[:3] == (13, 5, kept)
     assert [r[0]["config"]["options"] for r in rows[:2]] == [
         {"num_warps": 2},
         {"num_stages": 1, "num_warps": 2},

@@ -330,29 +330,49 @@ bool add_runtime(PyObject* v, Scratch& s, Values& values) {
   return false;
 }
 
-// `last` when the scratch signature equals it; else a new Sig (nullptr and an exception on failure, or
-// nullptr with no exception when a constexpr value cannot be compared or hashed).
-PyObject* sig_of(Scratch& s, PyObject* last) {
+// Candidate signatures a capture compares its scratch with before making a Sig (borrowed; any object, only
+// Sigs compared): a kernel's last template's, then its recent ones' (`RecentTemplates`).
+struct Candidates {
+  static constexpr int kMax = 8;
+  PyObject* sig[kMax];
+  int n = 0;
+  void add(PyObject* s) {
+    if (n < kMax && s != nullptr) sig[n++] = s;
+  }
+};
+
+// 1: the scratch signature equals `last` (a Sig); 0: it does not, or a constexpr value cannot be compared
+// (then `uncomparable`, the error cleared).
+int scratch_equals(const Scratch& s, PyObject* last, bool& uncomparable) {
+  if (Py_TYPE(last) != &SigType) return 0;
   Py_ssize_t n = static_cast<Py_ssize_t>(s.code.size());
   Py_ssize_t m = static_cast<Py_ssize_t>(s.constexprs.size());
-  if (last != nullptr && Py_TYPE(last) == &SigType) {
-    Sig* l = reinterpret_cast<Sig*>(last);
-    if (Py_SIZE(l) == n && PyTuple_GET_SIZE(l->values) == m &&
-        std::memcmp(l->code, s.code.data(), sizeof(int64_t) * n) == 0) {
-      bool same = true;
-      for (Py_ssize_t i = 0; i < m && same; ++i) {
-        int eq = PyObject_RichCompareBool(s.constexprs[i], PyTuple_GET_ITEM(l->values, i), Py_EQ);
-        if (eq < 0) {
-          PyErr_Clear();
-          return nullptr;
-        }
-        same = eq == 1;
-      }
-      if (same) {
-        Py_INCREF(last);
-        return last;
-      }
+  Sig* l = reinterpret_cast<Sig*>(last);
+  if (Py_SIZE(l) != n || PyTuple_GET_SIZE(l->values) != m ||
+      std::memcmp(l->code, s.code.data(), sizeof(int64_t) * n) != 0)
+    return 0;
+  for (Py_ssize_t i = 0; i < m; ++i) {
+    int eq = PyObject_RichCompareBool(s.constexprs[i], PyTuple_GET_ITEM(l->values, i), Py_EQ);
+    if (eq < 0) {
+      PyErr_Clear();
+      uncomparable = true;
+      return 0;
     }
+    if (eq == 0) return 0;
+  }
+  return 1;
+}
+
+// The first of `candidates` the scratch signature equals, itself (a new reference), so that a check of a
+// template's signature is one identity test; else a new Sig (nullptr and an exception on failure, or nullptr
+// with no exception when a constexpr value cannot be compared or hashed).
+PyObject* sig_of(Scratch& s, const Candidates& candidates) {
+  Py_ssize_t n = static_cast<Py_ssize_t>(s.code.size());
+  Py_ssize_t m = static_cast<Py_ssize_t>(s.constexprs.size());
+  bool uncomparable = false;
+  for (int i = 0; i < candidates.n; ++i) {
+    if (scratch_equals(s, candidates.sig[i], uncomparable) == 1) return Py_NewRef(candidates.sig[i]);
+    if (uncomparable) return nullptr;
   }
   Sig* sig = PyObject_NewVar(Sig, &SigType, n);
   if (sig == nullptr) return nullptr;
@@ -426,7 +446,8 @@ int walk(PyObject* order, PyObject* bound, Scratch& s, Values& values) {
 
 // The launch's Sig (`last` itself when equal), its values put into `values`. nullptr with an exception: the
 // plan has no name tuples; nullptr without one: the launch is not templatable, however that was found.
-PyObject* capture_sig(PyObject* plan, PyObject* bound, PyObject* last, Values& values, const Slots& slots) {
+PyObject* capture_sig(PyObject* plan, PyObject* bound, const Candidates& last, Values& values,
+                      const Slots& slots) {
   if (!PyDict_Check(bound)) return nullptr;
   // Triton binds every parameter, in order: then the dict is read in one walk instead of a lookup a name.
   Ref order(slot_or_attr(plan, slots.plan, slots.order_at, g_order_name));
@@ -468,7 +489,9 @@ PyObject* capture_impl(PyObject* plan, PyObject* bound, PyObject* last) {
   Ref list(PyList_New(0));
   if (!list) return nullptr;
   Values values{list.get(), nullptr};
-  Ref sig(capture_sig(plan, bound, last, values, Slots{}));
+  Candidates candidates;
+  if (last != Py_None) candidates.add(last);
+  Ref sig(capture_sig(plan, bound, candidates, values, Slots{}));
   if (!sig) {
     if (PyErr_Occurred()) return nullptr;
     Py_RETURN_NONE;
@@ -688,17 +711,60 @@ struct MetaCache {
   }
 };
 
+// The templates a kernel's launches were lately found under (`RoutedKernel.last_template` values: 7-tuples
+// (templates, sig, options, frames, metadata id, node id, number)), most recent first. A kernel whose launches
+// alternate between a few templates (one matmul at the shapes of a layer's projections, each with its own
+// tuned config) finds each of them here in place, as it finds its last one, instead of making the whole key,
+// looking it up and making a new last template (~4 k cycles a launch on the H200). A tuple is a template the
+// templates table numbered (its `templates` item tells which table: the launch checks that it is the
+// recording's); the table never renumbers a key, so a tuple stays true while its table is the recording's.
+// Owned references, cleared with the launcher's configuration.
+struct RecentTemplates {
+  static constexpr int kRecent = 4;
+  PyObject* kernel = nullptr;  // the kernel record these are of
+  PyObject* items[kRecent] = {};
+
+  // `t` first, the others after it in their order (the least recent dropped when full).
+  void note(PyObject* k, PyObject* t) {
+    if (k != kernel) {
+      clear();
+      kernel = Py_NewRef(k);
+    }
+    if (items[0] == t) return;
+    int at = kRecent - 1;  // where `t` was, or the last place (its item dropped)
+    for (int i = 1; i < kRecent; ++i)
+      if (items[i] == t) at = i;
+    PyObject* dropped = items[at] == t ? nullptr : items[at];
+    Py_XINCREF(items[at] == t ? nullptr : t);
+    for (int i = at; i > 0; --i) items[i] = items[i - 1];
+    items[0] = t;
+    Py_XDECREF(dropped);
+  }
+  void clear() {
+    Py_CLEAR(kernel);
+    for (PyObject*& t : items) Py_CLEAR(t);
+  }
+  int traverse(visitproc visit, void* arg) {
+    Py_VISIT(kernel);
+    for (PyObject* t : items) Py_VISIT(t);
+    return 0;
+  }
+};
+
 // What the launcher keeps for the kernel at one place of its `seen`.
 struct KernelKept {
   PlanCache plan;
   MetaCache metadata;
+  RecentTemplates recent;
 
   void clear() {
     plan.clear();
     metadata.clear();
+    recent.clear();
   }
   int traverse(visitproc visit, void* arg) {
     if (int r = plan.traverse(visit, arg)) return r;
+    if (int r = recent.traverse(visit, arg)) return r;
     return metadata.traverse(visit, arg);
   }
 };
@@ -723,6 +789,7 @@ struct Launcher {
   PyObject* seen[kSeen];
   KernelKept kept[kSeen];  // for the kernel at the same place in `seen`
   Py_ssize_t plans_kept;  // launches whose options `options_match` compared with a kept plan (a diagnostic)
+  Py_ssize_t recent;  // launches whose template was one of their kernel's recent ones (a diagnostic)
 };
 
 PyTypeObject LauncherType = {PyVarObject_HEAD_INIT(nullptr, 0)};
@@ -1102,9 +1169,34 @@ int options_match(PyObject* k, LaunchArgs& a, PyObject* key, const Slots& slots,
 // values are set: as `words` when they fit it and the launcher queues (`QUEUE`), else as the list `values`.
 // 0: a new template, or anything unusual, or a failure (any exception is cleared by the caller): Python
 // decides, from the same facts.
+// Whether template `c` (a `RoutedKernel.last_template` value) is this launch's, every part of its key seen
+// equal in place as `_templated`'s test would find it: the recording's templates table, an equal signature,
+// the compiled kernel's metadata, the pytest node id, the launch options and the frames. 1 equal; 0 not, or
+// not certain (the caller then looks the key up); -1 and an exception when reading failed as making the key
+// would have.
+int in_place(PyObject* c, PyObject* templates, PyObject* sig, PyObject* metadata, PyObject* node,
+             const Frames& frame_slots, PyObject* stack, PyObject* k, LaunchArgs& a, const Slots& slots,
+             KernelKept& kept, Py_ssize_t& plans_kept) {
+  if (!PyTuple_CheckExact(c) || PyTuple_GET_SIZE(c) != 7 || PyTuple_GET_ITEM(c, 0) != templates) return 0;
+  PyObject* signature = PyTuple_GET_ITEM(c, 1);
+  if (signature != sig) {
+    if (Py_TYPE(signature) != &SigType || Py_TYPE(sig) != &SigType) return 0;
+    int eq = sig_equal(reinterpret_cast<Sig*>(signature), reinterpret_cast<Sig*>(sig));
+    if (eq <= 0) return eq;
+  }
+  void* mid = PyLong_AsVoidPtr(PyTuple_GET_ITEM(c, 4));
+  if (mid == nullptr && PyErr_Occurred()) return -1;
+  if (mid != metadata) return 0;
+  int eq = PyObject_RichCompareBool(PyTuple_GET_ITEM(c, 5), node, Py_EQ);
+  if (eq <= 0) return eq;
+  int options = options_match(k, a, PyTuple_GET_ITEM(c, 2), slots, kept.plan, plans_kept);
+  if (options <= 0) return options;
+  return frames_match(frame_slots, stack, PyTuple_GET_ITEM(c, 3));
+}
+
 int steady(const Config& f, const Frames& frame_slots, const Slots& slots, PyObject* k, PyObject* last, PyObject* bound,
            PyObject* result, LaunchArgs& a, PyObject* stack, Probe* probe, Ref& number, Words& words,
-           Ref& values, Grid& resolved, KernelKept& kept, Py_ssize_t& plans_kept) {
+           Ref& values, Grid& resolved, KernelKept& kept, Py_ssize_t& plans_kept, Py_ssize_t& recent_hits) {
   TL_STAMP(capturing);
   Ref plan(slot_or_attr(k, slots.kernel, slots.kernel_at[K_FLAT_PLAN], g_names.flat_plan));
   if (!plan) return -1;
@@ -1114,12 +1206,20 @@ int steady(const Config& f, const Frames& frame_slots, const Slots& slots, PyObj
     if (!values) return -1;
     sink = Values{values.get(), nullptr};
   }
-  Ref sig_ref(capture_sig(plan.get(), bound, PyTuple_GET_ITEM(last, 1), sink, slots));
+  Candidates candidates;  // the signatures a capture is compared with before it makes one
+  candidates.add(PyTuple_GET_ITEM(last, 1));
+  if (kept.recent.kernel == k)
+    for (PyObject* c : kept.recent.items)
+      if (c != nullptr && c != last && PyTuple_CheckExact(c) && PyTuple_GET_SIZE(c) == 7)
+        candidates.add(PyTuple_GET_ITEM(c, 1));
+  Ref sig_ref(capture_sig(plan.get(), bound, candidates, sink, slots));
   if (!sig_ref) return PyErr_Occurred() ? -1 : 0;
   if (sink.words != nullptr && !words.fits) {  // a value needs marshal: the list after all
     values.reset(PyList_New(0));
     Values list{values.get(), nullptr};
-    Ref again(values ? capture_sig(plan.get(), bound, sig_ref.get(), list, slots) : nullptr);
+    Candidates same;
+    same.add(sig_ref.get());
+    Ref again(values ? capture_sig(plan.get(), bound, same, list, slots) : nullptr);
     if (!again) return PyErr_Occurred() ? -1 : 0;
   }
   PyObject* sig = sig_ref.get();
@@ -1141,57 +1241,87 @@ int steady(const Config& f, const Frames& frame_slots, const Slots& slots, PyObj
   TL_STAMP(reading_node);
   Ref node(module_global(f[TESTID], g_names.current));
   TL_PART(PART_NODE, reading_node);
-  TL_STAMP(matching_options);
   if (!node) return -1;
-  Ref options;  // `options_key(k, a)`, made only when the last template's cannot be seen equal in place
-  int options_same = options_match(k, a, PyTuple_GET_ITEM(last, 2), slots, kept.plan, plans_kept);
-  if (options_same < 0) return -1;
-  if (!options_same) {
-    options.reset(a.options() ? options_key(k, a, slots) : Py_NewRef(Py_None));
-    if (!options) return -1;
-  }
-  TL_PART(PART_OPTIONS, matching_options);
-  TL_STAMP(matching_frames);
-  Ref frames;  // `frames_key(stack)`, made only when the last template's cannot be seen equal in place
-  int frames_same = frames_match(frame_slots, stack, PyTuple_GET_ITEM(last, 3));
-  if (frames_same < 0) return -1;
-  if (!frames_same) {
-    frames.reset(PyList_GET_SIZE(stack) ? frames_key(frame_slots, stack) : Py_NewRef(Py_None));
-    if (!frames) return -1;
-  }
-  TL_PART(PART_FRAMES, matching_frames);
-  TL_STAMP(comparing);
-  // `_templated`'s test of the kernel's last template, in its order.
-  int same = PyTuple_GET_ITEM(last, 0) == f[TEMPLATES];
+  TL_STAMP(testing_last);
+  // `_templated`'s test of the kernel's last template, its parts seen in place: 1 equal, 2 equal but for the
+  // launch options or frames, which could not be seen equal in place (their keys are compared below), 0 not.
+  int options_same = 0, frames_same = 0;
+  int same = PyTuple_GET_ITEM(last, 0) == f[TEMPLATES] && PyTuple_GET_ITEM(last, 1) == sig;
   if (same) {
     void* mid = PyLong_AsVoidPtr(PyTuple_GET_ITEM(last, 4));
     if (mid == nullptr && PyErr_Occurred()) return -1;
     same = mid == metadata;
   }
   if (same) same = PyObject_RichCompareBool(PyTuple_GET_ITEM(last, 5), node.get(), Py_EQ);
-  if (same == 1) same = PyTuple_GET_ITEM(last, 1) == sig;  // the capture returns `last[1]` when equal
-  if (same == 1 && !options_same) same = PyObject_RichCompareBool(PyTuple_GET_ITEM(last, 2), options.get(), Py_EQ);
-  if (same == 1 && !frames_same) same = PyObject_RichCompareBool(PyTuple_GET_ITEM(last, 3), frames.get(), Py_EQ);
   if (same < 0) return -1;
   if (same) {
-    number.reset(Py_NewRef(PyTuple_GET_ITEM(last, 6)));
-  } else {  // the hashed lookup: key (kernel number, sig, options, frames, metadata id, node id)
-    if (!frames) frames.reset(PyList_GET_SIZE(stack) ? frames_key(frame_slots, stack) : Py_NewRef(Py_None));
-    if (!options) options.reset(a.options() ? options_key(k, a, slots) : Py_NewRef(Py_None));
-    if (!frames || !options) return -1;
-    Ref kernel_number(PyObject_GetAttr(k, g_names.number));
-    Ref mid(PyLong_FromVoidPtr(metadata));
-    Ref table(PyObject_GetAttr(f[TEMPLATES], g_names.numbers));
-    if (!kernel_number || !mid || !table || !PyDict_CheckExact(table.get())) return -1;
-    Ref key(PyTuple_Pack(6, kernel_number.get(), sig, options.get(), frames.get(), mid.get(), node.get()));
-    if (!key) return -1;
-    PyObject* found = PyDict_GetItemWithError(table.get(), key.get());
-    if (found == nullptr) return PyErr_Occurred() ? -1 : 0;
-    number.reset(Py_NewRef(found));
-    Ref now(PyTuple_Pack(7, f[TEMPLATES], sig, options.get(), frames.get(), mid.get(), node.get(), found));
-    if (!now || PyObject_SetAttr(k, g_names.last_template, now.get()) < 0) return -1;
+    options_same = options_match(k, a, PyTuple_GET_ITEM(last, 2), slots, kept.plan, plans_kept);
+    if (options_same < 0) return -1;
+    frames_same = frames_match(frame_slots, stack, PyTuple_GET_ITEM(last, 3));
+    if (frames_same < 0) return -1;
+    same = options_same && frames_same ? 1 : 2;
   }
-  TL_PART(PART_COMPARE, comparing);
+  TL_PART(PART_LAST, testing_last);
+  TL_STAMP(testing_recent);
+  PyObject* chosen = same == 1 ? last : nullptr;  // borrowed: the template this launch is of
+  if (chosen == nullptr && kept.recent.kernel == k) {
+    for (PyObject* c : kept.recent.items) {
+      if (c == nullptr || c == last) continue;
+      int m = in_place(c, f[TEMPLATES], sig, metadata, node.get(), frame_slots, stack, k, a, slots, kept, plans_kept);
+      if (m < 0) return -1;
+      if (m == 1) {
+        chosen = c;
+        break;
+      }
+    }
+    if (chosen != nullptr) {
+      Ref keep(Py_NewRef(chosen));  // `note` below may drop the recent list's reference
+      if (PyObject_SetAttr(k, g_names.last_template, chosen) < 0) return -1;
+      kept.recent.note(k, chosen);
+      ++recent_hits;
+      number.reset(Py_NewRef(PyTuple_GET_ITEM(chosen, 6)));
+    }
+  } else if (chosen != nullptr) {
+    number.reset(Py_NewRef(PyTuple_GET_ITEM(chosen, 6)));
+  }
+  TL_PART(PART_RECENT, testing_recent);
+  TL_STAMP(looking_up);
+  if (chosen == nullptr) {
+    // The keys: compared with the last template's when only they were uncertain, else looked up whole (key:
+    // kernel number, sig, options, frames, metadata id, node id).
+    Ref options(options_same ? nullptr : a.options() ? options_key(k, a, slots) : Py_NewRef(Py_None));
+    Ref frames(frames_same ? nullptr
+                           : PyList_GET_SIZE(stack) ? frames_key(frame_slots, stack)
+                                                    : Py_NewRef(Py_None));
+    if ((!options_same && !options) || (!frames_same && !frames)) return -1;
+    if (same == 2) {
+      same = 1;
+      if (!options_same) same = PyObject_RichCompareBool(PyTuple_GET_ITEM(last, 2), options.get(), Py_EQ);
+      if (same == 1 && !frames_same) same = PyObject_RichCompareBool(PyTuple_GET_ITEM(last, 3), frames.get(), Py_EQ);
+      if (same < 0) return -1;
+    }
+    if (same == 1) {
+      number.reset(Py_NewRef(PyTuple_GET_ITEM(last, 6)));
+    } else {
+      if (!frames) frames.reset(PyList_GET_SIZE(stack) ? frames_key(frame_slots, stack) : Py_NewRef(Py_None));
+      if (!options) options.reset(a.options() ? options_key(k, a, slots) : Py_NewRef(Py_None));
+      if (!frames || !options) return -1;
+      Ref kernel_number(PyObject_GetAttr(k, g_names.number));
+      Ref mid(PyLong_FromVoidPtr(metadata));
+      Ref table(PyObject_GetAttr(f[TEMPLATES], g_names.numbers));
+      if (!kernel_number || !mid || !table || !PyDict_CheckExact(table.get())) return -1;
+      Ref key(PyTuple_Pack(6, kernel_number.get(), sig, options.get(), frames.get(), mid.get(), node.get()));
+      if (!key) return -1;
+      PyObject* found = PyDict_GetItemWithError(table.get(), key.get());
+      if (found == nullptr) return PyErr_Occurred() ? -1 : 0;
+      number.reset(Py_NewRef(found));
+      Ref now(PyTuple_Pack(7, f[TEMPLATES], sig, options.get(), frames.get(), mid.get(), node.get(), found));
+      if (!now || PyObject_SetAttr(k, g_names.last_template, now.get()) < 0) return -1;
+      kept.recent.note(k, last);  // the one it follows stays at hand
+      kept.recent.note(k, now.get());
+    }
+  }
+  TL_PART(PART_LOOKUP, looking_up);
   TL_STAMP(resolving);
   PyObject* value = probe->value != nullptr ? probe->value : Py_None;
   if (!resolved.read(value)) {  // not a tuple of ints (which `_grid_of` would resolve to itself, padded)
@@ -1646,7 +1776,7 @@ PyObject* launch(Launcher* l, LaunchArgs& a) {
     Words words;  // on this call's stack: a finalizer run meanwhile may launch (and capture) too
     TL_PART(PART_AFTER_RUN, ran);
     int ok = steady(f, frames, slots, k.get(), last.get(), probe->bound, result.get(), a, stack.get(), probe, number,
-                    words, values, resolved, l->kept[place], l->plans_kept);
+                    words, values, resolved, l->kept[place], l->plans_kept, l->recent);
     if (ok == 1) {
       TL_STAMP(queueing);
       Launched n;  // the launch's number: its handle
@@ -1719,6 +1849,7 @@ PyObject* launcher_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
   for (PyObject*& k : l->seen) k = nullptr;
   for (KernelKept& c : l->kept) c = KernelKept{};
   l->plans_kept = 0;
+  l->recent = 0;
   PyObject_GC_Track(l);
   return reinterpret_cast<PyObject*>(l);
 }
@@ -1778,6 +1909,8 @@ PyMemberDef launcher_members[] = {
     {"fallbacks", T_PYSSIZET, offsetof(Launcher, fallbacks), READONLY, "launches given to Python"},
     {"plans_kept", T_PYSSIZET, offsetof(Launcher, plans_kept), READONLY,
      "launches whose options were compared through the plan kept for their kernel and keyword names"},
+    {"recent", T_PYSSIZET, offsetof(Launcher, recent), READONLY,
+     "launches whose template was one of their kernel's recent ones, not the last one (a diagnostic)"},
     {nullptr, 0, 0, 0, nullptr}};
 
 PyGetSetDef launcher_getset[] = {
@@ -1787,8 +1920,8 @@ PyGetSetDef launcher_getset[] = {
 // `PART_NAMES[part]` names `tilelens_native::Part` `part` (keep in step with the enum).
 const char* const PART_NAMES[tilelens_native::NPARTS] = {
     "intercept_launch", "intercept_tune", "tune_before", "tune_run", "tune_after", "launch_before",
-    "run",              "after_run",      "capture",     "metadata", "node",      "options",
-    "frames",           "compare",        "grid",        "queue",    "attach"};
+    "run",              "after_run",      "capture",     "metadata", "node",      "last",
+    "recent",           "lookup",         "grid",        "queue",    "attach"};
 
 // `profile(reset)`: None in an ordinary build; in a profiling build a dict part name -> (ticks, calls) of the
 // time-stamp counter summed since the last reset, and the counts set to zero when `reset` is true.
