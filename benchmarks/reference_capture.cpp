@@ -12,7 +12,8 @@
 // heuristics pass their chosen config and values as keyword arguments, so the record has them without an
 // interception of the autotuner). Tags: kTensor (dtype, device type, device index, dims; sizes; strides;
 // storage offset, storage pointer, storage bytes), kInt, kFloat (bits), kBool, kNone, kOther (the object's
-// address: a recorder would intern it). A callable grid is replaced for the call by a probe kept per thread
+// address: a recorder would intern it). The grid is the keyword argument named by the interned "grid" (as
+// Triton's `kernel[grid](...)` passes it). A callable grid is replaced for the call by a probe kept per thread
 // (no allocation a launch) that calls it and writes the dims it returns; a tuple grid is read directly.
 //
 // What it leaves out, on purpose: templates, checks, queueing to another process, autotuner frames, pytest

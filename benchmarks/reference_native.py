@@ -146,6 +146,8 @@ def records() -> list[Launch]:
     at = 0
     while at < len(words):
         out.append(_launch(words, at, names))
+        if words[at + 1] < HEAD:
+            raise RuntimeError(f"a record of {words[at + 1]} words at word {at}")
         at += words[at + 1]
     if len(out) != taken:
         raise RuntimeError(f"{len(out)} records read, {taken} taken")
@@ -164,12 +166,12 @@ def _float(word: int) -> float:
 def _launch(words: memoryview, at: int, names: tuple[tuple[str, ...], ...]) -> Launch:
     if words[at] != MARK:
         raise RuntimeError(f"no record at word {at}")
-    slot, count = words[at + 3], words[at + 4]
+    slot, nvalues = words[at + 3], words[at + 4]
     known = words[at + 8]
     grid = tuple(_signed(words[at + 5 + i]) for i in range(known)) if known else None
     values: list[Any] = []
     i = at + HEAD
-    for _ in range(count):
+    for _ in range(nvalues):
         tag = words[i]
         if tag == TENSOR:
             dtype, device_type, index, dims = words[i + 1], words[i + 2], _signed(words[i + 3]), words[i + 4]

@@ -444,7 +444,7 @@ int walk(PyObject* order, PyObject* bound, Scratch& s, Values& values) {
   return 1;
 }
 
-// The launch's Sig (`last` itself when equal), its values put into `values`. nullptr with an exception: the
+// The launch's Sig (the first of `last` it equals, itself), its values put into `values`. nullptr with an exception: the
 // plan has no name tuples; nullptr without one: the launch is not templatable, however that was found.
 PyObject* capture_sig(PyObject* plan, PyObject* bound, const Candidates& last, Values& values,
                       const Slots& slots) {
@@ -1164,11 +1164,6 @@ int options_match(PyObject* k, LaunchArgs& a, PyObject* key, const Slots& slots,
   return 1;
 }
 
-// 1: the launch is of a template already made: its kernel's last one (`last`), or one found in the templates
-// table by its key (then it becomes the kernel's last, as `_templated` does); `number`, `resolved` and the
-// values are set: as `words` when they fit it and the launcher queues (`QUEUE`), else as the list `values`.
-// 0: a new template, or anything unusual, or a failure (any exception is cleared by the caller): Python
-// decides, from the same facts.
 // Whether template `c` (a `RoutedKernel.last_template` value) is this launch's, every part of its key seen
 // equal in place as `_templated`'s test would find it: the recording's templates table, an equal signature,
 // the compiled kernel's metadata, the pytest node id, the launch options and the frames. 1 equal; 0 not, or
@@ -1194,6 +1189,12 @@ int in_place(PyObject* c, PyObject* templates, PyObject* sig, PyObject* metadata
   return frames_match(frame_slots, stack, PyTuple_GET_ITEM(c, 3));
 }
 
+// 1: the launch is of a template already made: its kernel's last one (`last`), one of its recent ones seen
+// equal in place, or one found in the templates table by its key (either then becomes the kernel's last, as
+// `_templated` makes the one it finds); `number`, `resolved` and the
+// values are set: as `words` when they fit it and the launcher queues (`QUEUE`), else as the list `values`.
+// 0: a new template, or anything unusual, or a failure (any exception is cleared by the caller): Python
+// decides, from the same facts.
 int steady(const Config& f, const Frames& frame_slots, const Slots& slots, PyObject* k, PyObject* last, PyObject* bound,
            PyObject* result, LaunchArgs& a, PyObject* stack, Probe* probe, Ref& number, Words& words,
            Ref& values, Grid& resolved, KernelKept& kept, Py_ssize_t& plans_kept, Py_ssize_t& recent_hits) {
