@@ -46,7 +46,8 @@ def measure(stand_in: bool, steps: int) -> dict[str, Any]:
     module = native.load()
     if module is None or native.profile() is None:
         raise RuntimeError(
-            "the profiling build is not loaded: set TILELENS_NATIVE_PROFILE=1 before TileLens loads"
+            "no profile: the profiling build (x86-64 only) must be asked for with TILELENS_NATIVE_PROFILE=1"
+            " before TileLens loads its module"
         )
     if stand_in:
         from benchmarks.capture_overhead import fake_runner, stand_in_step
