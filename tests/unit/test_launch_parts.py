@@ -6,9 +6,13 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from tilelens.core import native
 
@@ -18,7 +22,10 @@ PER_STEP = {"launch": 5, "tune": 4}  # capture_overhead.stand_in_step
 TUNER_PARTS = ("intercept_tune", "tune_before", "tune_run", "tune_after")
 
 
-def test_every_part_of_the_steady_launch_is_counted_once_a_launch() -> None:
+@pytest.mark.skipif(
+    platform.machine() not in ("x86_64", "AMD64"), reason="the profiling build is x86-64 only"
+)
+def test_every_part_of_the_steady_launch_is_counted_once_a_launch(native_module: Any) -> None:
     env = {k: v for k, v in os.environ.items() if k != native.PROFILE_ENV}
     done = subprocess.run(
         [sys.executable, "-m", "benchmarks.launch_parts", "--stand-in", "--steps", str(STEPS), "--json"],
@@ -40,8 +47,6 @@ def test_every_part_of_the_steady_launch_is_counted_once_a_launch() -> None:
     assert result["ticks_per_second"] > 1e8
 
 
-def test_an_ordinary_build_has_no_profile() -> None:
+def test_an_ordinary_build_has_no_profile(native_module: Any) -> None:
     assert native.flags() == native.FLAGS
-    module = native.load()
-    assert module is not None  # conftest builds it
-    assert module.profile(True) is None and module.ticks() is None
+    assert native_module.profile(True) is None and native_module.ticks() is None

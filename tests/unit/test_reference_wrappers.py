@@ -100,7 +100,9 @@ def test_the_capture_keeps_a_bounded_list(
 
 
 @pytest.mark.parametrize("kind", reference_wrappers.KINDS)
-def test_triton_methods_are_restored_also_after_an_error(kind: str) -> None:
+def test_triton_methods_are_restored_also_after_an_error(kind: str, request: pytest.FixtureRequest) -> None:
+    if kind == "native":
+        request.getfixturevalue("native_module")  # a C++ compiler (skips without one, except under CI)
     before = (JITFunction.run, Autotuner.run, Heuristics.run)
     with pytest.raises(RuntimeError, match="inside"), reference_wrappers.installed(kind):
         assert JITFunction.run is not before[0]
@@ -117,7 +119,7 @@ def _storage(t: torch.Tensor) -> tuple[int, int, int]:
 
 
 def test_the_c_reference_passes_calls_through_and_records_them_exactly(
-    fake_compiled: list, tensors: dict
+    fake_compiled: list, tensors: dict, native_module: Any
 ) -> None:
     expected = _launch_both(tensors)
     untraced = [(j, a, {k: v for k, v in kw.items() if k != "grid"}) for j, a, kw in fake_compiled]
@@ -148,7 +150,9 @@ def test_the_c_reference_passes_calls_through_and_records_them_exactly(
     assert rms.started >= mm.started and mm.duration >= 0 and rms.duration >= 0
 
 
-def test_the_c_reference_records_views_at_their_offset_and_passes_errors_through(fake_compiled: list) -> None:
+def test_the_c_reference_records_views_at_their_offset_and_passes_errors_through(
+    fake_compiled: list, native_module: Any
+) -> None:
     base = torch.arange(4096, dtype=torch.float32).reshape(64, 64)
     view = base[3:, 1::2]  # offset 3 * 64 + 1, strides (64, 2)
 
