@@ -282,6 +282,66 @@ def test_threads_launching_at_once_each_get_their_launches_recorded(
     assert sum(1 for r in rows if r[0]["grid_x"] == 2) == 400
 
 
+def test_threads_alternating_templates_of_one_kernel_each_get_the_template_of_their_launch(
+    tmp_path: Path, native_module: Any
+) -> None:
+    """Four threads each alternate between templates of the same two kernels at once, so the kernels' recent
+    templates (one list per kernel, shared by the threads) change while other threads test them: every launch
+    is recorded with its own template's signature (the scalar's type and the constexpr of scale_kernel's
+    launches, the constexprs its tuning key's config gave tuned_add's). Not asserted: the autotuner's chosen
+    config as the rows name it, which TileLens reads from the autotuner's ``best_config``, an attribute the
+    threads share (a known race, in the Python router too)."""
+    import threading
+    from collections import Counter
+
+    tuned_add.cache.clear()
+    tuned_add.cache[(40, "torch.float32", "torch.float32")] = tuned_add.configs[0]
+    tuned_add.cache[(48, "torch.float32", "torch.float32")] = tuned_add.configs[1]
+    tuned_add.cache[(44, "torch.float32", "torch.float32")] = tuned_add.configs[0]
+    blocks = {n: tuned_add.cache[(n, "torch.float32", "torch.float32")].kwargs["BLOCK"] for n in (40, 48, 44)}
+    rec = _recording(tmp_path)
+    errors: list[BaseException] = []
+    rounds = 60
+
+    def work(t: int) -> None:
+        try:
+            x, out = torch.arange(48, dtype=torch.float32), torch.zeros(48)
+            for _ in range(rounds):
+                scale_kernel[(3,)](x, out, 40, 2.0, BLOCK=16)
+                scale_kernel[(3,)](x, out, 40, t, BLOCK=16)
+                scale_kernel[(6,)](x, out, 40, 2.0, BLOCK=8)
+                for n in (40, 48, 44):
+                    tuned_add[(2,)](x, out, n, 0.5)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    with rec:
+        launcher = rec._compiled._launcher  # type: ignore[union-attr]
+        threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    assert errors == [] and rec.write_failure is None and len(rec.launch_ids) == 4 * rounds * 6
+    assert launcher.recent > 0
+    rows = _all_rows(tmp_path / "h.db", tmp_path / "b")
+    scaled = Counter(
+        (r[1][3]["value_type"], r[1][3]["value"], r[0]["config"]["constexprs"]["BLOCK"])
+        for r in rows
+        if "autotune" not in r[0]["config"]
+    )
+    assert scaled == Counter(
+        {("float", 2.0, 16): 4 * rounds, ("float", 2.0, 8): 4 * rounds}
+        | {("int", t, 16): rounds for t in range(4)}
+    )
+    tuned = Counter(
+        (r[1][2]["value"], r[0]["config"]["constexprs"]["BLOCK"])
+        for r in rows
+        if "autotune" in r[0]["config"]
+    )
+    assert tuned == Counter({(n, blocks[n]): 4 * rounds for n in (40, 48, 44)})
+
+
 def test_a_steady_launch_with_an_int_past_64_bits_is_marshalled_and_stores_the_python_routers_rows(
     tmp_path: Path, native_module: Any, monkeypatch: pytest.MonkeyPatch, queued: list[bytes]
 ) -> None:

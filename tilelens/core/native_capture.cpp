@@ -1207,12 +1207,17 @@ int steady(const Config& f, const Frames& frame_slots, const Slots& slots, PyObj
     if (!values) return -1;
     sink = Values{values.get(), nullptr};
   }
-  Candidates candidates;  // the signatures a capture is compared with before it makes one
-  candidates.add(PyTuple_GET_ITEM(last, 1));
+  // The kernel's recent templates, held for this call: a Python call below (a frame's attribute, an
+  // equality) may let another thread's launch of this kernel change the kept list meanwhile.
+  Ref recent[RecentTemplates::kRecent];
+  int nrecent = 0;
   if (kept.recent.kernel == k)
     for (PyObject* c : kept.recent.items)
       if (c != nullptr && c != last && PyTuple_CheckExact(c) && PyTuple_GET_SIZE(c) == 7)
-        candidates.add(PyTuple_GET_ITEM(c, 1));
+        recent[nrecent++].reset(Py_NewRef(c));
+  Candidates candidates;  // the signatures a capture is compared with before it makes one
+  candidates.add(PyTuple_GET_ITEM(last, 1));
+  for (int i = 0; i < nrecent; ++i) candidates.add(PyTuple_GET_ITEM(recent[i].get(), 1));
   Ref sig_ref(capture_sig(plan.get(), bound, candidates, sink, slots));
   if (!sig_ref) return PyErr_Occurred() ? -1 : 0;
   if (sink.words != nullptr && !words.fits) {  // a value needs marshal: the list after all
@@ -1265,9 +1270,9 @@ int steady(const Config& f, const Frames& frame_slots, const Slots& slots, PyObj
   TL_PART(PART_LAST, testing_last);
   TL_STAMP(testing_recent);
   PyObject* chosen = same == 1 ? last : nullptr;  // borrowed: the template this launch is of
-  if (chosen == nullptr && kept.recent.kernel == k) {
-    for (PyObject* c : kept.recent.items) {
-      if (c == nullptr || c == last) continue;
+  if (chosen == nullptr && nrecent > 0) {
+    for (int i = 0; i < nrecent; ++i) {
+      PyObject* c = recent[i].get();
       int m = in_place(c, f[TEMPLATES], sig, metadata, node.get(), frame_slots, stack, k, a, slots, kept, plans_kept);
       if (m < 0) return -1;
       if (m == 1) {
@@ -1275,8 +1280,7 @@ int steady(const Config& f, const Frames& frame_slots, const Slots& slots, PyObj
         break;
       }
     }
-    if (chosen != nullptr) {
-      Ref keep(Py_NewRef(chosen));  // `note` below may drop the recent list's reference
+    if (chosen != nullptr) {  // held in `recent` until the call returns
       if (PyObject_SetAttr(k, g_names.last_template, chosen) < 0) return -1;
       kept.recent.note(k, chosen);
       ++recent_hits;
