@@ -282,15 +282,16 @@ def test_threads_launching_at_once_each_get_their_launches_recorded(
     assert sum(1 for r in rows if r[0]["grid_x"] == 2) == 400
 
 
+@pytest.mark.parametrize("native", ["1", "0"])
 def test_threads_alternating_templates_of_one_kernel_each_get_the_template_of_their_launch(
-    tmp_path: Path, native_module: Any
+    tmp_path: Path, native_module: Any, monkeypatch: pytest.MonkeyPatch, native: str
 ) -> None:
     """Four threads each alternate between templates of the same two kernels at once, so the kernels' recent
-    templates (one list per kernel, shared by the threads) change while other threads test them: every launch
-    is recorded with its own template's signature (the scalar's type and the constexpr of scale_kernel's
-    launches, the constexprs its tuning key's config gave tuned_add's). Not asserted: the autotuner's chosen
-    config as the rows name it, which TileLens reads from the autotuner's ``best_config``, an attribute the
-    threads share (a known race, in the Python router too)."""
+    templates (one list per kernel, shared by the threads) change while other threads test them, and the
+    autotuner's ``best_config`` (one attribute, set by every thread's call) changes between a call's choice and
+    its launch: every launch is recorded with its own template (the scalar's type and the constexpr of
+    scale_kernel's launches; the config its tuning key chose for tuned_add's, as the launch's constexprs and
+    as the rows' chosen config), with the launcher and with the Python router alone."""
     import threading
     from collections import Counter
 
@@ -299,7 +300,7 @@ def test_threads_alternating_templates_of_one_kernel_each_get_the_template_of_th
     tuned_add.cache[(48, "torch.float32", "torch.float32")] = tuned_add.configs[1]
     tuned_add.cache[(44, "torch.float32", "torch.float32")] = tuned_add.configs[0]
     blocks = {n: tuned_add.cache[(n, "torch.float32", "torch.float32")].kwargs["BLOCK"] for n in (40, 48, 44)}
-    rec = _recording(tmp_path)
+    rec, db, blobs = _recording_as(native, tmp_path, monkeypatch)
     errors: list[BaseException] = []
     rounds = 60
 
@@ -323,8 +324,8 @@ def test_threads_alternating_templates_of_one_kernel_each_get_the_template_of_th
         for thread in threads:
             thread.join()
     assert errors == [] and rec.write_failure is None and len(rec.launch_ids) == 4 * rounds * 6
-    assert launcher.recent > 0
-    rows = _all_rows(tmp_path / "h.db", tmp_path / "b")
+    assert (launcher.recent > 0) if native == "1" else launcher is None
+    rows = _all_rows(db, blobs)
     scaled = Counter(
         (r[1][3]["value_type"], r[1][3]["value"], r[0]["config"]["constexprs"]["BLOCK"])
         for r in rows
@@ -335,11 +336,18 @@ def test_threads_alternating_templates_of_one_kernel_each_get_the_template_of_th
         | {("int", t, 16): rounds for t in range(4)}
     )
     tuned = Counter(
-        (r[1][2]["value"], r[0]["config"]["constexprs"]["BLOCK"])
+        (
+            r[1][2]["value"],
+            r[0]["config"]["constexprs"]["BLOCK"],
+            r[0]["config"]["autotune"]["chosen"]["kwargs"]["BLOCK"],
+            r[0]["config"]["options"]["num_warps"],
+            r[0]["config"]["autotune"]["chosen"]["num_warps"],
+        )
         for r in rows
         if "autotune" in r[0]["config"]
     )
-    assert tuned == Counter({(n, blocks[n]): 4 * rounds for n in (40, 48, 44)})
+    warps = {n: tuned_add.cache[(n, "torch.float32", "torch.float32")].num_warps for n in (40, 48, 44)}
+    assert tuned == Counter({(n, blocks[n], blocks[n], warps[n], warps[n]): 4 * rounds for n in (40, 48, 44)})
 
 
 def test_a_steady_launch_with_an_int_past_64_bits_is_marshalled_and_stores_the_python_routers_rows(

@@ -106,6 +106,25 @@ def autotune_key_positional(plan: tuple[int, ...], arg_names: Any, args: tuple[A
     return tuple(key)
 
 
+def used_config(autotuner: Any, key: Any) -> Any:
+    """The config ``autotuner`` launches a call with: its cache's entry for the call's tuning ``key`` when it
+    tunes (3.6 through 3.9: ``config = self.cache[key]`` with more than one config), its one config when it has
+    one. ``best_config`` only when neither is known: every thread's call of the autotuner sets that attribute,
+    so read during or after a launch it may be another thread's choice."""
+    if key is not None:
+        cache = getattr(autotuner, "cache", None)
+        try:
+            config = cache.get(key) if isinstance(cache, dict) else None
+        except TypeError:  # an unhashable key
+            config = None
+        if config is not None:
+            return config
+    configs = getattr(autotuner, "configs", None)
+    if isinstance(configs, list) and len(configs) == 1:
+        return configs[0]
+    return getattr(autotuner, "best_config", None)
+
+
 def jit_source(fn: Any) -> str:
     src = getattr(fn, "src", None)
     if src is None:

@@ -408,9 +408,10 @@ class CompiledRouter:
             metadata = known[1] if known is not None and known[0] is result else self._metadata(result)
         templates = self._templates
         try:
-            # What the frames say is decided by the frames' objects, the chosen config object and the tuning
-            # key (heuristics values are constexpr arguments: in ``sig``), so those stand in the key for
-            # ``_context``'s texts and dicts; the template keeps the objects named by identity alive.
+            # What the frames say is decided by the frames' objects and the tuning key (the chosen config's
+            # values are the launch's constexprs and options, heuristics values constexpr arguments: in
+            # ``sig`` and ``options``), so those stand in the key for ``_context``'s texts and dicts; the
+            # template keeps the objects named by identity alive.
             frames = None if not stack else tuple(map(frame_key, stack))
             # The launch options only: keyword arguments that are parameters are in ``sig``/``values`` (a key
             # holding the program's tensors would keep them alive, and miss on every launch).
@@ -436,11 +437,7 @@ class CompiledRouter:
         resolved = self._grid_of(probe.value, bound)
         if number is None:
             raw = self._raw(k, None, (), None, probe, kwargs, stack, result, None, started, duration)
-            alive = (
-                metadata,
-                [f.layer for f in stack],
-                [getattr(f.layer, "best_config", None) for f in stack],
-            )
+            alive = (metadata, [f.layer for f in stack])
             number = templates.add(key, body_of(raw, slots_of(k.params, bound)), alive)
             if number is None:
                 return None
@@ -523,8 +520,9 @@ class CompiledRouter:
         return metadata
 
     def _context(self, stack: list[Frame], bound: dict[str, Any]) -> tuple[Any, ...]:
-        """What the frames say about this launch, read now (a later tuning may change ``best_config``), as
-        plain values: the chosen config as ``(its dict,)``, the heuristics' values, the tuning key as its text."""
+        """What the frames say about this launch, read now (a later tuning may change the autotuner's cache),
+        as plain values: the chosen config as ``(its dict,)`` (the one Triton launched the call with:
+        ``compat.used_config``), the heuristics' values, the tuning key as its text."""
         tuner: Any = None
         key_frame: Frame | None = None
         heuristics = _NO_HEURISTICS
@@ -538,7 +536,8 @@ class CompiledRouter:
                 tuner = f.layer
             if f.tuned:
                 key_frame = f
-        best = None if tuner is None else self._best(getattr(tuner, "best_config", None))
+        key = None if key_frame is None or key_frame.layer is not tuner else self._full_key(key_frame)
+        best = None if tuner is None else self._best(compat.used_config(tuner, key))
         if key_frame is None:
             return best, heuristics, None
         text = key_frame.key_text

@@ -90,9 +90,14 @@ def key_values(f: Frame) -> tuple[Any, ...] | None:
 
 
 def frame_key(f: Frame) -> tuple[Any, ...]:
-    """A frame's part of a template key (``CompiledRouter._templated``)."""
+    """A frame's part of a template key (``CompiledRouter._templated``): the layer, and an autotuner's tuning
+    key or a heuristics layer's names. Not the autotuner's ``best_config``: every thread's call of it sets that
+    attribute, so another thread's call may have changed it by the time this launch is checked. The config a
+    launch used is told apart without it: its meta-parameters are the launch's constexprs (in the template's
+    signature) and its ``num_warps``/``num_stages``/``num_ctas``/``maxnreg`` the launch's options (in its
+    options key), which is all ``config_dict`` stores of it."""
     if f.tuner:
-        return (id(f.layer), id(getattr(f.layer, "best_config", None)), f.key, key_values(f))
+        return (id(f.layer), f.key, key_values(f))
     return (id(f.layer), f.heuristics)
 
 

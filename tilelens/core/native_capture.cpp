@@ -931,18 +931,11 @@ PyObject* frames_key(const Frames& frames, PyObject* stack) {
     Ref id(PyLong_FromVoidPtr(layer.get()));
     if (!id) return nullptr;
     PyObject* item;
-    if (is) {
-      Ref best(PyObject_GetAttr(layer.get(), g_names.best_config));
-      if (!best) {
-        if (!PyErr_ExceptionMatches(PyExc_AttributeError)) return nullptr;
-        PyErr_Clear();
-        best.reset(Py_NewRef(Py_None));
-      }
-      Ref best_id(PyLong_FromVoidPtr(best.get()));
+    if (is) {  // not the autotuner's `best_config`, which another thread's call may have set (`frame_key`)
       Ref key(frames.get(frame, tilelens_native::FRAME_KEY, g_names.key));
       Ref values(frames.key_values(frame));
-      if (!best_id || !key || !values) return nullptr;
-      item = PyTuple_Pack(4, id.get(), best_id.get(), key.get(), values.get());
+      if (!key || !values) return nullptr;
+      item = PyTuple_Pack(3, id.get(), key.get(), values.get());
     } else {
       Ref heuristics(frames.get(frame, tilelens_native::FRAME_HEURISTICS, g_names.heuristics));
       if (!heuristics) return nullptr;
@@ -971,28 +964,17 @@ int frames_match(const Frames& frames, PyObject* stack, PyObject* key) {
     if (!tuner || !layer) return -1;
     int is = PyObject_IsTrue(tuner.get());
     if (is < 0) return -1;
-    if (!PyTuple_CheckExact(item) || PyTuple_GET_SIZE(item) != (is ? 4 : 2)) return 0;
+    if (!PyTuple_CheckExact(item) || PyTuple_GET_SIZE(item) != (is ? 3 : 2)) return 0;
     PyObject* id = PyTuple_GET_ITEM(item, 0);
     if (!PyLong_CheckExact(id) || PyLong_AsVoidPtr(id) != layer.get()) {
       PyErr_Clear();
       return 0;
     }
     if (is) {
-      Ref best(PyObject_GetAttr(layer.get(), g_names.best_config));
-      if (!best) {
-        if (!PyErr_ExceptionMatches(PyExc_AttributeError)) return -1;
-        PyErr_Clear();
-        best.reset(Py_NewRef(Py_None));
-      }
-      PyObject* best_id = PyTuple_GET_ITEM(item, 1);
-      if (!PyLong_CheckExact(best_id) || PyLong_AsVoidPtr(best_id) != best.get()) {
-        PyErr_Clear();
-        return 0;
-      }
       Ref tuning_key(frames.get(frame, tilelens_native::FRAME_KEY, g_names.key));
       if (!tuning_key) return -1;
-      int eq = equal_values(PyTuple_GET_ITEM(item, 2), tuning_key.get());
-      if (eq == 1) eq = frames.key_values_equal(frame, PyTuple_GET_ITEM(item, 3));
+      int eq = equal_values(PyTuple_GET_ITEM(item, 1), tuning_key.get());
+      if (eq == 1) eq = frames.key_values_equal(frame, PyTuple_GET_ITEM(item, 2));
       if (eq != 1) {
         PyErr_Clear();
         return 0;

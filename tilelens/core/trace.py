@@ -165,7 +165,7 @@ class _InterpretedLeaf(compat.KernelInterface):  # type: ignore[misc]  # Triton 
             if frame.trial:
                 meta.role = "autotune-trial"
             else:
-                best = getattr(frame.tuner, "best_config", None)
+                best = compat.used_config(frame.tuner, frame.key)
                 meta.autotune = {"chosen": config_dict(best) if best is not None else None}
         return meta
 
