@@ -7,8 +7,8 @@ what varies, as a flat tuple (:data:`Flat`), and the rest is a *template* made o
 * the template key (:meth:`Templates.key`): the kernel, every runtime argument's kind (a tensor's dtype, shape,
   strides and device; a scalar's type; None), every constexpr's type and value, the launch's keyword
   arguments, what the autotune/heuristics frames say (the layers, the tuning key; the chosen config's values
-  are the launch's constexprs and options), the compiled kernel's metadata (by the cached dict's identity, which the template keeps alive) and the
-  pytest node id. A change in any of them is a miss: a new template.
+  are the launch's constexprs and options), the compiled kernel's metadata (by the cached dict's identity,
+  which the template keeps alive) and the pytest node id. A change in any of them is a miss: a new template.
 * the flat values: per tensor (in the kernel's parameter order) its storage offset, storage pointer and
   storage bytes; per scalar its value. With the start time, duration and resolved grid.
 * the template body (:func:`body_of`): the snapped argument list with those values blanked, where they go
