@@ -15,12 +15,10 @@ word by word as the C++ wrote them, or raises when the ring was overwritten mean
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import os
 import subprocess
 import sys
-import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -90,11 +88,7 @@ class Launch:
 
 
 def target() -> Path:
-    digest = hashlib.sha256(SOURCE.read_bytes())
-    for part in (torch.__version__, torch.__file__, sys.version, sysconfig.get_platform(), *native.FLAGS):
-        digest.update(b"\0" + str(part).encode())
-    suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
-    return native.cache_dir() / f"reference-{digest.hexdigest()[:16]}{suffix}"
+    return native.cache_dir() / native.built_name("reference", (SOURCE,), native.FLAGS)
 
 
 def build() -> Path:

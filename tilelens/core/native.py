@@ -101,15 +101,21 @@ def target() -> Path:
 
 @functools.cache
 def _name() -> str:
+    return built_name("capture", (*SOURCES, *HEADERS), flags())
+
+
+def built_name(prefix: str, files: tuple[Path, ...], options: tuple[str, ...]) -> str:
+    """The file name of a module built from ``files`` with ``options``, for this torch and this Python: a
+    change in any of them is another name, so it is built anew (also the bench's C reference's)."""
     import torch
 
     digest = hashlib.sha256()
-    for path in (*SOURCES, *HEADERS):
+    for path in files:
         digest.update(path.read_bytes())
-    for part in (torch.__version__, torch.__file__, sys.version, sysconfig.get_platform(), *flags()):
+    for part in (torch.__version__, torch.__file__, sys.version, sysconfig.get_platform(), *options):
         digest.update(b"\0" + str(part).encode())
     suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
-    return f"capture-{digest.hexdigest()[:16]}{suffix}"
+    return f"{prefix}-{digest.hexdigest()[:16]}{suffix}"
 
 
 def compiler() -> str | None:

@@ -330,14 +330,24 @@ bool add_runtime(PyObject* v, Scratch& s, Values& values) {
   return false;
 }
 
-// Candidate signatures a capture compares its scratch with before making a Sig (borrowed; any object, only
-// Sigs compared): a kernel's last template's, then its recent ones' (`RecentTemplates`).
+// The signatures a capture compares its scratch with before it makes a Sig (borrowed; any object, only Sigs
+// compared): `first` (a kernel's last template's), then, only when it differs, those of `templates` (the
+// kernel's recent ones, `RecentTemplates`: 7-tuples, `skip` left out), read then, so that a launch like its
+// kernel's last one never touches them. Nothing from the capture's start to its end runs Python code (the
+// constexpr values compared are ints, floats, bools, strs or None): no other thread changes that list meanwhile.
 struct Candidates {
-  static constexpr int kMax = 8;
-  PyObject* sig[kMax];
-  int n = 0;
-  void add(PyObject* s) {
-    if (n < kMax && s != nullptr) sig[n++] = s;
+  PyObject* first = nullptr;
+  PyObject* const* templates = nullptr;
+  int ntemplates = 0;
+  PyObject* skip = nullptr;
+
+  int count() const { return 1 + ntemplates; }
+  // The `i`-th candidate signature, or nullptr where there is none.
+  PyObject* at(int i) const {
+    if (i == 0) return first;
+    PyObject* t = templates[i - 1];
+    if (t == nullptr || t == skip || !PyTuple_CheckExact(t) || PyTuple_GET_SIZE(t) != 7) return nullptr;
+    return PyTuple_GET_ITEM(t, 1);
   }
 };
 
@@ -370,8 +380,10 @@ PyObject* sig_of(Scratch& s, const Candidates& candidates) {
   Py_ssize_t n = static_cast<Py_ssize_t>(s.code.size());
   Py_ssize_t m = static_cast<Py_ssize_t>(s.constexprs.size());
   bool uncomparable = false;
-  for (int i = 0; i < candidates.n; ++i) {
-    if (scratch_equals(s, candidates.sig[i], uncomparable) == 1) return Py_NewRef(candidates.sig[i]);
+  for (int i = 0; i < candidates.count(); ++i) {
+    PyObject* candidate = candidates.at(i);
+    if (candidate == nullptr) continue;
+    if (scratch_equals(s, candidate, uncomparable) == 1) return Py_NewRef(candidate);
     if (uncomparable) return nullptr;
   }
   Sig* sig = PyObject_NewVar(Sig, &SigType, n);
@@ -490,7 +502,7 @@ PyObject* capture_impl(PyObject* plan, PyObject* bound, PyObject* last) {
   if (!list) return nullptr;
   Values values{list.get(), nullptr};
   Candidates candidates;
-  if (last != Py_None) candidates.add(last);
+  candidates.first = last;
   Ref sig(capture_sig(plan, bound, candidates, values, Slots{}));
   if (!sig) {
     if (PyErr_Occurred()) return nullptr;
@@ -734,8 +746,9 @@ struct RecentTemplates {
     int at = kRecent - 1;  // where `t` was, or the last place (its item dropped)
     for (int i = 1; i < kRecent; ++i)
       if (items[i] == t) at = i;
-    PyObject* dropped = items[at] == t ? nullptr : items[at];
-    Py_XINCREF(items[at] == t ? nullptr : t);
+    const bool kept = items[at] == t;
+    PyObject* dropped = kept ? nullptr : items[at];
+    if (!kept) Py_INCREF(t);
     for (int i = at; i > 0; --i) items[i] = items[i - 1];
     items[0] = t;
     Py_XDECREF(dropped);
@@ -1189,24 +1202,20 @@ int steady(const Config& f, const Frames& frame_slots, const Slots& slots, PyObj
     if (!values) return -1;
     sink = Values{values.get(), nullptr};
   }
-  // The kernel's recent templates, held for this call: a Python call below (a frame's attribute, an
-  // equality) may let another thread's launch of this kernel change the kept list meanwhile.
-  Ref recent[RecentTemplates::kRecent];
-  int nrecent = 0;
-  if (kept.recent.kernel == k)
-    for (PyObject* c : kept.recent.items)
-      if (c != nullptr && c != last && PyTuple_CheckExact(c) && PyTuple_GET_SIZE(c) == 7)
-        recent[nrecent++].reset(Py_NewRef(c));
   Candidates candidates;  // the signatures a capture is compared with before it makes one
-  candidates.add(PyTuple_GET_ITEM(last, 1));
-  for (int i = 0; i < nrecent; ++i) candidates.add(PyTuple_GET_ITEM(recent[i].get(), 1));
+  candidates.first = PyTuple_GET_ITEM(last, 1);
+  if (kept.recent.kernel == k) {
+    candidates.templates = kept.recent.items;
+    candidates.ntemplates = RecentTemplates::kRecent;
+    candidates.skip = last;
+  }
   Ref sig_ref(capture_sig(plan.get(), bound, candidates, sink, slots));
   if (!sig_ref) return PyErr_Occurred() ? -1 : 0;
   if (sink.words != nullptr && !words.fits) {  // a value needs marshal: the list after all
     values.reset(PyList_New(0));
     Values list{values.get(), nullptr};
     Candidates same;
-    same.add(sig_ref.get());
+    same.first = sig_ref.get();
     Ref again(values ? capture_sig(plan.get(), bound, same, list, slots) : nullptr);
     if (!again) return PyErr_Occurred() ? -1 : 0;
   }
@@ -1252,25 +1261,26 @@ int steady(const Config& f, const Frames& frame_slots, const Slots& slots, PyObj
   TL_PART(PART_LAST, testing_last);
   TL_STAMP(testing_recent);
   PyObject* chosen = same == 1 ? last : nullptr;  // borrowed: the template this launch is of
-  if (chosen == nullptr && nrecent > 0) {
-    for (int i = 0; i < nrecent; ++i) {
-      PyObject* c = recent[i].get();
-      int m = in_place(c, f[TEMPLATES], sig, metadata, node.get(), frame_slots, stack, k, a, slots, kept, plans_kept);
+  // The recent templates tested, held until the call returns: a Python call in a test (a frame's attribute,
+  // an equality) may let another thread's launch of this kernel change the kept list meanwhile.
+  Ref held[RecentTemplates::kRecent];
+  if (chosen == nullptr && kept.recent.kernel == k) {  // read again: Python ran since the capture
+    int n = 0;
+    for (PyObject* c : kept.recent.items)
+      if (c != nullptr && c != last) held[n++].reset(Py_NewRef(c));
+    for (int i = 0; i < n && chosen == nullptr; ++i) {
+      int m = in_place(held[i].get(), f[TEMPLATES], sig, metadata, node.get(), frame_slots, stack, k, a, slots,
+                       kept, plans_kept);
       if (m < 0) return -1;
-      if (m == 1) {
-        chosen = c;
-        break;
-      }
+      if (m == 1) chosen = held[i].get();
     }
-    if (chosen != nullptr) {  // held in `recent` until the call returns
+    if (chosen != nullptr) {
       if (PyObject_SetAttr(k, g_names.last_template, chosen) < 0) return -1;
       kept.recent.note(k, chosen);
       ++recent_hits;
-      number.reset(Py_NewRef(PyTuple_GET_ITEM(chosen, 6)));
     }
-  } else if (chosen != nullptr) {
-    number.reset(Py_NewRef(PyTuple_GET_ITEM(chosen, 6)));
   }
+  if (chosen != nullptr) number.reset(Py_NewRef(PyTuple_GET_ITEM(chosen, 6)));
   TL_PART(PART_RECENT, testing_recent);
   TL_STAMP(looking_up);
   if (chosen == nullptr) {
