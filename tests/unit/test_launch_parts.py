@@ -1,6 +1,7 @@
 """``benchmarks.launch_parts`` and the profiling build behind it (``TILELENS_NATIVE_PROFILE=1``): every part of
 the steady compiled launch is stamped exactly as often as it runs, on the CPU stand-in step (four autotuned
-launches and one plain launch a step, all steady after the warm-up), and an ordinary build has no profile."""
+launches and one plain launch a step, all steady and found among their kernels' kept templates after the
+warm-up), and an ordinary build has no profile."""
 
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ ROOT = Path(__file__).resolve().parents[2]
 STEPS = 30
 PER_STEP = {"launch": 5, "tune": 4}  # capture_overhead.stand_in_step
 TUNER_PARTS = ("intercept_tune", "tune_before", "tune_run", "tune_after")
+# The slower template tests run only when no kept template is the launch's: after the warm-up, never.
+SLOWER_PARTS = ("last", "lookup")
 
 
 @pytest.mark.skipif(
@@ -41,6 +44,9 @@ def test_every_part_of_the_steady_launch_is_counted_once_a_launch(native_module:
     parts = result["parts"]
     assert len(parts) == 17 and list(parts)[:2] == ["intercept_launch", "intercept_tune"]
     for name, (ticks, calls) in parts.items():
+        if name in SLOWER_PARTS:
+            assert (ticks, calls) == (0, 0), name
+            continue
         expected = STEPS * (PER_STEP["tune"] if name in TUNER_PARTS else PER_STEP["launch"])
         assert calls == expected, name
         assert ticks > 0, name

@@ -106,9 +106,9 @@ def _recording_as(native: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
 
 def _recorded_both_ways(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, program: Callable[[Any], None], launches: int
-) -> tuple[list[Any], list[Any], tuple[int, int, int]]:
+) -> tuple[list[Any], list[Any], tuple[int, int, int, int]]:
     """``program(router)`` recorded with the compiled module on and off (``_recording_as``): the rows with it,
-    the rows without it, and the launcher's (steady, fallbacks, plans_kept, recent) after it. Each recording must
+    the rows without it, and the launcher's (steady, fallbacks, plans_kept, kept) after it. Each recording must
     have written ``launches`` launches and no failure."""
     rows: dict[str, list[Any]] = {}
     counts = (0, 0, 0, 0)
@@ -120,7 +120,7 @@ def _recorded_both_ways(
             program(router)
             if native == "1":
                 launcher = router._launcher
-                counts = (launcher.steady, launcher.fallbacks, launcher.plans_kept, launcher.recent)
+                counts = (launcher.steady, launcher.fallbacks, launcher.plans_kept, launcher.kept)
         assert rec.write_failure is None and len(rec.launch_ids) == launches
         rows[native] = _all_rows(db, blobs)
     return rows["1"], rows["0"], counts
@@ -286,7 +286,7 @@ def test_threads_launching_at_once_each_get_their_launches_recorded(
 def test_threads_alternating_templates_of_one_kernel_each_get_the_template_of_their_launch(
     tmp_path: Path, native_module: Any, monkeypatch: pytest.MonkeyPatch, native: str
 ) -> None:
-    """Four threads each alternate between templates of the same two kernels at once, so the kernels' recent
+    """Four threads each alternate between templates of the same two kernels at once, so the kernels' kept
     templates (one list per kernel, shared by the threads) change while other threads test them, and the
     autotuner's ``best_config`` (one attribute, set by every thread's call) changes between a call's choice and
     its launch: every launch is recorded with its own template (the scalar's type and the constexpr of
@@ -324,7 +324,7 @@ def test_threads_alternating_templates_of_one_kernel_each_get_the_template_of_th
         for thread in threads:
             thread.join()
     assert errors == [] and rec.write_failure is None and len(rec.launch_ids) == 4 * rounds * 6
-    assert (launcher.recent > 0) if native == "1" else launcher is None
+    assert (launcher.kept > 0) if native == "1" else launcher is None
     rows = _all_rows(db, blobs)
     scaled = Counter(
         (r[1][3]["value_type"], r[1][3]["value"], r[0]["config"]["constexprs"]["BLOCK"])
@@ -392,15 +392,15 @@ def test_one_kernel_launched_through_different_layers_takes_each_layers_template
     assert rows == py_rows
 
 
-def test_a_kernel_alternating_between_templates_finds_each_among_its_recent_ones(
+def test_a_kernel_alternating_between_templates_finds_each_among_its_kept_ones(
     tmp_path: Path, native_module: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A kernel launched in turn with a few templates (one matmul at a layer's projection shapes, each with
-    its own tuning) finds each one among its recent templates in place (``RecentTemplates``) instead of
-    looking its key up: the launcher learns them from its own lookups, so the first round is Python's, the
-    second looks each up once, and every later launch is found in place. Tuning keys and configs differ
-    between the templates (the frames), as do a constexpr and a scalar's type (the signature); the rows are
-    the Python router's."""
+    its own tuning) finds each one among its kept templates (``KeptTemplates``: the key's objects and its
+    options and frames as words) instead of testing its last template and looking its key up: the launcher
+    keeps each template its slower tests find, so the first round is Python's, the second looks each up once,
+    and every later launch is found among the kept ones. Tuning keys and configs differ between the templates
+    (the frames), as do a constexpr and a scalar's type (the signature); the rows are the Python router's."""
     x = torch.arange(48, dtype=torch.float32)
     tuned_add.cache.clear()
     tuned_add.cache[(40, "torch.float32", "torch.float32")] = tuned_add.configs[0]
@@ -424,13 +424,11 @@ def test_a_kernel_alternating_between_templates_finds_each_among_its_recent_ones
     launches = 6 * rounds
     rows, py_rows, counts = _recorded_both_ways(tmp_path, monkeypatch, program, launches)
     assert rows == py_rows
-    steady, fallbacks, _, recent = counts
+    steady, fallbacks, _, kept = counts
     assert (steady, fallbacks) == (launches - 6, 6)  # round 1 makes the six templates (Python)
-    # Round 2: every launch differs from its kernel's last template. Each kernel's first two are looked up
-    # (a lookup keeps the template it leaves and the one it finds), its third is found: the template it left
-    # at its first lookup (for tuned_add's 44, after 40's template, equal but for the frames). Later rounds:
-    # all six found in place.
-    assert recent == 2 + 6 * (rounds - 2)
+    # Round 2: every launch differs from its kernel's last template and nothing is kept yet: each is looked up
+    # and kept. Later rounds: all six found among the kept ones.
+    assert kept == 6 * (rounds - 2)
     chosen = [r[0]["config"]["autotune"]["chosen"]["kwargs"] for r in rows if "autotune" in r[0]["config"]]
     assert chosen == [tuned_add.configs[i].kwargs for i in (0, 1, 0)] * rounds
     blocks = [r[0]["config"]["constexprs"]["BLOCK"] for r in rows if "autotune" not in r[0]["config"]]
@@ -549,12 +547,15 @@ def test_options_from_a_new_names_tuple_each_call_are_compared_by_name_for_each_
     rows, py_rows, counts = _recorded_both_ways(tmp_path, monkeypatch, program, len(calls))
     assert rows == py_rows
     # Python's: each kernel's first launch with 2 warps and with 4, and the plain kernel's first in the other
-    # order. A plan is kept once found in the table under the names as the call came: the first launch with
-    # some names makes the plan, the second files it under those names, the third finds and keeps it. So
-    # each kernel's fifth and sixth launches (4 warps) compare through it, and no launch in the other order
-    # does. Two kernels at one place (1 in 64) take turns there and keep nothing.
-    kept = 4 if _place(scale_kernel) != _place(plain) else 0
-    assert counts[:3] == (13, 5, kept)
+    # order. The launcher finds a plan once the table holds it under the names as the call came (it files it
+    # there at the launch after the plan was made) and keeps it from then: each kernel's third launch with 2
+    # warps, its fifth and sixth (the fourth, the first with 4 warps, ran a new compiled kernel whose metadata
+    # only Python knows yet) and its third in the other order read their options through it: 8. A template is
+    # kept when the slower tests find it for a launch whose options were read so (each kernel's third launch
+    # with 2 warps, its fifth, its third in the other order), so each kernel's sixth launch is found among
+    # its kept templates: 2. Two kernels at one place (1 in 64) take turns there and keep nothing.
+    apart = _place(scale_kernel) != _place(plain)
+    assert counts == ((13, 5, 8, 2) if apart else (13, 5, 0, 0))
     assert [r[0]["config"]["options"] for r in rows[:2]] == [
         {"num_warps": 2},
         {"num_stages": 1, "num_warps": 2},

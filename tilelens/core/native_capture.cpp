@@ -331,25 +331,34 @@ bool add_runtime(PyObject* v, Scratch& s, Values& values) {
 }
 
 // The signatures a capture compares its scratch with before it makes a Sig (borrowed; any object, only Sigs
-// compared): `first` (a kernel's last template's), then, only when it differs, those of `templates` (the
-// kernel's recent ones, `RecentTemplates`: 7-tuples, `skip` left out), read then, so that a launch like its
-// kernel's last one never touches them. Nothing from the capture's start to its end runs Python code (the
-// constexpr values compared are ints, floats, bools, strs or None): no other thread changes that list meanwhile.
+// compared): those of the kernel's kept templates (`KeptTemplates`), each with the hash of its codes
+// (`codes_hash`), so that only a Sig whose codes may equal the scratch's is read; then `last` (the kernel's last
+// template's), whose codes' hash is not known. Nothing from the capture's start to its end runs Python code
+// (the constexpr values compared are ints, floats, bools, strs or None): no other thread changes the kept
+// templates meanwhile.
 struct Candidates {
-  PyObject* first = nullptr;
-  PyObject* const* templates = nullptr;
-  int ntemplates = 0;
-  PyObject* skip = nullptr;
+  static constexpr int kMax = 8;
+  PyObject* sigs[kMax];
+  uint64_t hashes[kMax];
+  int n = 0;
+  PyObject* last = nullptr;
 
-  int count() const { return 1 + ntemplates; }
-  // The `i`-th candidate signature, or nullptr where there is none.
-  PyObject* at(int i) const {
-    if (i == 0) return first;
-    PyObject* t = templates[i - 1];
-    if (t == nullptr || t == skip || !PyTuple_CheckExact(t) || PyTuple_GET_SIZE(t) != 7) return nullptr;
-    return PyTuple_GET_ITEM(t, 1);
+  void add(PyObject* sig, uint64_t hash) {
+    if (n < kMax) {
+      sigs[n] = sig;
+      hashes[n++] = hash;
+    }
   }
 };
+
+// The hash of a signature's codes (not its constexpr values) that `Candidates` compares first.
+uint64_t codes_hash(const int64_t* code, Py_ssize_t n) {
+  uint64_t h = static_cast<uint64_t>(n) * 0x9e3779b97f4a7c15ULL;
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    h ^= static_cast<uint64_t>(code[i]) + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+  }
+  return h;
+}
 
 // 1: the scratch signature equals `last` (a Sig); 0: it does not, or a constexpr value cannot be compared
 // (then `uncomparable`, the error cleared).
@@ -375,15 +384,21 @@ int scratch_equals(const Scratch& s, PyObject* last, bool& uncomparable) {
 
 // The first of `candidates` the scratch signature equals, itself (a new reference), so that a check of a
 // template's signature is one identity test; else a new Sig (nullptr and an exception on failure, or nullptr
-// with no exception when a constexpr value cannot be compared or hashed).
-PyObject* sig_of(Scratch& s, const Candidates& candidates) {
+// with no exception when a constexpr value cannot be compared or hashed). `hash` is set to the codes' hash.
+PyObject* sig_of(Scratch& s, const Candidates& candidates, uint64_t& hash) {
   Py_ssize_t n = static_cast<Py_ssize_t>(s.code.size());
   Py_ssize_t m = static_cast<Py_ssize_t>(s.constexprs.size());
   bool uncomparable = false;
-  for (int i = 0; i < candidates.count(); ++i) {
-    PyObject* candidate = candidates.at(i);
-    if (candidate == nullptr) continue;
-    if (scratch_equals(s, candidate, uncomparable) == 1) return Py_NewRef(candidate);
+  hash = codes_hash(s.code.data(), n);
+  for (int i = 0; i < candidates.n; ++i) {
+    if (candidates.hashes[i] != hash) continue;
+    if (scratch_equals(s, candidates.sigs[i], uncomparable) == 1) return Py_NewRef(candidates.sigs[i]);
+    if (uncomparable) return nullptr;
+  }
+  bool compared = false;  // `last` is one of the Sigs compared above
+  for (int i = 0; i < candidates.n; ++i) compared |= candidates.sigs[i] == candidates.last && candidates.hashes[i] == hash;
+  if (candidates.last != nullptr && !compared) {
+    if (scratch_equals(s, candidates.last, uncomparable) == 1) return Py_NewRef(candidates.last);
     if (uncomparable) return nullptr;
   }
   Sig* sig = PyObject_NewVar(Sig, &SigType, n);
@@ -456,10 +471,11 @@ int walk(PyObject* order, PyObject* bound, Scratch& s, Values& values) {
   return 1;
 }
 
-// The launch's Sig (the first of `last` it equals, itself), its values put into `values`. nullptr with an exception: the
-// plan has no name tuples; nullptr without one: the launch is not templatable, however that was found.
-PyObject* capture_sig(PyObject* plan, PyObject* bound, const Candidates& last, Values& values,
-                      const Slots& slots) {
+// The launch's Sig (the first of `candidates` it equals, itself), its values put into `values` and its codes'
+// hash into `hash`. nullptr with an exception: the plan has no name tuples; nullptr without one: the launch is
+// not templatable, however that was found.
+PyObject* capture_sig(PyObject* plan, PyObject* bound, const Candidates& candidates, Values& values,
+                      const Slots& slots, uint64_t& hash) {
   if (!PyDict_Check(bound)) return nullptr;
   // Triton binds every parameter, in order: then the dict is read in one walk instead of a lookup a name.
   Ref order(slot_or_attr(plan, slots.plan, slots.order_at, g_order_name));
@@ -467,7 +483,7 @@ PyObject* capture_sig(PyObject* plan, PyObject* bound, const Candidates& last, V
   Scratch s;
   int walked = order ? walk(order.get(), bound, s, values) : 0;
   if (walked != 0) {
-    PyObject* sig = walked == 1 ? sig_of(s, last) : nullptr;
+    PyObject* sig = walked == 1 ? sig_of(s, candidates, hash) : nullptr;
     if (sig == nullptr) PyErr_Clear();
     return sig;
   }
@@ -491,7 +507,7 @@ PyObject* capture_sig(PyObject* plan, PyObject* bound, const Candidates& last, V
       s.constexprs.push_back(v);
     }
   }
-  PyObject* sig = ok ? sig_of(s, last) : nullptr;
+  PyObject* sig = ok ? sig_of(s, candidates, hash) : nullptr;
   if (sig == nullptr) PyErr_Clear();  // not templatable: the caller takes the untemplated path
   return sig;
 }
@@ -502,8 +518,9 @@ PyObject* capture_impl(PyObject* plan, PyObject* bound, PyObject* last) {
   if (!list) return nullptr;
   Values values{list.get(), nullptr};
   Candidates candidates;
-  candidates.first = last;
-  Ref sig(capture_sig(plan, bound, candidates, values, Slots{}));
+  candidates.last = last;
+  uint64_t hash = 0;
+  Ref sig(capture_sig(plan, bound, candidates, values, Slots{}, hash));
   if (!sig) {
     if (PyErr_Occurred()) return nullptr;
     Py_RETURN_NONE;
@@ -723,43 +740,200 @@ struct MetaCache {
   }
 };
 
-// The templates a kernel's launches were lately found under (`RoutedKernel.last_template` values: 7-tuples
-// (templates, sig, options, frames, metadata id, node id, number)), most recent first. A kernel whose launches
-// alternate between a few templates (one matmul at the shapes of a layer's projections, each with its own
-// tuned config) finds each of them here in place, as it finds its last one, instead of making the whole key,
-// looking it up and making a new last template (~4 k cycles a launch on the H200). A tuple is a template the
-// templates table numbered (its `templates` item tells which table: the launch checks that it is the
-// recording's); the table never renumbers a key, so a tuple stays true while its table is the recording's.
-// Owned references, cleared with the launcher's configuration.
-struct RecentTemplates {
-  static constexpr int kRecent = 4;
-  PyObject* kernel = nullptr;  // the kernel record these are of
-  PyObject* items[kRecent] = {};
+// A launch's launch options and frames as machine words (`options_words`, `frames_words`), for the kept
+// templates' test: two launches of one kernel whose words are equal have equal options keys
+// (`RoutedKernel.options_key`) and frames keys (`compiled_frames.frame_key`). Each value is a tag and its
+// payload: an exact int of 64 bits, a bool, a float other than NaN (its bits), None, a tuple (its size, then its
+// items); an exact str by identity (`objs`: the kept template holds a reference, so the address is not reused
+// while it is compared with). Equal words imply equal values (the converse need not hold: 1 and 1.0, two equal
+// strs, differ here; such a launch is found by the slower tests). Anything else, or more than fits: not `ok`.
+// Built on the launch's stack; reading it runs no Python code.
+struct KeyWords {
+  static constexpr int kWords = 48;
+  static constexpr int kObjs = 8;
+  enum Tag : uint64_t {
+    W_NONE = 1, W_INT, W_BOOL, W_FLOAT, W_STR, W_TUPLE, W_NO_OPTIONS, W_OPTIONS, W_FRAMES, W_TUNER, W_HEURISTICS
+  };
+  uint64_t w[kWords];
+  int n = 0;
+  PyObject* objs[kObjs];  // borrowed from the launch's objects
+  int nobjs = 0;
+  bool ok = true;
 
-  // `t` first, the others after it in their order (the least recent dropped when full).
-  void note(PyObject* k, PyObject* t) {
-    if (k != kernel) {
-      clear();
-      kernel = Py_NewRef(k);
+  void put(uint64_t x) {
+    if (n == kWords) ok = false;
+    else w[n++] = x;
+  }
+  void obj(PyObject* o) {
+    if (nobjs == kObjs) {
+      ok = false;
+      return;
     }
-    if (items[0] == t) return;
-    int at = kRecent - 1;  // where `t` was, or the last place (its item dropped)
-    for (int i = 1; i < kRecent; ++i)
-      if (items[i] == t) at = i;
-    const bool kept = items[at] == t;
-    PyObject* dropped = kept ? nullptr : items[at];
-    if (!kept) Py_INCREF(t);
-    for (int i = at; i > 0; --i) items[i] = items[i - 1];
-    items[0] = t;
-    Py_XDECREF(dropped);
+    objs[nobjs++] = o;
+    put(static_cast<uint64_t>(reinterpret_cast<uintptr_t>(o)));
+  }
+  void value(PyObject* v, int depth = 0) {
+    if (v == Py_None) {
+      put(W_NONE);
+    } else if (PyBool_Check(v)) {
+      put(W_BOOL);
+      put(v == Py_True);
+    } else if (PyLong_CheckExact(v)) {
+      int64_t x = 0;
+      if (!int64_of(v, x)) ok = false;
+      put(W_INT);
+      put(static_cast<uint64_t>(x));
+    } else if (PyFloat_CheckExact(v)) {
+      double d = PyFloat_AS_DOUBLE(v);
+      uint64_t bits;
+      std::memcpy(&bits, &d, sizeof(bits));
+      if (d != d) ok = false;  // NaN: equal bits, yet not `==`
+      put(W_FLOAT);
+      put(bits);
+    } else if (PyUnicode_CheckExact(v)) {
+      put(W_STR);
+      obj(v);
+    } else if (PyTuple_CheckExact(v) && depth < 4) {
+      put(W_TUPLE);
+      put(static_cast<uint64_t>(PyTuple_GET_SIZE(v)));
+      for (Py_ssize_t i = 0; ok && i < PyTuple_GET_SIZE(v); ++i) value(PyTuple_GET_ITEM(v, i), depth + 1);
+    } else {
+      ok = false;
+    }
+  }
+};
+
+// One template as the launcher keeps it for the test in place: the key's parts as addresses (each held, so
+// none is reused while kept) and the launch's options and frames as `KeyWords`. It was made from a launch the
+// slower tests found to be of template `number` of the table `templates`: a launch with the same kernel, the
+// same Sig object, metadata and node objects and equal words has an equal key.
+struct KeptTemplate {
+  PyObject* templates = nullptr;  // the templates table (`_templated`'s `templates`)
+  PyObject* sig = nullptr;
+  PyObject* metadata = nullptr;  // the compiled kernel's metadata (its id is the key's)
+  PyObject* result = nullptr;    // the compiled kernel it was found for, while `clears` (`MetaCache`)
+  uint64_t clears = 0;
+  PyObject* node = nullptr;      // the pytest node id object
+  PyObject* number = nullptr;    // the template's number
+  int nwords = 0;
+  int nobjs = 0;
+  uint64_t words[KeyWords::kWords];
+  PyObject* objs[KeyWords::kObjs];
+
+  bool used() const { return templates != nullptr; }
+  // Moves the references out into `out` (decremented by the caller, when nothing borrowed from here is read).
+  int take(PyObject** out) {
+    int k = 0;
+    for (PyObject** p : {&templates, &sig, &metadata, &result, &node, &number}) {
+      if (*p != nullptr) out[k++] = *p;
+      *p = nullptr;
+    }
+    for (int i = 0; i < nobjs; ++i) out[k++] = objs[i];
+    nobjs = nwords = 0;
+    return k;
+  }
+  int traverse(visitproc visit, void* arg) {
+    Py_VISIT(templates);
+    Py_VISIT(sig);
+    Py_VISIT(metadata);
+    Py_VISIT(result);
+    Py_VISIT(node);
+    Py_VISIT(number);
+    for (int i = 0; i < nobjs; ++i) Py_VISIT(objs[i]);
+    return 0;
+  }
+};
+
+// The templates a kernel's launches were lately found under, by the slower tests (its last template, the
+// templates table), kept so that a kernel whose launches alternate between a few templates (one matmul at a
+// layer's projection shapes, each with its own tuned config) finds each with a few compared words instead of
+// reading the template's tuples and the objects in them (cold in the cache by then: ~4 k cycles a launch on
+// the H200). `hashes` holds each kept Sig's `codes_hash`, so the capture reads only a Sig that may be the
+// launch's. The least recently made is replaced when full. Owned references, cleared with the launcher's
+// configuration; changed only by code that runs no Python code between its reads and its writes.
+struct KeptTemplates {
+  static constexpr int kKept = 8;
+  PyObject* kernel = nullptr;  // the kernel record these are of
+  uint64_t hashes[kKept] = {};
+  KeptTemplate items[kKept];
+  int next = 0;  // the place the next one takes
+
+  // The number (borrowed) of the kept template of this launch's key (its Sig's codes' hash `hash`), or nullptr.
+  PyObject* find(PyObject* k, PyObject* templates, PyObject* sig, uint64_t hash, PyObject* metadata,
+                 PyObject* node, const KeyWords& words) const {
+    if (k != kernel || !words.ok) return nullptr;
+    for (int i = 0; i < kKept; ++i) {
+      if (hashes[i] != hash) continue;
+      const KeptTemplate& t = items[i];
+      if (t.sig == sig && t.templates == templates && t.metadata == metadata && t.node == node &&
+          t.nwords == words.n && std::memcmp(t.words, words.w, sizeof(uint64_t) * words.n) == 0)
+        return t.number;
+    }
+    return nullptr;
+  }
+  static constexpr int kDropped = 6 + KeyWords::kObjs;  // the references one kept template holds
+
+  // The metadata (borrowed) a kept template found for the compiled kernel `result`, while no clear of the
+  // router's METADATA was announced since; else nullptr. Only templates of Sigs of codes' hash `hash` are read.
+  PyObject* metadata_of(PyObject* k, PyObject* result, uint64_t hash) const {
+    if (k != kernel) return nullptr;
+    for (int i = 0; i < kKept; ++i) {
+      const KeptTemplate& t = items[i];
+      if (hashes[i] == hash && t.result == result && t.clears == g_metadata_clears && t.used()) return t.metadata;
+    }
+    return nullptr;
+  }
+  // Keeps the launch's key for template `number`. The references it replaces are moved into `dropped`, to be
+  // decremented by the caller once nothing borrowed from here is read (a decrement may run Python code).
+  void keep(PyObject* k, PyObject* templates, PyObject* sig, uint64_t hash, PyObject* metadata, PyObject* result,
+            PyObject* node, PyObject* number, const KeyWords& words, std::vector<PyObject*>& dropped) {
+    if (!words.ok) return;
+    PyObject* out[kDropped];
+    if (k != kernel) {
+      for (KeptTemplate& t : items) {
+        int got = t.take(out);
+        dropped.insert(dropped.end(), out, out + got);
+      }
+      if (kernel != nullptr) dropped.push_back(kernel);
+      kernel = Py_NewRef(k);
+      next = 0;
+    }
+    KeptTemplate& t = items[next];
+    hashes[next] = hash;
+    next = (next + 1) % kKept;
+    int got = t.take(out);
+    dropped.insert(dropped.end(), out, out + got);
+    t.templates = Py_NewRef(templates);
+    t.sig = Py_NewRef(sig);
+    t.metadata = Py_NewRef(metadata);
+    t.result = Py_NewRef(result);
+    t.clears = g_metadata_clears;
+    t.node = Py_NewRef(node);
+    t.number = Py_NewRef(number);
+    t.nwords = words.n;
+    std::memcpy(t.words, words.w, sizeof(uint64_t) * words.n);
+    t.nobjs = words.nobjs;
+    for (int i = 0; i < words.nobjs; ++i) t.objs[i] = Py_NewRef(words.objs[i]);
+  }
+  // The kept Sigs with their hashes, for the capture.
+  void candidates(PyObject* k, Candidates& c) const {
+    if (k != kernel) return;
+    for (int i = 0; i < kKept; ++i)
+      if (items[i].used()) c.add(items[i].sig, hashes[i]);
   }
   void clear() {
+    for (KeptTemplate& t : items) {
+      PyObject* out[kDropped];
+      int got = t.take(out);
+      for (int i = 0; i < got; ++i) Py_DECREF(out[i]);
+    }
     Py_CLEAR(kernel);
-    for (PyObject*& t : items) Py_CLEAR(t);
+    next = 0;
   }
   int traverse(visitproc visit, void* arg) {
     Py_VISIT(kernel);
-    for (PyObject* t : items) Py_VISIT(t);
+    for (KeptTemplate& t : items)
+      if (int r = t.traverse(visit, arg)) return r;
     return 0;
   }
 };
@@ -768,16 +942,16 @@ struct RecentTemplates {
 struct KernelKept {
   PlanCache plan;
   MetaCache metadata;
-  RecentTemplates recent;
+  KeptTemplates templates;
 
   void clear() {
     plan.clear();
     metadata.clear();
-    recent.clear();
+    templates.clear();
   }
   int traverse(visitproc visit, void* arg) {
     if (int r = plan.traverse(visit, arg)) return r;
-    if (int r = recent.traverse(visit, arg)) return r;
+    if (int r = templates.traverse(visit, arg)) return r;
     return metadata.traverse(visit, arg);
   }
 };
@@ -802,7 +976,7 @@ struct Launcher {
   PyObject* seen[kSeen];
   KernelKept kept[kSeen];  // for the kernel at the same place in `seen`
   Py_ssize_t plans_kept;  // launches whose options `options_match` compared with a kept plan (a diagnostic)
-  Py_ssize_t recent;  // launches whose template was one of their kernel's recent ones (a diagnostic)
+  Py_ssize_t kept_hits;  // launches found among their kernel's kept templates (a diagnostic)
 };
 
 PyTypeObject LauncherType = {PyVarObject_HEAD_INIT(nullptr, 0)};
@@ -1126,17 +1300,14 @@ PyObject* module_global(PyObject* module, PyObject* name) {
 // making it: 1 when the plan of the call's names (as the call came, see `options_key`) keeps `key`'s names
 // (the same tuple) and each kept value is `==` the last's; 0 when that is not certain (the caller makes the
 // key and compares); -1 and an exception.
-int options_match(PyObject* k, LaunchArgs& a, PyObject* key, const Slots& slots, PlanCache& cache,
-                  Py_ssize_t& kept_count) {
+int options_match(PyObject* k, LaunchArgs& a, PyObject* key, const Slots& slots, PlanCache& cache) {
   if (!a.options()) return key == Py_None;  // the key is None: equal only to None (a tuple never is)
   if (!a.vector() || !PyTuple_CheckExact(key) || PyTuple_GET_SIZE(key) != 2) return 0;
   Ref plans(slot_or_attr(k, slots.kernel, slots.kernel_at[K_OPTION_PLANS], g_names.option_plans));
   if (!plans) return -1;
   if (!PyDict_CheckExact(plans.get())) return 0;
   PyObject* plan = cache.find(k, plans.get(), a.kwnames);
-  if (plan != nullptr && PyTuple_GET_ITEM(plan, 0) == PyTuple_GET_ITEM(key, 0)) {
-    ++kept_count;
-  } else {
+  if (plan == nullptr || PyTuple_GET_ITEM(plan, 0) != PyTuple_GET_ITEM(key, 0)) {
     plan = PyDict_GetItemWithError(plans.get(), a.kwnames);
     if (plan == nullptr) return PyErr_Occurred() ? -1 : 0;
     if (!PyTuple_CheckExact(plan) || PyTuple_GET_SIZE(plan) != 2) return 0;
@@ -1159,40 +1330,125 @@ int options_match(PyObject* k, LaunchArgs& a, PyObject* key, const Slots& slots,
   return 1;
 }
 
-// Whether template `c` (a `RoutedKernel.last_template` value) is this launch's, every part of its key seen
-// equal in place as `_templated`'s test would find it: the recording's templates table, an equal signature,
-// the compiled kernel's metadata, the pytest node id, the launch options and the frames. 1 equal; 0 not, or
-// not certain (the caller then looks the key up); -1 and an exception when reading failed as making the key
-// would have.
-int in_place(PyObject* c, PyObject* templates, PyObject* sig, PyObject* metadata, PyObject* node,
-             const Frames& frame_slots, PyObject* stack, PyObject* k, LaunchArgs& a, const Slots& slots,
-             KernelKept& kept, Py_ssize_t& plans_kept) {
-  if (!PyTuple_CheckExact(c) || PyTuple_GET_SIZE(c) != 7 || PyTuple_GET_ITEM(c, 0) != templates) return 0;
-  PyObject* signature = PyTuple_GET_ITEM(c, 1);
-  if (signature != sig) {
-    if (Py_TYPE(signature) != &SigType || Py_TYPE(sig) != &SigType) return 0;
-    int eq = sig_equal(reinterpret_cast<Sig*>(signature), reinterpret_cast<Sig*>(sig));
-    if (eq <= 0) return eq;
+// The launch options of `options_key(k, a)` as words: none, or the kept names' tuple (by identity) and each
+// kept value, from the plan `options_match` keeps for the call's names (found in `option_plans` under the
+// names as the call came, and kept, when it is not the kept one; `kept_count` counts the launches that found
+// it kept). Not `ok` when that plan is not there yet or its names are not all located, or the call came as a
+// dict.
+void options_words(PyObject* k, const LaunchArgs& a, const Slots& slots, PlanCache& cache, KeyWords& words,
+                   Py_ssize_t& kept_count) {
+  if (!a.options()) {
+    words.put(KeyWords::W_NO_OPTIONS);
+    return;
   }
-  void* mid = PyLong_AsVoidPtr(PyTuple_GET_ITEM(c, 4));
-  if (mid == nullptr && PyErr_Occurred()) return -1;
-  if (mid != metadata) return 0;
-  int eq = PyObject_RichCompareBool(PyTuple_GET_ITEM(c, 5), node, Py_EQ);
-  if (eq <= 0) return eq;
-  int options = options_match(k, a, PyTuple_GET_ITEM(c, 2), slots, kept.plan, plans_kept);
-  if (options <= 0) return options;
-  return frames_match(frame_slots, stack, PyTuple_GET_ITEM(c, 3));
+  if (!a.vector() || slots.kernel == nullptr || Py_TYPE(k) != slots.kernel) {
+    words.ok = false;
+    return;
+  }
+  PyObject* plans = *reinterpret_cast<PyObject**>(reinterpret_cast<char*>(k) + slots.kernel_at[K_OPTION_PLANS]);
+  if (plans == nullptr || !PyDict_CheckExact(plans)) {
+    words.ok = false;
+    return;
+  }
+  PyObject* plan = cache.find(k, plans, a.kwnames);
+  if (plan != nullptr) {
+    ++kept_count;
+  } else {
+    plan = PyDict_GetItemWithError(plans, a.kwnames);  // names: strs, so no Python code runs
+    if (plan == nullptr || !PyTuple_CheckExact(plan) || PyTuple_GET_SIZE(plan) != 2) {
+      PyErr_Clear();
+      words.ok = false;
+      return;
+    }
+    cache.keep(k, plans, a.kwnames, plan);
+  }
+  PyObject* kept = PyTuple_GET_ITEM(cache.plan, 0);
+  if (!cache.located || !PyTuple_CheckExact(kept)) {
+    words.ok = false;
+    return;
+  }
+  words.put(KeyWords::W_OPTIONS);
+  words.obj(kept);
+  for (Py_ssize_t j = 0; words.ok && j < PyTuple_GET_SIZE(kept); ++j) words.value(a.vec[a.nargs + cache.at[j]]);
 }
 
-// 1: the launch is of a template already made: its kernel's last one (`last`), one of its recent ones seen
-// equal in place, or one found in the templates table by its key (either then becomes the kernel's last, as
-// `_templated` makes the one it finds); `number`, `resolved` and the
-// values are set: as `words` when they fit it and the launcher queues (`QUEUE`), else as the list `values`.
-// 0: a new template, or anything unusual, or a failure (any exception is cleared by the caller): Python
-// decides, from the same facts.
+// The frames of `frames_key(frames, stack)` as words: per frame its layer (by identity) and, for an
+// autotuner's, its tuning key and key values (made from `args` and `positions` as `key_values` makes them,
+// without making them), for a heuristics layer's, its values. Not `ok` for a frame of another class or
+// anything a frame's slots hold that `KeyWords` does not take.
+void frames_words(const Frames& frames, PyObject* stack, KeyWords& words) {
+  Py_ssize_t n = PyList_GET_SIZE(stack);
+  words.put(KeyWords::W_FRAMES);
+  words.put(static_cast<uint64_t>(n));
+  for (Py_ssize_t i = 0; words.ok && i < n; ++i) {
+    PyObject* frame = PyList_GET_ITEM(stack, i);
+    if (Py_TYPE(frame) != frames.type) {
+      words.ok = false;
+      return;
+    }
+    using namespace tilelens_native;
+    PyObject* tuner = frame_slot(frame, frames.offsets, FRAME_TUNER);
+    PyObject* layer = frame_slot(frame, frames.offsets, FRAME_LAYER);
+    if (layer == nullptr || (tuner != Py_True && tuner != Py_False)) {
+      words.ok = false;
+      return;
+    }
+    if (tuner == Py_False) {
+      PyObject* heuristics = frame_slot(frame, frames.offsets, FRAME_HEURISTICS);
+      words.put(KeyWords::W_HEURISTICS);
+      words.obj(layer);
+      if (heuristics == nullptr) words.ok = false;
+      else words.value(heuristics);
+      continue;
+    }
+    PyObject* key = frame_slot(frame, frames.offsets, FRAME_KEY);
+    PyObject* values = frame_slot(frame, frames.offsets, FRAME_KEY_VALUES);
+    PyObject* args = frame_slot(frame, frames.offsets, FRAME_ARGS);
+    PyObject* positions = frame_slot(frame, frames.offsets, FRAME_POSITIONS);
+    if (key == nullptr || values == nullptr || args == nullptr || positions == nullptr) {
+      words.ok = false;
+      return;
+    }
+    words.put(KeyWords::W_TUNER);
+    words.obj(layer);
+    words.value(key);
+    if (values != Py_None || args == Py_None || positions == Py_None) {
+      words.value(values);
+      continue;
+    }
+    if (!PyTuple_CheckExact(args) || !PyTuple_CheckExact(positions)) {
+      words.ok = false;
+      return;
+    }
+    // (len(args), tuple(args[i] for i in positions)), as `value` puts that tuple
+    Py_ssize_t m = PyTuple_GET_SIZE(positions);
+    words.put(KeyWords::W_TUPLE);
+    words.put(2);
+    words.put(KeyWords::W_INT);
+    words.put(static_cast<uint64_t>(PyTuple_GET_SIZE(args)));
+    words.put(KeyWords::W_TUPLE);
+    words.put(static_cast<uint64_t>(m));
+    for (Py_ssize_t j = 0; words.ok && j < m; ++j) {
+      PyObject* p = PyTuple_GET_ITEM(positions, j);
+      int64_t at = -1;
+      if (!int64_of(p, at) || at < 0 || at >= PyTuple_GET_SIZE(args)) {
+        words.ok = false;
+        return;
+      }
+      words.value(PyTuple_GET_ITEM(args, at));
+    }
+  }
+}
+
+// 1: the launch is of a template already made: one of its kernel's kept templates (`KeptTemplates`), seen by
+// its words, else its last one (`last`) seen equal in place, else one found in the templates table by its key
+// (which then becomes the kernel's last, as `_templated` makes the one it finds); a template found by either
+// of the last two is kept for the next launches like it. `number`, `resolved` and the values are set: as
+// `words` when they fit it and the launcher queues (`QUEUE`), else as the list `values`. 0: a new template, or
+// anything unusual, or a failure (any exception is cleared by the caller): Python decides, from the same facts.
 int steady(const Config& f, const Frames& frame_slots, const Slots& slots, PyObject* k, PyObject* last, PyObject* bound,
            PyObject* result, LaunchArgs& a, PyObject* stack, Probe* probe, Ref& number, Words& words,
-           Ref& values, Grid& resolved, KernelKept& kept, Py_ssize_t& plans_kept, Py_ssize_t& recent_hits) {
+           Ref& values, Grid& resolved, KernelKept& kept, Py_ssize_t& plans_kept, Py_ssize_t& kept_hits) {
   TL_STAMP(capturing);
   Ref plan(slot_or_attr(k, slots.kernel, slots.kernel_at[K_FLAT_PLAN], g_names.flat_plan));
   if (!plan) return -1;
@@ -1203,122 +1459,129 @@ int steady(const Config& f, const Frames& frame_slots, const Slots& slots, PyObj
     sink = Values{values.get(), nullptr};
   }
   Candidates candidates;  // the signatures a capture is compared with before it makes one
-  candidates.first = PyTuple_GET_ITEM(last, 1);
-  if (kept.recent.kernel == k) {
-    candidates.templates = kept.recent.items;
-    candidates.ntemplates = RecentTemplates::kRecent;
-    candidates.skip = last;
-  }
-  Ref sig_ref(capture_sig(plan.get(), bound, candidates, sink, slots));
+  kept.templates.candidates(k, candidates);
+  candidates.last = PyTuple_GET_ITEM(last, 1);
+  uint64_t hash = 0;  // of the Sig's codes
+  Ref sig_ref(capture_sig(plan.get(), bound, candidates, sink, slots, hash));
   if (!sig_ref) return PyErr_Occurred() ? -1 : 0;
   if (sink.words != nullptr && !words.fits) {  // a value needs marshal: the list after all
     values.reset(PyList_New(0));
     Values list{values.get(), nullptr};
     Candidates same;
-    same.first = sig_ref.get();
-    Ref again(values ? capture_sig(plan.get(), bound, same, list, slots) : nullptr);
+    same.last = sig_ref.get();
+    uint64_t again_hash = 0;
+    Ref again(values ? capture_sig(plan.get(), bound, same, list, slots, again_hash) : nullptr);
     if (!again) return PyErr_Occurred() ? -1 : 0;
   }
   PyObject* sig = sig_ref.get();
   TL_PART(PART_CAPTURE, capturing);
   TL_STAMP(finding);
-  // The compiled kernel's metadata, as the router cached it at this kernel object's first launch.
-  PyObject* metadata = Py_None;
-  if (result != Py_None && (metadata = kept.metadata.find(result)) == nullptr) {
-    Ref id(PyLong_FromVoidPtr(result));
-    if (!id) return -1;
-    PyObject* known = PyDict_GetItemWithError(f[METADATA], id.get());
-    if (known == nullptr || !PyTuple_CheckExact(known) || PyTuple_GET_SIZE(known) != 2 ||
-        PyTuple_GET_ITEM(known, 0) != result)
-      return PyErr_Occurred() ? -1 : 0;
-    metadata = PyTuple_GET_ITEM(known, 1);
-    kept.metadata.keep(result, metadata);
+  // The compiled kernel's metadata, as the router cached it at this kernel object's first launch (held: a
+  // Python call below may let another thread replace what kept it).
+  Ref metadata(Py_NewRef(Py_None));
+  if (result != Py_None) {
+    PyObject* known = kept.metadata.find(result);
+    if (known == nullptr) known = kept.templates.metadata_of(k, result, hash);
+    if (known == nullptr) {
+      Ref id(PyLong_FromVoidPtr(result));
+      if (!id) return -1;
+      PyObject* entry = PyDict_GetItemWithError(f[METADATA], id.get());
+      if (entry == nullptr || !PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) != 2 ||
+          PyTuple_GET_ITEM(entry, 0) != result)
+        return PyErr_Occurred() ? -1 : 0;
+      known = PyTuple_GET_ITEM(entry, 1);
+    }
+    kept.metadata.keep(result, known);
+    metadata.reset(Py_NewRef(known));
   }
   TL_PART(PART_METADATA, finding);
   TL_STAMP(reading_node);
   Ref node(module_global(f[TESTID], g_names.current));
   TL_PART(PART_NODE, reading_node);
   if (!node) return -1;
-  TL_STAMP(testing_last);
-  // `_templated`'s test of the kernel's last template, its parts seen in place: 1 equal, 2 equal but for the
-  // launch options or frames, which could not be seen equal in place (their keys are compared below), 0 not.
-  int options_same = 0, frames_same = 0;
-  int same = PyTuple_GET_ITEM(last, 0) == f[TEMPLATES] && PyTuple_GET_ITEM(last, 1) == sig;
-  if (same) {
-    void* mid = PyLong_AsVoidPtr(PyTuple_GET_ITEM(last, 4));
-    if (mid == nullptr && PyErr_Occurred()) return -1;
-    same = mid == metadata;
+  TL_STAMP(testing_kept);
+  KeyWords key_words;  // the launch's options and frames
+  options_words(k, a, slots, kept.plan, key_words, plans_kept);
+  if (key_words.ok) frames_words(frame_slots, stack, key_words);
+  PyObject* found = kept.templates.find(k, f[TEMPLATES], sig, hash, metadata.get(), node.get(), key_words);
+  if (found != nullptr) {
+    number.reset(Py_NewRef(found));
+    ++kept_hits;
   }
-  if (same) same = PyObject_RichCompareBool(PyTuple_GET_ITEM(last, 5), node.get(), Py_EQ);
-  if (same < 0) return -1;
-  if (same) {
-    options_same = options_match(k, a, PyTuple_GET_ITEM(last, 2), slots, kept.plan, plans_kept);
-    if (options_same < 0) return -1;
-    frames_same = frames_match(frame_slots, stack, PyTuple_GET_ITEM(last, 3));
-    if (frames_same < 0) return -1;
-    same = options_same && frames_same ? 1 : 2;
-  }
-  TL_PART(PART_LAST, testing_last);
-  TL_STAMP(testing_recent);
-  PyObject* chosen = same == 1 ? last : nullptr;  // borrowed: the template this launch is of
-  // The recent templates tested, held until the call returns: a Python call in a test (a frame's attribute,
-  // an equality) may let another thread's launch of this kernel change the kept list meanwhile.
-  Ref held[RecentTemplates::kRecent];
-  if (chosen == nullptr && kept.recent.kernel == k) {  // read again: Python ran since the capture
-    int n = 0;
-    for (PyObject* c : kept.recent.items)
-      if (c != nullptr && c != last) held[n++].reset(Py_NewRef(c));
-    for (int i = 0; i < n && chosen == nullptr; ++i) {
-      int m = in_place(held[i].get(), f[TEMPLATES], sig, metadata, node.get(), frame_slots, stack, k, a, slots,
-                       kept, plans_kept);
-      if (m < 0) return -1;
-      if (m == 1) chosen = held[i].get();
+  TL_PART(PART_KEPT, testing_kept);
+  if (!number) {
+    TL_STAMP(testing_last);
+    // `_templated`'s test of the kernel's last template, its parts seen in place: 1 equal, 2 equal but for the
+    // launch options or frames, which could not be seen equal in place (their keys are compared below), 0 not.
+    int options_same = 0, frames_same = 0;
+    int same = PyTuple_GET_ITEM(last, 0) == f[TEMPLATES] && PyTuple_GET_ITEM(last, 1) == sig;
+    if (same) {
+      void* mid = PyLong_AsVoidPtr(PyTuple_GET_ITEM(last, 4));
+      if (mid == nullptr && PyErr_Occurred()) return -1;
+      same = mid == metadata.get();
     }
-    if (chosen != nullptr) {
-      if (PyObject_SetAttr(k, g_names.last_template, chosen) < 0) return -1;
-      kept.recent.note(k, chosen);
-      ++recent_hits;
+    if (same) same = PyObject_RichCompareBool(PyTuple_GET_ITEM(last, 5), node.get(), Py_EQ);
+    if (same < 0) return -1;
+    if (same) {
+      options_same = options_match(k, a, PyTuple_GET_ITEM(last, 2), slots, kept.plan);
+      if (options_same < 0) return -1;
+      frames_same = frames_match(frame_slots, stack, PyTuple_GET_ITEM(last, 3));
+      if (frames_same < 0) return -1;
+      same = options_same && frames_same ? 1 : 2;
     }
-  }
-  if (chosen != nullptr) number.reset(Py_NewRef(PyTuple_GET_ITEM(chosen, 6)));
-  TL_PART(PART_RECENT, testing_recent);
-  TL_STAMP(looking_up);
-  if (chosen == nullptr) {
-    // The keys: compared with the last template's when only they were uncertain, else looked up whole (key:
-    // kernel number, sig, options, frames, metadata id, node id).
-    Ref options(options_same ? nullptr : a.options() ? options_key(k, a, slots) : Py_NewRef(Py_None));
-    Ref frames(frames_same ? nullptr
-                           : PyList_GET_SIZE(stack) ? frames_key(frame_slots, stack)
-                                                    : Py_NewRef(Py_None));
-    if ((!options_same && !options) || (!frames_same && !frames)) return -1;
-    if (same == 2) {
-      same = 1;
-      if (!options_same) same = PyObject_RichCompareBool(PyTuple_GET_ITEM(last, 2), options.get(), Py_EQ);
-      if (same == 1 && !frames_same) same = PyObject_RichCompareBool(PyTuple_GET_ITEM(last, 3), frames.get(), Py_EQ);
-      if (same < 0) return -1;
-    }
+    TL_PART(PART_LAST, testing_last);
+    TL_STAMP(looking_up);
     if (same == 1) {
       number.reset(Py_NewRef(PyTuple_GET_ITEM(last, 6)));
     } else {
-      if (!frames) frames.reset(PyList_GET_SIZE(stack) ? frames_key(frame_slots, stack) : Py_NewRef(Py_None));
-      if (!options) options.reset(a.options() ? options_key(k, a, slots) : Py_NewRef(Py_None));
-      if (!frames || !options) return -1;
-      Ref kernel_number(PyObject_GetAttr(k, g_names.number));
-      Ref mid(PyLong_FromVoidPtr(metadata));
-      Ref table(PyObject_GetAttr(f[TEMPLATES], g_names.numbers));
-      if (!kernel_number || !mid || !table || !PyDict_CheckExact(table.get())) return -1;
-      Ref key(PyTuple_Pack(6, kernel_number.get(), sig, options.get(), frames.get(), mid.get(), node.get()));
-      if (!key) return -1;
-      PyObject* found = PyDict_GetItemWithError(table.get(), key.get());
-      if (found == nullptr) return PyErr_Occurred() ? -1 : 0;
-      number.reset(Py_NewRef(found));
-      Ref now(PyTuple_Pack(7, f[TEMPLATES], sig, options.get(), frames.get(), mid.get(), node.get(), found));
-      if (!now || PyObject_SetAttr(k, g_names.last_template, now.get()) < 0) return -1;
-      kept.recent.note(k, last);  // the one it follows stays at hand
-      kept.recent.note(k, now.get());
+      // The keys: compared with the last template's when only they were uncertain, else looked up whole (key:
+      // kernel number, sig, options, frames, metadata id, node id).
+      Ref options(options_same ? nullptr : a.options() ? options_key(k, a, slots) : Py_NewRef(Py_None));
+      Ref frames(frames_same ? nullptr
+                             : PyList_GET_SIZE(stack) ? frames_key(frame_slots, stack)
+                                                      : Py_NewRef(Py_None));
+      if ((!options_same && !options) || (!frames_same && !frames)) return -1;
+      if (same == 2) {
+        same = 1;
+        if (!options_same) same = PyObject_RichCompareBool(PyTuple_GET_ITEM(last, 2), options.get(), Py_EQ);
+        if (same == 1 && !frames_same)
+          same = PyObject_RichCompareBool(PyTuple_GET_ITEM(last, 3), frames.get(), Py_EQ);
+        if (same < 0) return -1;
+      }
+      if (same == 1) {
+        number.reset(Py_NewRef(PyTuple_GET_ITEM(last, 6)));
+      } else {
+        if (!frames) frames.reset(PyList_GET_SIZE(stack) ? frames_key(frame_slots, stack) : Py_NewRef(Py_None));
+        if (!options) options.reset(a.options() ? options_key(k, a, slots) : Py_NewRef(Py_None));
+        if (!frames || !options) return -1;
+        Ref kernel_number(PyObject_GetAttr(k, g_names.number));
+        Ref mid(PyLong_FromVoidPtr(metadata.get()));
+        Ref table(PyObject_GetAttr(f[TEMPLATES], g_names.numbers));
+        if (!kernel_number || !mid || !table || !PyDict_CheckExact(table.get())) return -1;
+        Ref key(PyTuple_Pack(6, kernel_number.get(), sig, options.get(), frames.get(), mid.get(), node.get()));
+        if (!key) return -1;
+        PyObject* in_table = PyDict_GetItemWithError(table.get(), key.get());
+        if (in_table == nullptr) return PyErr_Occurred() ? -1 : 0;
+        number.reset(Py_NewRef(in_table));
+        Ref now(PyTuple_Pack(7, f[TEMPLATES], sig, options.get(), frames.get(), mid.get(), node.get(), in_table));
+        if (!now || PyObject_SetAttr(k, g_names.last_template, now.get()) < 0) return -1;
+      }
     }
+    // Kept for the next launches like this one. The words were made before the tests above, which may have
+    // run Python code: a frame's slots or the plan may have changed since, so they are made again.
+    KeyWords now_words;
+    Py_ssize_t again = 0;  // counted once a launch, above
+    options_words(k, a, slots, kept.plan, now_words, again);
+    if (now_words.ok) frames_words(frame_slots, stack, now_words);
+    if (now_words.ok && key_words.ok && now_words.n == key_words.n &&
+        std::memcmp(now_words.w, key_words.w, sizeof(uint64_t) * key_words.n) == 0) {
+      std::vector<PyObject*> dropped;
+      kept.templates.keep(k, f[TEMPLATES], sig, hash, metadata.get(), result, node.get(), number.get(), now_words,
+                          dropped);
+      for (PyObject* o : dropped) Py_DECREF(o);
+    }
+    TL_PART(PART_LOOKUP, looking_up);
   }
-  TL_PART(PART_LOOKUP, looking_up);
   TL_STAMP(resolving);
   PyObject* value = probe->value != nullptr ? probe->value : Py_None;
   if (!resolved.read(value)) {  // not a tuple of ints (which `_grid_of` would resolve to itself, padded)
@@ -1773,7 +2036,7 @@ PyObject* launch(Launcher* l, LaunchArgs& a) {
     Words words;  // on this call's stack: a finalizer run meanwhile may launch (and capture) too
     TL_PART(PART_AFTER_RUN, ran);
     int ok = steady(f, frames, slots, k.get(), last.get(), probe->bound, result.get(), a, stack.get(), probe, number,
-                    words, values, resolved, l->kept[place], l->plans_kept, l->recent);
+                    words, values, resolved, l->kept[place], l->plans_kept, l->kept_hits);
     if (ok == 1) {
       TL_STAMP(queueing);
       Launched n;  // the launch's number: its handle
@@ -1846,7 +2109,7 @@ PyObject* launcher_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
   for (PyObject*& k : l->seen) k = nullptr;
   for (KernelKept& c : l->kept) c = KernelKept{};
   l->plans_kept = 0;
-  l->recent = 0;
+  l->kept_hits = 0;
   PyObject_GC_Track(l);
   return reinterpret_cast<PyObject*>(l);
 }
@@ -1906,8 +2169,8 @@ PyMemberDef launcher_members[] = {
     {"fallbacks", T_PYSSIZET, offsetof(Launcher, fallbacks), READONLY, "launches given to Python"},
     {"plans_kept", T_PYSSIZET, offsetof(Launcher, plans_kept), READONLY,
      "launches whose options were compared through the plan kept for their kernel and keyword names"},
-    {"recent", T_PYSSIZET, offsetof(Launcher, recent), READONLY,
-     "launches whose template was one of their kernel's recent ones, not the last one (a diagnostic)"},
+    {"kept", T_PYSSIZET, offsetof(Launcher, kept_hits), READONLY,
+     "launches found among their kernel's kept templates (KeptTemplates: a diagnostic)"},
     {nullptr, 0, 0, 0, nullptr}};
 
 PyGetSetDef launcher_getset[] = {
@@ -1917,8 +2180,8 @@ PyGetSetDef launcher_getset[] = {
 // `PART_NAMES[part]` names `tilelens_native::Part` `part` (keep in step with the enum).
 const char* const PART_NAMES[tilelens_native::NPARTS] = {
     "intercept_launch", "intercept_tune", "tune_before", "tune_run", "tune_after", "launch_before",
-    "run",              "after_run",      "capture",     "metadata", "node",      "last",
-    "recent",           "lookup",         "grid",        "queue",    "attach"};
+    "run",              "after_run",      "capture",     "metadata", "node",      "kept",
+    "last",             "lookup",         "grid",        "queue",    "attach"};
 
 // `profile(reset)`: None in an ordinary build; in a profiling build a dict part name -> (ticks, calls) of the
 // time-stamp counter summed since the last reset, and the counts set to zero when `reset` is true.

@@ -38,9 +38,9 @@ enum Part : int {
   PART_CAPTURE,           // the bound arguments read and their signature compared (`capture_sig`)
   PART_METADATA,          // the compiled kernel's metadata found
   PART_NODE,              // the pytest node id read
-  PART_LAST,              // the kernel's last template tested in place (options and frames included)
-  PART_RECENT,            // its recent templates tested in place, when the last one is not the launch's
-  PART_LOOKUP,            // the key made and compared or looked up, when no kept template is seen to be it
+  PART_KEPT,              // the launch's options and frames as words, its kernel's kept templates tested
+  PART_LAST,              // its last template tested in place, when no kept one is the launch's
+  PART_LOOKUP,            // the key made and compared or looked up when neither is, the template kept
   PART_GRID,              // the grid resolved
   PART_QUEUE,             // the launch queued for the writer (`queue_flat`)
   PART_ATTACH,            // its handle given to the innermost tuner frame, until the launcher returns
