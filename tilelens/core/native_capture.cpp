@@ -1481,18 +1481,22 @@ int steady(const Config& f, const Frames& frame_slots, const Slots& slots, PyObj
   Ref metadata(Py_NewRef(Py_None));
   if (result != Py_None) {
     PyObject* known = kept.metadata.find(result);
-    if (known == nullptr) known = kept.templates.metadata_of(k, result, hash);
     if (known == nullptr) {
-      Ref id(PyLong_FromVoidPtr(result));
-      if (!id) return -1;
-      PyObject* entry = PyDict_GetItemWithError(f[METADATA], id.get());
-      if (entry == nullptr || !PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) != 2 ||
-          PyTuple_GET_ITEM(entry, 0) != result)
-        return PyErr_Occurred() ? -1 : 0;
-      known = PyTuple_GET_ITEM(entry, 1);
+      known = kept.templates.metadata_of(k, result, hash);
+      if (known == nullptr) {
+        Ref id(PyLong_FromVoidPtr(result));
+        if (!id) return -1;
+        PyObject* entry = PyDict_GetItemWithError(f[METADATA], id.get());
+        if (entry == nullptr || !PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) != 2 ||
+            PyTuple_GET_ITEM(entry, 0) != result)
+          return PyErr_Occurred() ? -1 : 0;
+        known = PyTuple_GET_ITEM(entry, 1);
+      }
+      metadata.reset(Py_NewRef(known));  // before `keep`, whose decrements may run Python code
+      kept.metadata.keep(result, known);
+    } else {
+      metadata.reset(Py_NewRef(known));
     }
-    kept.metadata.keep(result, known);
-    metadata.reset(Py_NewRef(known));
   }
   TL_PART(PART_METADATA, finding);
   TL_STAMP(reading_node);
