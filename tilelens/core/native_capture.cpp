@@ -396,7 +396,8 @@ PyObject* sig_of(Scratch& s, const Candidates& candidates, uint64_t& hash) {
     if (uncomparable) return nullptr;
   }
   bool compared = false;  // `last` is one of the Sigs compared above
-  for (int i = 0; i < candidates.n; ++i) compared |= candidates.sigs[i] == candidates.last && candidates.hashes[i] == hash;
+  for (int i = 0; i < candidates.n; ++i)
+    compared |= candidates.sigs[i] == candidates.last && candidates.hashes[i] == hash;
   if (candidates.last != nullptr && !compared) {
     if (scratch_equals(s, candidates.last, uncomparable) == 1) return Py_NewRef(candidates.last);
     if (uncomparable) return nullptr;
@@ -645,8 +646,8 @@ struct Config {
   PyObject* operator[](int i) const { return PyTuple_GET_ITEM(t, i); }
 };
 
-// The plan `options_match` last found in a kernel's `option_plans` under a call's keyword names (one per
-// place of the launcher's `seen`, so per kernel unless two kernels' jits share a place). Triton's
+// The plan `options_words` or `options_match` last found in a kernel's `option_plans` under a call's keyword
+// names (one per place of the launcher's `seen`, so per kernel unless two kernels' jits share a place). Triton's
 // autotuner calls `fn.run(*args, **kwargs, **config.all_kwargs())`, which makes a new names tuple every
 // launch: looking it up hashed it and compared it element by element (~300 instructions). The names are
 // compared here by identity, as interned strings mostly are (`is_name`), against those kept. A plan is a
@@ -975,7 +976,7 @@ struct Launcher {
   static constexpr int kSeen = 1 << kSeenBits;
   PyObject* seen[kSeen];
   KernelKept kept[kSeen];  // for the kernel at the same place in `seen`
-  Py_ssize_t plans_kept;  // launches whose options `options_match` compared with a kept plan (a diagnostic)
+  Py_ssize_t plans_kept;  // launches whose options `options_words` read through a kept plan (a diagnostic)
   Py_ssize_t kept_hits;  // launches found among their kernel's kept templates (a diagnostic)
 };
 
@@ -2172,7 +2173,7 @@ PyMemberDef launcher_members[] = {
     {"steady", T_PYSSIZET, offsetof(Launcher, steady), READONLY, "launches finished here"},
     {"fallbacks", T_PYSSIZET, offsetof(Launcher, fallbacks), READONLY, "launches given to Python"},
     {"plans_kept", T_PYSSIZET, offsetof(Launcher, plans_kept), READONLY,
-     "launches whose options were compared through the plan kept for their kernel and keyword names"},
+     "launches whose options were read through the plan kept for their kernel and keyword names"},
     {"kept", T_PYSSIZET, offsetof(Launcher, kept_hits), READONLY,
      "launches found among their kernel's kept templates (KeptTemplates: a diagnostic)"},
     {nullptr, 0, 0, 0, nullptr}};
