@@ -113,6 +113,20 @@ int passes_through(Intercept* ic, PyObject* obj, PyObject* const* kwvalues, PyOb
   return 0;
 }
 
+// `target(obj, args, kwargs)` for a Python target: the call's arguments as a tuple and a dict. Cold: the
+// compiled targets (a `Launcher`, a `Tuner`) take the call as it arrived.
+TL_COLD PyObject* call_target(PyObject* target, PyObject* const* args, Py_ssize_t n, PyObject* kwnames) {
+  Ref positional(PyTuple_New(n - 1));
+  Ref keywords(PyDict_New());
+  if (!positional || !keywords) return nullptr;
+  for (Py_ssize_t i = 1; i < n; ++i) PyTuple_SET_ITEM(positional.get(), i - 1, Py_NewRef(args[i]));
+  Py_ssize_t nk = kwnames == nullptr ? 0 : PyTuple_GET_SIZE(kwnames);
+  for (Py_ssize_t i = 0; i < nk; ++i) {
+    if (PyDict_SetItem(keywords.get(), PyTuple_GET_ITEM(kwnames, i), args[n + i]) < 0) return nullptr;
+  }
+  return call_n(target, {args[0], positional.get(), keywords.get()});
+}
+
 PyObject* intercept_vectorcall(PyObject* self, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
   TL_STAMP(entered);
   Intercept* ic = reinterpret_cast<Intercept*>(self);
@@ -134,15 +148,7 @@ PyObject* intercept_vectorcall(PyObject* self, PyObject* const* args, size_t nar
     TL_PART(PART_INTERCEPT_TUNE, entered);
     return tune_vector(ic->target, args, n, kwnames);
   }
-  Ref positional(PyTuple_New(n - 1));
-  Ref keywords(PyDict_New());
-  if (!positional || !keywords) return nullptr;
-  for (Py_ssize_t i = 1; i < n; ++i) PyTuple_SET_ITEM(positional.get(), i - 1, Py_NewRef(args[i]));
-  Py_ssize_t nk = kwnames == nullptr ? 0 : PyTuple_GET_SIZE(kwnames);
-  for (Py_ssize_t i = 0; i < nk; ++i) {
-    if (PyDict_SetItem(keywords.get(), PyTuple_GET_ITEM(kwnames, i), args[n + i]) < 0) return nullptr;
-  }
-  return call_n(ic->target, {args[0], positional.get(), keywords.get()});
+  return call_target(ic->target, args, n, kwnames);
 }
 
 PyObject* intercept_get(PyObject* self, PyObject* obj, PyObject*) {
@@ -418,9 +424,27 @@ int plan_call(PyObject* config, Tuner* t, PyObject* tuner, TuneArgs& a, Plan& ou
 }
 
 // `slow(tuner, args, kwargs)`.
-PyObject* call_slow(PyObject* slow, PyObject* tuner, TuneArgs& a) {
+TL_COLD PyObject* call_slow(PyObject* slow, PyObject* tuner, TuneArgs& a) {
   PyObject* kwargs = a.dict();
   return kwargs ? call_n(slow, {tuner, a.args.get(), kwargs}) : nullptr;
+}
+
+// The `finally` block's own exception (set) replaces the run's (`type`, `value`, `tb`, owned: taken here),
+// chained to it as Python does; nullptr. Cold.
+TL_COLD PyObject* finally_failed(PyObject* type, PyObject* value, PyObject* tb) {
+  if (value != nullptr) {
+    PyObject *t2, *v2, *tb2;
+    PyErr_Fetch(&t2, &v2, &tb2);
+    PyErr_NormalizeException(&t2, &v2, &tb2);
+    PyErr_NormalizeException(&type, &value, &tb);
+    if (tb != nullptr) PyException_SetTraceback(value, tb);
+    if (v2 != nullptr) PyException_SetContext(v2, Py_NewRef(value));
+    PyErr_Restore(t2, v2, tb2);
+  }
+  Py_XDECREF(type);
+  Py_XDECREF(value);
+  Py_XDECREF(tb);
+  return nullptr;
 }
 
 PyObject* tune(Tuner* t, PyObject* tuner, TuneArgs& a) {
@@ -473,21 +497,7 @@ PyObject* tune(Tuner* t, PyObject* tuner, TuneArgs& a) {
                     {tuner, frame.get(), plan.timings_before.get(), cache}));
     popped = done ? 0 : -1;
   }
-  if (popped < 0) {  // the finally block's own exception replaces the run's (chained to it, as Python does)
-    if (value != nullptr) {
-      PyObject *t2, *v2, *tb2;
-      PyErr_Fetch(&t2, &v2, &tb2);
-      PyErr_NormalizeException(&t2, &v2, &tb2);
-      PyErr_NormalizeException(&type, &value, &tb);
-      if (tb != nullptr) PyException_SetTraceback(value, tb);
-      if (v2 != nullptr) PyException_SetContext(v2, Py_NewRef(value));
-      PyErr_Restore(t2, v2, tb2);
-      Py_XDECREF(type);
-      Py_XDECREF(value);
-      Py_XDECREF(tb);
-    }
-    return nullptr;
-  }
+  if (popped < 0) return finally_failed(type, value, tb);
   if (type != nullptr) {
     PyErr_Restore(type, value, tb);
     return nullptr;

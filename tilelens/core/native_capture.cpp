@@ -472,22 +472,11 @@ int walk(PyObject* order, PyObject* bound, Scratch& s, Values& values) {
   return 1;
 }
 
-// The launch's Sig (the first of `candidates` it equals, itself), its values put into `values` and its codes'
-// hash into `hash`. nullptr with an exception: the plan has no name tuples; nullptr without one: the launch is
-// not templatable, however that was found.
-PyObject* capture_sig(PyObject* plan, PyObject* bound, const Candidates& candidates, Values& values,
-                      const Slots& slots, uint64_t& hash) {
-  if (!PyDict_Check(bound)) return nullptr;
-  // Triton binds every parameter, in order: then the dict is read in one walk instead of a lookup a name.
-  Ref order(slot_or_attr(plan, slots.plan, slots.order_at, g_order_name));
-  if (!order) PyErr_Clear();  // a plan without it: name by name
-  Scratch s;
-  int walked = order ? walk(order.get(), bound, s, values) : 0;
-  if (walked != 0) {
-    PyObject* sig = walked == 1 ? sig_of(s, candidates, hash) : nullptr;
-    if (sig == nullptr) PyErr_Clear();
-    return sig;
-  }
+// `capture_sig`'s reading of `bound` name by name (the plan's runtime names, then its constexpr names), when
+// the dict is not in the plan's order or the plan has no order: into `s` and `values`, both emptied first. Cold:
+// Triton binds every parameter in order.
+TL_COLD PyObject* by_name(PyObject* plan, PyObject* bound, const Candidates& candidates, Values& values,
+                          Scratch& s, uint64_t& hash) {
   s.clear();  // what the walk put there before it found the dict in another order
   values.clear();
   Ref runtime(names_of(plan, g_runtime_name));
@@ -511,6 +500,25 @@ PyObject* capture_sig(PyObject* plan, PyObject* bound, const Candidates& candida
   PyObject* sig = ok ? sig_of(s, candidates, hash) : nullptr;
   if (sig == nullptr) PyErr_Clear();  // not templatable: the caller takes the untemplated path
   return sig;
+}
+
+// The launch's Sig (the first of `candidates` it equals, itself), its values put into `values` and its codes'
+// hash into `hash`. nullptr with an exception: the plan has no name tuples; nullptr without one: the launch is
+// not templatable, however that was found.
+PyObject* capture_sig(PyObject* plan, PyObject* bound, const Candidates& candidates, Values& values,
+                      const Slots& slots, uint64_t& hash) {
+  if (!PyDict_Check(bound)) return nullptr;
+  // Triton binds every parameter, in order: then the dict is read in one walk instead of a lookup a name.
+  Ref order(slot_or_attr(plan, slots.plan, slots.order_at, g_order_name));
+  if (!order) PyErr_Clear();  // a plan without it: name by name
+  Scratch s;
+  int walked = order ? walk(order.get(), bound, s, values) : 0;
+  if (walked != 0) {
+    PyObject* sig = walked == 1 ? sig_of(s, candidates, hash) : nullptr;
+    if (sig == nullptr) PyErr_Clear();
+    return sig;
+  }
+  return by_name(plan, bound, candidates, values, s, hash);
 }
 
 // `capture(plan, bound, last)`: (sig, values) or None.
@@ -1441,6 +1449,101 @@ void frames_words(const Frames& frames, PyObject* stack, KeyWords& words) {
   }
 }
 
+// The tests a launch takes when none of its kernel's kept templates is its own: `_templated`'s test of the
+// kernel's last template, seen in place, else the key made and compared with the last's or looked up in the
+// templates table (the one found then becomes the kernel's last, as `_templated` makes it). A template found
+// is kept (`KeptTemplates`) for the next launches like this one. 1 with `number` set; 0 a new template or
+// anything unusual (Python decides); -1 and an exception. Out of line and cold: once a kernel's templates are
+// kept, a steady launch never runs it, and its code stays out of the steady path's cache lines.
+TL_COLD int slower_tests(const Config& f, const Frames& frame_slots, const Slots& slots, PyObject* k, PyObject* last,
+                         LaunchArgs& a, PyObject* stack, PyObject* sig, uint64_t hash, PyObject* metadata,
+                         PyObject* node, PyObject* result, const KeyWords& key_words, KernelKept& kept, Ref& number) {
+  TL_STAMP(testing_last);
+  // `_templated`'s test of the kernel's last template, its parts seen in place: 1 equal, 2 equal but for the
+  // launch options or frames, which could not be seen equal in place (their keys are compared below), 0 not.
+  int options_same = 0, frames_same = 0;
+  int same = PyTuple_GET_ITEM(last, 0) == f[TEMPLATES] && PyTuple_GET_ITEM(last, 1) == sig;
+  if (same) {
+    void* mid = PyLong_AsVoidPtr(PyTuple_GET_ITEM(last, 4));
+    if (mid == nullptr && PyErr_Occurred()) return -1;
+    same = mid == metadata;
+  }
+  if (same) same = PyObject_RichCompareBool(PyTuple_GET_ITEM(last, 5), node, Py_EQ);
+  if (same < 0) return -1;
+  if (same) {
+    options_same = options_match(k, a, PyTuple_GET_ITEM(last, 2), slots, kept.plan);
+    if (options_same < 0) return -1;
+    frames_same = frames_match(frame_slots, stack, PyTuple_GET_ITEM(last, 3));
+    if (frames_same < 0) return -1;
+    same = options_same && frames_same ? 1 : 2;
+  }
+  TL_PART(PART_LAST, testing_last);
+  TL_STAMP(looking_up);
+  if (same == 1) {
+    number.reset(Py_NewRef(PyTuple_GET_ITEM(last, 6)));
+  } else {
+    // The keys: compared with the last template's when only they were uncertain, else looked up whole (key:
+    // kernel number, sig, options, frames, metadata id, node id).
+    Ref options(options_same ? nullptr : a.options() ? options_key(k, a, slots) : Py_NewRef(Py_None));
+    Ref frames(frames_same ? nullptr
+                           : PyList_GET_SIZE(stack) ? frames_key(frame_slots, stack)
+                                                    : Py_NewRef(Py_None));
+    if ((!options_same && !options) || (!frames_same && !frames)) return -1;
+    if (same == 2) {
+      same = 1;
+      if (!options_same) same = PyObject_RichCompareBool(PyTuple_GET_ITEM(last, 2), options.get(), Py_EQ);
+      if (same == 1 && !frames_same)
+        same = PyObject_RichCompareBool(PyTuple_GET_ITEM(last, 3), frames.get(), Py_EQ);
+      if (same < 0) return -1;
+    }
+    if (same == 1) {
+      number.reset(Py_NewRef(PyTuple_GET_ITEM(last, 6)));
+    } else {
+      if (!frames) frames.reset(PyList_GET_SIZE(stack) ? frames_key(frame_slots, stack) : Py_NewRef(Py_None));
+      if (!options) options.reset(a.options() ? options_key(k, a, slots) : Py_NewRef(Py_None));
+      if (!frames || !options) return -1;
+      Ref kernel_number(PyObject_GetAttr(k, g_names.number));
+      Ref mid(PyLong_FromVoidPtr(metadata));
+      Ref table(PyObject_GetAttr(f[TEMPLATES], g_names.numbers));
+      if (!kernel_number || !mid || !table || !PyDict_CheckExact(table.get())) return -1;
+      Ref key(PyTuple_Pack(6, kernel_number.get(), sig, options.get(), frames.get(), mid.get(), node));
+      if (!key) return -1;
+      PyObject* in_table = PyDict_GetItemWithError(table.get(), key.get());
+      if (in_table == nullptr) return PyErr_Occurred() ? -1 : 0;
+      number.reset(Py_NewRef(in_table));
+      Ref now(PyTuple_Pack(7, f[TEMPLATES], sig, options.get(), frames.get(), mid.get(), node, in_table));
+      if (!now || PyObject_SetAttr(k, g_names.last_template, now.get()) < 0) return -1;
+    }
+  }
+  // Kept for the next launches like this one. The words were made before the tests above, which may have
+  // run Python code: a frame's slots or the plan may have changed since, so they are made again.
+  KeyWords now_words;
+  Py_ssize_t again = 0;  // counted once a launch, above
+  options_words(k, a, slots, kept.plan, now_words, again);
+  if (now_words.ok) frames_words(frame_slots, stack, now_words);
+  if (now_words.ok && key_words.ok && now_words.n == key_words.n &&
+      std::memcmp(now_words.w, key_words.w, sizeof(uint64_t) * key_words.n) == 0) {
+    std::vector<PyObject*> dropped;
+    kept.templates.keep(k, f[TEMPLATES], sig, hash, metadata, result, node, number.get(), now_words,
+                        dropped);
+    for (PyObject* o : dropped) Py_DECREF(o);
+  }
+  TL_PART(PART_LOOKUP, looking_up);
+  return 1;
+}
+
+// The metadata (borrowed) the router's METADATA holds for the compiled kernel `result`, or nullptr (an
+// exception set only on an error). Cold: the launcher keeps what it found here.
+TL_COLD PyObject* table_metadata(PyObject* table, PyObject* result) {
+  Ref id(PyLong_FromVoidPtr(result));
+  if (!id) return nullptr;
+  PyObject* entry = PyDict_GetItemWithError(table, id.get());
+  if (entry == nullptr || !PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) != 2 ||
+      PyTuple_GET_ITEM(entry, 0) != result)
+    return nullptr;
+  return PyTuple_GET_ITEM(entry, 1);
+}
+
 // 1: the launch is of a template already made: one of its kernel's kept templates (`KeptTemplates`), seen by
 // its words, else its last one (`last`) seen equal in place, else one found in the templates table by its key
 // (which then becomes the kernel's last, as `_templated` makes the one it finds); a template found by either
@@ -1484,15 +1587,8 @@ int steady(const Config& f, const Frames& frame_slots, const Slots& slots, PyObj
     PyObject* known = kept.metadata.find(result);
     if (known == nullptr) {
       known = kept.templates.metadata_of(k, result, hash);
-      if (known == nullptr) {
-        Ref id(PyLong_FromVoidPtr(result));
-        if (!id) return -1;
-        PyObject* entry = PyDict_GetItemWithError(f[METADATA], id.get());
-        if (entry == nullptr || !PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) != 2 ||
-            PyTuple_GET_ITEM(entry, 0) != result)
-          return PyErr_Occurred() ? -1 : 0;
-        known = PyTuple_GET_ITEM(entry, 1);
-      }
+      if (known == nullptr && (known = table_metadata(f[METADATA], result)) == nullptr)
+        return PyErr_Occurred() ? -1 : 0;
       metadata.reset(Py_NewRef(known));  // before `keep`, whose decrements may run Python code
       kept.metadata.keep(result, known);
     } else {
@@ -1515,77 +1611,9 @@ int steady(const Config& f, const Frames& frame_slots, const Slots& slots, PyObj
   }
   TL_PART(PART_KEPT, testing_kept);
   if (!number) {
-    TL_STAMP(testing_last);
-    // `_templated`'s test of the kernel's last template, its parts seen in place: 1 equal, 2 equal but for the
-    // launch options or frames, which could not be seen equal in place (their keys are compared below), 0 not.
-    int options_same = 0, frames_same = 0;
-    int same = PyTuple_GET_ITEM(last, 0) == f[TEMPLATES] && PyTuple_GET_ITEM(last, 1) == sig;
-    if (same) {
-      void* mid = PyLong_AsVoidPtr(PyTuple_GET_ITEM(last, 4));
-      if (mid == nullptr && PyErr_Occurred()) return -1;
-      same = mid == metadata.get();
-    }
-    if (same) same = PyObject_RichCompareBool(PyTuple_GET_ITEM(last, 5), node.get(), Py_EQ);
-    if (same < 0) return -1;
-    if (same) {
-      options_same = options_match(k, a, PyTuple_GET_ITEM(last, 2), slots, kept.plan);
-      if (options_same < 0) return -1;
-      frames_same = frames_match(frame_slots, stack, PyTuple_GET_ITEM(last, 3));
-      if (frames_same < 0) return -1;
-      same = options_same && frames_same ? 1 : 2;
-    }
-    TL_PART(PART_LAST, testing_last);
-    TL_STAMP(looking_up);
-    if (same == 1) {
-      number.reset(Py_NewRef(PyTuple_GET_ITEM(last, 6)));
-    } else {
-      // The keys: compared with the last template's when only they were uncertain, else looked up whole (key:
-      // kernel number, sig, options, frames, metadata id, node id).
-      Ref options(options_same ? nullptr : a.options() ? options_key(k, a, slots) : Py_NewRef(Py_None));
-      Ref frames(frames_same ? nullptr
-                             : PyList_GET_SIZE(stack) ? frames_key(frame_slots, stack)
-                                                      : Py_NewRef(Py_None));
-      if ((!options_same && !options) || (!frames_same && !frames)) return -1;
-      if (same == 2) {
-        same = 1;
-        if (!options_same) same = PyObject_RichCompareBool(PyTuple_GET_ITEM(last, 2), options.get(), Py_EQ);
-        if (same == 1 && !frames_same)
-          same = PyObject_RichCompareBool(PyTuple_GET_ITEM(last, 3), frames.get(), Py_EQ);
-        if (same < 0) return -1;
-      }
-      if (same == 1) {
-        number.reset(Py_NewRef(PyTuple_GET_ITEM(last, 6)));
-      } else {
-        if (!frames) frames.reset(PyList_GET_SIZE(stack) ? frames_key(frame_slots, stack) : Py_NewRef(Py_None));
-        if (!options) options.reset(a.options() ? options_key(k, a, slots) : Py_NewRef(Py_None));
-        if (!frames || !options) return -1;
-        Ref kernel_number(PyObject_GetAttr(k, g_names.number));
-        Ref mid(PyLong_FromVoidPtr(metadata.get()));
-        Ref table(PyObject_GetAttr(f[TEMPLATES], g_names.numbers));
-        if (!kernel_number || !mid || !table || !PyDict_CheckExact(table.get())) return -1;
-        Ref key(PyTuple_Pack(6, kernel_number.get(), sig, options.get(), frames.get(), mid.get(), node.get()));
-        if (!key) return -1;
-        PyObject* in_table = PyDict_GetItemWithError(table.get(), key.get());
-        if (in_table == nullptr) return PyErr_Occurred() ? -1 : 0;
-        number.reset(Py_NewRef(in_table));
-        Ref now(PyTuple_Pack(7, f[TEMPLATES], sig, options.get(), frames.get(), mid.get(), node.get(), in_table));
-        if (!now || PyObject_SetAttr(k, g_names.last_template, now.get()) < 0) return -1;
-      }
-    }
-    // Kept for the next launches like this one. The words were made before the tests above, which may have
-    // run Python code: a frame's slots or the plan may have changed since, so they are made again.
-    KeyWords now_words;
-    Py_ssize_t again = 0;  // counted once a launch, above
-    options_words(k, a, slots, kept.plan, now_words, again);
-    if (now_words.ok) frames_words(frame_slots, stack, now_words);
-    if (now_words.ok && key_words.ok && now_words.n == key_words.n &&
-        std::memcmp(now_words.w, key_words.w, sizeof(uint64_t) * key_words.n) == 0) {
-      std::vector<PyObject*> dropped;
-      kept.templates.keep(k, f[TEMPLATES], sig, hash, metadata.get(), result, node.get(), number.get(), now_words,
-                          dropped);
-      for (PyObject* o : dropped) Py_DECREF(o);
-    }
-    TL_PART(PART_LOOKUP, looking_up);
+    int found_slower = slower_tests(f, frame_slots, slots, k, last, a, stack, sig, hash, metadata.get(), node.get(),
+                                    result, key_words, kept, number);
+    if (found_slower <= 0) return found_slower;
   }
   TL_STAMP(resolving);
   PyObject* value = probe->value != nullptr ? probe->value : Py_None;
@@ -1813,6 +1841,30 @@ struct Launched {
   }
 };
 
+// The item's bytes when the words were not packed (`pack_words`): packed from the list of values (`values`),
+// else, when a value does not fit the packed form, marshalled as `submit_flat` does (format 2). A new reference,
+// or nullptr and an exception. Cold: a steady launch's values fit its words.
+TL_COLD PyObject* item_data(PyObject* number, Stamp& started, Stamp& duration, Grid& grid, PyObject* values,
+                            const Words& words, Launched& n) {
+  if (values != nullptr) {
+    PyObject* resolved = grid.get();
+    PyObject* s = resolved ? started.get() : nullptr;
+    PyObject* d = s ? duration.get() : nullptr;
+    PyObject* id = d ? n.get() : nullptr;
+    if (id == nullptr) return nullptr;
+    PyObject* packed = pack_flat(id, number, s, d, resolved, values);
+    if (packed != nullptr || PyErr_Occurred()) return packed;
+  }
+  Ref list(values != nullptr ? Py_NewRef(values) : list_of(words));
+  PyObject* resolved = list ? grid.get() : nullptr;
+  PyObject* s = resolved ? started.get() : nullptr;
+  PyObject* d = s ? duration.get() : nullptr;
+  PyObject* id = d ? n.get() : nullptr;
+  if (id == nullptr) return nullptr;
+  Ref item(PyTuple_Pack(7, g_names.m, id, number, s, d, resolved, list.get()));
+  return item ? PyMarshal_WriteObjectToString(item.get(), 2) : nullptr;
+}
+
 // `ProcessWriter.submit_flat(number, started, duration, grid, values)`'s steps, in its order, from the writer's
 // `flat_parts()` (writer, numbers, items.append, items, queued, limit): the next launch number, the item
 // ("m", n, ...) appended to the queue packed (`pack_words`, from `words` when `values` is nullptr, else from
@@ -1828,27 +1880,10 @@ int queue_flat(PyObject* parts, PyObject* number, Stamp& started, Stamp& duratio
   PyObject* writer = PyTuple_GET_ITEM(parts, 0);
   if (n.take(PyTuple_GET_ITEM(parts, 1)) < 0) return -1;
   Ref data;
-  if (values == nullptr) {
-    if (n.fits) data.reset(pack_words(n.index, number, started, duration, grid, words));
-  } else {
-    PyObject* resolved = grid.get();
-    if (resolved == nullptr) return -1;
-    PyObject* s = started.get();
-    PyObject* d = s ? duration.get() : nullptr;
-    PyObject* id = d ? n.get() : nullptr;
-    if (id == nullptr) return -1;
-    data.reset(pack_flat(id, number, s, d, resolved, values));
-  }
-  if (!data) {  // a value the packed form does not take: marshalled, as `submit_flat` does
+  if (values == nullptr && n.fits) data.reset(pack_words(n.index, number, started, duration, grid, words));
+  if (!data) {
     if (PyErr_Occurred()) return -1;
-    Ref list(values != nullptr ? Py_NewRef(values) : list_of(words));
-    PyObject* resolved = list ? grid.get() : nullptr;
-    PyObject* s = resolved ? started.get() : nullptr;
-    PyObject* d = s ? duration.get() : nullptr;
-    PyObject* id = d ? n.get() : nullptr;
-    if (id == nullptr) return -1;
-    Ref item(PyTuple_Pack(7, g_names.m, id, number, s, d, resolved, list.get()));
-    data.reset(item ? PyMarshal_WriteObjectToString(item.get(), 2) : nullptr);
+    data.reset(item_data(number, started, duration, grid, values, words, n));
   }
   Ref appended(data ? call_n(PyTuple_GET_ITEM(parts, 2), {data.get()}) : nullptr);
   if (!appended) return -1;
@@ -1919,17 +1954,53 @@ PyObject* run_launch(const Config& f, LaunchArgs& a, PyObject* probe) {
   return PyObject_Vectorcall(f[TRITON_RUN], stack, static_cast<size_t>(1 + a.nargs), a.kwnames);
 }
 
+// The calls a launch hands to Python: `slow(jit, args, kwargs)` (the router's `launch`, the launcher not
+// configured), `rest(jit, args, grid, kwargs)` (before the run: the router's `_launch`) and `after(...)` (after
+// it: the router's `_after`). Cold: a steady launch makes none of them.
+TL_COLD PyObject* to_slow(PyObject* slow, LaunchArgs& a) {
+  PyObject* args = a.tuple();
+  Ref kwargs(args ? a.whole_dict() : nullptr);
+  return kwargs ? call_n(slow, {a.jit, args, kwargs.get()}) : nullptr;
+}
+
+TL_COLD PyObject* to_rest(PyObject* rest, LaunchArgs& a, PyObject* grid) {
+  PyObject* args = a.tuple();
+  PyObject* kwargs = args ? a.dict() : nullptr;
+  return kwargs ? call_n(rest, {a.jit, args, grid, kwargs}) : nullptr;
+}
+
+TL_COLD PyObject* to_after(PyObject* after, PyObject* k, LaunchArgs& a, PyObject* grid, PyObject* probe,
+                           PyObject* stack, PyObject* result, PyObject* error, Stamp& started, Stamp& duration) {
+  PyObject* args = a.tuple();
+  PyObject* kwargs = args ? a.dict() : nullptr;
+  if (kwargs == nullptr || started.get() == nullptr || duration.get() == nullptr) return nullptr;
+  return call_n(after, {k, a.jit, args, grid, probe, kwargs, stack, result, error != nullptr ? error : Py_None,
+                        started.obj.get(), duration.obj.get()});
+}
+
+// The exception the run raised, normalized and with its traceback set (a new reference: recorded, then re-raised
+// unchanged by `after`); nullptr with the exception restored when there is no value. Cold.
+TL_COLD PyObject* run_error() {
+  PyObject *type, *value, *tb;
+  PyErr_Fetch(&type, &value, &tb);
+  PyErr_NormalizeException(&type, &value, &tb);
+  if (value == nullptr) {
+    PyErr_Restore(type, value, tb);
+    return nullptr;
+  }
+  if (tb != nullptr) PyException_SetTraceback(value, tb);
+  Py_XDECREF(type);
+  Py_XDECREF(tb);
+  return value;
+}
+
 PyObject* launch(Launcher* l, LaunchArgs& a) {
   TL_STAMP(entered);
   if (l->slow == nullptr) {
     PyErr_SetString(PyExc_RuntimeError, "a cleared launcher");
     return nullptr;
   }
-  if (l->config == nullptr || (!a.vector() && !PyDict_CheckExact(a.kwargs.get()))) {
-    PyObject* args = a.tuple();
-    Ref kwargs(args ? a.whole_dict() : nullptr);
-    return kwargs ? call_n(l->slow, {a.jit, args, kwargs.get()}) : nullptr;
-  }
+  if (l->config == nullptr || (!a.vector() && !PyDict_CheckExact(a.kwargs.get()))) return to_slow(l->slow, a);
   Ref config(Py_NewRef(l->config));
   const Config f{config.get()};
   Frames frames{reinterpret_cast<PyTypeObject*>(f[FRAME_CLASS]), {}};
@@ -1993,9 +2064,7 @@ PyObject* launch(Launcher* l, LaunchArgs& a) {
   if (!mine) {
     PyErr_Clear();
     ++l->fallbacks;
-    PyObject* args = a.tuple();
-    PyObject* kwargs = args ? a.dict() : nullptr;
-    return kwargs ? call_n(f[REST], {jit, args, grid.get(), kwargs}) : nullptr;
+    return to_rest(f[REST], a, grid.get());
   }
   Probe* probe = new_probe(grid.get());
   if (probe == nullptr) return nullptr;
@@ -2019,17 +2088,8 @@ PyObject* launch(Launcher* l, LaunchArgs& a) {
   TL_STAMP(ran);
   Ref error;
   if (!result) {  // recorded, then re-raised unchanged (with its traceback) by `after`
-    PyObject *type, *value, *tb;
-    PyErr_Fetch(&type, &value, &tb);
-    PyErr_NormalizeException(&type, &value, &tb);
-    if (value == nullptr) {
-      PyErr_Restore(type, value, tb);
-      return nullptr;
-    }
-    if (tb != nullptr) PyException_SetTraceback(value, tb);
-    Py_XDECREF(type);
-    Py_XDECREF(tb);
-    error.reset(value);
+    error.reset(run_error());
+    if (!error) return nullptr;
     result.reset(Py_NewRef(Py_None));
   }
   double t1 = l->native_clocks ? clock_seconds(CLOCK_MONOTONIC) : seconds(f[PERF], clock);
@@ -2067,11 +2127,8 @@ PyObject* launch(Launcher* l, LaunchArgs& a) {
     PyErr_Clear();
   }
   ++l->fallbacks;
-  PyObject* args = a.tuple();
-  PyObject* kwargs = args ? a.dict() : nullptr;
-  if (kwargs == nullptr || started.get() == nullptr || duration.get() == nullptr) return nullptr;
-  return call_n(f[AFTER], {k.get(), jit, args, grid.get(), probe_ref.get(), kwargs, stack.get(), result.get(),
-                           error ? error.get() : Py_None, started.obj.get(), duration.obj.get()});
+  return to_after(f[AFTER], k.get(), a, grid.get(), probe_ref.get(), stack.get(), result.get(), error.get(), started,
+                  duration);
 }
 
 PyObject* launcher_vectorcall(PyObject* self, PyObject* const* args, size_t nargsf, PyObject* kwnames) {

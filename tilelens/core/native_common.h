@@ -20,6 +20,15 @@
 #define TILELENS_PROFILED 0
 #endif
 
+// A function the steady launch never runs once its kernel's templates are known (a fallback, a first time):
+// out of line and placed with the other cold code, so that the steady path's own code fills fewer cache lines
+// (the program's code, which runs between two launches, evicts it: each line it takes is a miss a launch).
+#if defined(__GNUC__)
+#define TL_COLD __attribute__((noinline, cold))
+#else
+#define TL_COLD
+#endif
+
 namespace tilelens_native {
 
 // The parts of a steady compiled launch whose time-stamp-counter ticks a profiling build sums (built with
