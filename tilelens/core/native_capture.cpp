@@ -682,6 +682,18 @@ struct PlanCache {
       if (!tilelens_native::is_name(PyTuple_GET_ITEM(n, i), PyTuple_GET_ITEM(names, i))) return nullptr;
     return plan;
   }
+  // The plan of `k`'s `d` under the names `n` as the call came (borrowed): the kept one, else the one `d`
+  // files under them, kept from then; nullptr when `d` has none yet or it is not a 2-tuple (an exception set
+  // only on an error). `was_kept`: it was the kept one.
+  PyObject* plan_for(PyObject* k, PyObject* d, PyObject* n, bool& was_kept) {
+    PyObject* p = find(k, d, n);
+    was_kept = p != nullptr;
+    if (p != nullptr) return p;
+    p = PyDict_GetItemWithError(d, n);  // names: strs, so no Python code runs
+    if (p == nullptr || !PyTuple_CheckExact(p) || PyTuple_GET_SIZE(p) != 2) return nullptr;
+    keep(k, d, n, p);
+    return plan;
+  }
   // `plan` (a 2-tuple) kept for `k`'s `d` under the names `n` (a tuple), with where each kept name is in `n`.
   void keep(PyObject* k, PyObject* d, PyObject* n, PyObject* p) {
     Py_XSETREF(kernel, Py_NewRef(k));
@@ -1315,13 +1327,9 @@ int options_match(PyObject* k, LaunchArgs& a, PyObject* key, const Slots& slots,
   Ref plans(slot_or_attr(k, slots.kernel, slots.kernel_at[K_OPTION_PLANS], g_names.option_plans));
   if (!plans) return -1;
   if (!PyDict_CheckExact(plans.get())) return 0;
-  PyObject* plan = cache.find(k, plans.get(), a.kwnames);
-  if (plan == nullptr || PyTuple_GET_ITEM(plan, 0) != PyTuple_GET_ITEM(key, 0)) {
-    plan = PyDict_GetItemWithError(plans.get(), a.kwnames);
-    if (plan == nullptr) return PyErr_Occurred() ? -1 : 0;
-    if (!PyTuple_CheckExact(plan) || PyTuple_GET_SIZE(plan) != 2) return 0;
-    cache.keep(k, plans.get(), a.kwnames, plan);
-  }
+  bool was_kept = false;
+  PyObject* plan = cache.plan_for(k, plans.get(), a.kwnames, was_kept);
+  if (plan == nullptr) return PyErr_Occurred() ? -1 : 0;
   PyObject* kept = PyTuple_GET_ITEM(plan, 0);
   if (kept != PyTuple_GET_ITEM(key, 0) || !PyTuple_CheckExact(kept)) return 0;
   Py_ssize_t m = PyTuple_GET_SIZE(kept);
@@ -1340,9 +1348,8 @@ int options_match(PyObject* k, LaunchArgs& a, PyObject* key, const Slots& slots,
 }
 
 // The launch options of `options_key(k, a)` as words: none, or the kept names' tuple (by identity) and each
-// kept value, from the plan `options_match` keeps for the call's names (found in `option_plans` under the
-// names as the call came, and kept, when it is not the kept one; `kept_count` counts the launches that found
-// it kept). Not `ok` when that plan is not there yet or its names are not all located, or the call came as a
+// kept value, from the plan cache's plan for the call's names (`PlanCache::plan_for`; `kept_count` counts the
+// launches that found it kept). Not `ok` when that plan is not there yet or its names are not all located, or the call came as a
 // dict.
 void options_words(PyObject* k, const LaunchArgs& a, const Slots& slots, PlanCache& cache, KeyWords& words,
                    Py_ssize_t& kept_count) {
@@ -1359,19 +1366,15 @@ void options_words(PyObject* k, const LaunchArgs& a, const Slots& slots, PlanCac
     words.ok = false;
     return;
   }
-  PyObject* plan = cache.find(k, plans, a.kwnames);
-  if (plan != nullptr) {
-    ++kept_count;
-  } else {
-    plan = PyDict_GetItemWithError(plans, a.kwnames);  // names: strs, so no Python code runs
-    if (plan == nullptr || !PyTuple_CheckExact(plan) || PyTuple_GET_SIZE(plan) != 2) {
-      PyErr_Clear();
-      words.ok = false;
-      return;
-    }
-    cache.keep(k, plans, a.kwnames, plan);
+  bool was_kept = false;
+  PyObject* plan = cache.plan_for(k, plans, a.kwnames, was_kept);
+  if (plan == nullptr) {
+    PyErr_Clear();
+    words.ok = false;
+    return;
   }
-  PyObject* kept = PyTuple_GET_ITEM(cache.plan, 0);
+  if (was_kept) ++kept_count;
+  PyObject* kept = PyTuple_GET_ITEM(plan, 0);
   if (!cache.located || !PyTuple_CheckExact(kept)) {
     words.ok = false;
     return;
