@@ -324,7 +324,9 @@ def test_threads_alternating_templates_of_one_kernel_each_get_the_template_of_th
         for thread in threads:
             thread.join()
     assert errors == [] and rec.write_failure is None and len(rec.launch_ids) == 4 * rounds * 6
-    assert (launcher.kept > 0) if native == "1" else launcher is None
+    # Two kernels at one place (1 in 64) take turns there and keep nothing.
+    apart = _place(scale_kernel) != _place(tuned_add.fn.fn)
+    assert (launcher.kept > 0 or not apart) if native == "1" else launcher is None
     rows = _all_rows(db, blobs)
     scaled = Counter(
         (r[1][3]["value_type"], r[1][3]["value"], r[0]["config"]["constexprs"]["BLOCK"])
@@ -427,8 +429,10 @@ def test_a_kernel_alternating_between_templates_finds_each_among_its_kept_ones(
     steady, fallbacks, _, kept = counts
     assert (steady, fallbacks) == (launches - 6, 6)  # round 1 makes the six templates (Python)
     # Round 2: every launch differs from its kernel's last template and nothing is kept yet: each is looked up
-    # and kept. Later rounds: all six found among the kept ones.
-    assert kept == 6 * (rounds - 2)
+    # and kept. Later rounds: all six found among the kept ones. Two kernels at one place (1 in 64) take turns
+    # there and keep nothing.
+    apart = _place(scale_kernel) != _place(tuned_add.fn.fn)
+    assert kept == (6 * (rounds - 2) if apart else 0)
     chosen = [r[0]["config"]["autotune"]["chosen"]["kwargs"] for r in rows if "autotune" in r[0]["config"]]
     assert chosen == [tuned_add.configs[i].kwargs for i in (0, 1, 0)] * rounds
     blocks = [r[0]["config"]["constexprs"]["BLOCK"] for r in rows if "autotune" not in r[0]["config"]]
