@@ -211,6 +211,68 @@ def test_a_grid_probe_calls_a_callable_grid_once_and_hands_a_tuple_on(native_mod
         fixed()
 
 
+class KeepingGrids(StableTritonLike):
+    """Notes the id of every grid it is handed (the launcher's probe, on a steady launch) and keeps the grids of
+    the launches numbered in ``keep`` (1-based), as a program's code holding on to it would."""
+
+    def __init__(self, keep: set[int]) -> None:
+        super().__init__()
+        self.keep, self.calls = keep, 0
+        self.ids: list[int] = []
+        self.kept: dict[int, Any] = {}
+
+    def __call__(self, jit: Any, args: tuple[Any, ...], grid: Any, kwargs: dict[str, Any]) -> Any:
+        self.calls += 1
+        self.ids.append(id(grid))
+        if self.calls in self.keep:
+            self.kept[self.calls] = grid
+        return super().__call__(jit, args, grid, kwargs)
+
+
+def test_a_steady_launch_reuses_the_grid_probe_no_one_kept_and_never_one_kept(
+    tmp_path: Path, native_module: Any
+) -> None:
+    x, out = torch.arange(40, dtype=torch.float32), torch.zeros(40)
+    runner = KeepingGrids(keep={3})
+    rec = _recording(tmp_path, runner)
+    with rec:
+        launcher = rec._compiled._launcher  # type: ignore[union-attr]
+        assert launcher.spare_probe is None
+        for i in range(5):  # 1: the router's (no template yet); 2-5 steady, each through a probe
+            scale_kernel[(3,)](x, out, 40 - i, 2.0, BLOCK=16)
+        assert (launcher.steady, launcher.fallbacks) == (4, 1)
+        spare = launcher.spare_probe
+        # Emptied: it holds neither the grid nor Triton's bound arguments of the launch that used it last.
+        assert type(spare).__name__ == "GridProbe" and (spare.grid, spare.bound, spare.value) == (
+            None,
+            None,
+            None,
+        )
+        assert id(spare) == runner.ids[4]
+        # Launch 3 took launch 2's probe; the runner kept it, so launch 4 made another, which launch 5 took.
+        assert (
+            runner.ids[2] == runner.ids[1]
+            and runner.ids[3] != runner.ids[2]
+            and runner.ids[4] == runner.ids[3]
+        )
+        kept = runner.kept[3]  # still launch 3's, whole, after two launches more
+        assert kept is not spare and kept.grid == (3,) and kept.value == (3,) and kept.bound["n"] == 38
+        spare_id = id(spare)  # the launcher holds it, so no other object has this id meanwhile
+        scale_kernel[(3,)](x, out, 40, 2.0, BLOCK=16)  # the spare is held here too: the launch makes its own
+        assert runner.ids[5] != spare_id and launcher.spare_probe is spare
+        del spare
+        for i in range(3):  # a callable grid: the probe calls it, then lets it go
+            scale_kernel[lambda m: (m["n"] // 8, 1)](x, out, 24 + 8 * i, 2.0, BLOCK=16)
+        assert runner.ids[6:] == [spare_id] * 3 and id(launcher.spare_probe) == spare_id
+        assert launcher.spare_probe.grid is None and (launcher.steady, launcher.fallbacks) == (8, 1)
+    rows = _all_rows(tmp_path / "h.db", tmp_path / "b")
+    assert [r[1][2]["value"] for r in rows] == [40, 39, 38, 37, 36, 40, 24, 32, 40]
+    assert [(r[0]["grid_x"], r[0]["grid_y"], r[0]["grid_z"]) for r in rows] == [(3, 1, 1)] * 7 + [
+        (4, 1, 1),
+        (5, 1, 1),
+    ]
+
+
 class Reconfiguring(StableTritonLike):
     """Disables the launcher from inside its ``at``-th launch, as another thread's ``configure()`` could."""
 

@@ -189,6 +189,7 @@ struct Words {
 // An exact int that fits in 64 bits, into `out`; false (no exception) otherwise.
 bool int64_of(PyObject* v, int64_t& out) {
   if (!PyLong_CheckExact(v)) return false;
+  if (tilelens_native::compact_int(v, out)) return true;
   int overflow = 0;
   long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
   if (overflow != 0 || (x == -1 && PyErr_Occurred())) {
@@ -351,12 +352,12 @@ struct Candidates {
   }
 };
 
-// The hash of a signature's codes (not its constexpr values) that `Candidates` compares first.
+// The hash of a signature's codes (not its constexpr values) that `Candidates` compares first: FNV-1a over
+// the 64-bit codes (an xor and a multiply a code; the previous shift-and-add mix took ~11 instructions a code,
+// and a launch has ~30-60 codes). Only a filter: an equal hash is followed by comparing the codes themselves.
 uint64_t codes_hash(const int64_t* code, Py_ssize_t n) {
-  uint64_t h = static_cast<uint64_t>(n) * 0x9e3779b97f4a7c15ULL;
-  for (Py_ssize_t i = 0; i < n; ++i) {
-    h ^= static_cast<uint64_t>(code[i]) + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
-  }
+  uint64_t h = 0xcbf29ce484222325ULL ^ static_cast<uint64_t>(n);
+  for (Py_ssize_t i = 0; i < n; ++i) h = (h ^ static_cast<uint64_t>(code[i])) * 0x100000001b3ULL;
   return h;
 }
 
@@ -998,6 +999,7 @@ struct Launcher {
   KernelKept kept[kSeen];  // for the kernel at the same place in `seen`
   Py_ssize_t plans_kept;  // launches whose options `options_words` read through a kept plan (a diagnostic)
   Py_ssize_t kept_hits;  // launches found among their kernel's kept templates (a diagnostic)
+  PyObject* spare_probe;  // a Probe with empty slots that no one else holds, for the next launch (`ProbeLease`)
 };
 
 PyTypeObject LauncherType = {PyVarObject_HEAD_INIT(nullptr, 0)};
@@ -1028,6 +1030,7 @@ int launcher_clear(PyObject* self) {
   l->thread_dict.reset();
   for (PyObject*& k : l->seen) Py_CLEAR(k);
   for (KernelKept& c : l->kept) c.clear();
+  Py_CLEAR(l->spare_probe);
   return 0;
 }
 
@@ -1997,6 +2000,42 @@ TL_COLD PyObject* run_error() {
   return value;
 }
 
+// A launch's grid probe: the launcher's spare one when it has one, its grid set, else a new one (`new_probe`).
+// At the end of the launch a probe no one else holds (Triton drops its grid once called; a Python call handed
+// it may have kept it) has its slots emptied, dropping what they held as a deallocation would, and becomes the
+// spare: a steady launch then allocates and frees no probe. A launch inside the probe's grid function, or a
+// finalizer run while the slots are emptied, finds no spare and makes its own.
+struct ProbeLease {
+  Launcher* l;
+  Probe* probe = nullptr;
+
+  ProbeLease(Launcher* launcher, PyObject* grid) : l(launcher) {
+    PyObject* spare = l->spare_probe;
+    if (spare != nullptr && Py_REFCNT(spare) == 1) {
+      l->spare_probe = nullptr;
+      probe = reinterpret_cast<Probe*>(spare);
+      probe->grid = Py_NewRef(grid);
+    } else {
+      probe = new_probe(grid);
+    }
+  }
+  ~ProbeLease() {
+    PyObject* p = reinterpret_cast<PyObject*>(probe);
+    if (p == nullptr) return;
+    if (Py_REFCNT(p) != 1 || l->spare_probe != nullptr || PyErr_Occurred()) {
+      Py_DECREF(p);
+      return;
+    }
+    Py_CLEAR(probe->grid);  // each may run a finalizer, which may launch
+    Py_CLEAR(probe->bound);
+    Py_CLEAR(probe->value);
+    if (l->spare_probe == nullptr && Py_REFCNT(p) == 1 && l->slow != nullptr) l->spare_probe = p;
+    else Py_DECREF(p);
+  }
+  ProbeLease(const ProbeLease&) = delete;
+  ProbeLease& operator=(const ProbeLease&) = delete;
+};
+
 PyObject* launch(Launcher* l, LaunchArgs& a) {
   TL_STAMP(entered);
   if (l->slow == nullptr) {
@@ -2069,9 +2108,10 @@ PyObject* launch(Launcher* l, LaunchArgs& a) {
     ++l->fallbacks;
     return to_rest(f[REST], a, grid.get());
   }
-  Probe* probe = new_probe(grid.get());
+  ProbeLease lease(l, grid.get());
+  Probe* probe = lease.probe;
   if (probe == nullptr) return nullptr;
-  Ref probe_ref(reinterpret_cast<PyObject*>(probe));
+  PyObject* probe_obj = reinterpret_cast<PyObject*>(probe);
   Stamp started, duration;
   Ref clock;
   double t0;
@@ -2086,7 +2126,7 @@ PyObject* launch(Launcher* l, LaunchArgs& a) {
   if (PyErr_Occurred()) return nullptr;
   TL_PART(PART_LAUNCH_BEFORE, entered);
   TL_STAMP(running);
-  Ref result(run_launch(f, a, probe_ref.get()));
+  Ref result(run_launch(f, a, probe_obj));
   TL_PART(PART_RUN, running);
   TL_STAMP(ran);
   Ref error;
@@ -2130,7 +2170,7 @@ PyObject* launch(Launcher* l, LaunchArgs& a) {
     PyErr_Clear();
   }
   ++l->fallbacks;
-  return to_after(f[AFTER], k.get(), a, grid.get(), probe_ref.get(), stack.get(), result.get(), error.get(), started,
+  return to_after(f[AFTER], k.get(), a, grid.get(), probe_obj, stack.get(), result.get(), error.get(), started,
                   duration);
 }
 
@@ -2175,6 +2215,7 @@ PyObject* launcher_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
   for (KernelKept& c : l->kept) c = KernelKept{};
   l->plans_kept = 0;
   l->kept_hits = 0;
+  l->spare_probe = nullptr;
   PyObject_GC_Track(l);
   return reinterpret_cast<PyObject*>(l);
 }
@@ -2238,8 +2279,15 @@ PyMemberDef launcher_members[] = {
      "launches found among their kernel's kept templates (KeptTemplates: a diagnostic)"},
     {nullptr, 0, 0, 0, nullptr}};
 
+PyObject* launcher_spare_probe(PyObject* self, void*) {
+  PyObject* spare = reinterpret_cast<Launcher*>(self)->spare_probe;
+  return Py_NewRef(spare != nullptr ? spare : Py_None);
+}
+
 PyGetSetDef launcher_getset[] = {
     {"enabled", launcher_enabled, nullptr, "whether launches are taken here", nullptr},
+    {"spare_probe", launcher_spare_probe, nullptr,
+     "the emptied grid probe the next launch takes (ProbeLease: a diagnostic), or None", nullptr},
     {nullptr, nullptr, nullptr, nullptr, nullptr}};
 
 // `PART_NAMES[part]` names `tilelens_native::Part` `part` (keep in step with the enum).
