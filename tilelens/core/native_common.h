@@ -112,9 +112,9 @@ inline PyObject* attr_or_none(PyObject* obj, PyObject* name) {
   return found ? value : Py_NewRef(Py_None);
 }
 
-// An exact int's value when CPython stores it in one machine word (every int a launch passes in practice:
-// 3.12+ "compact" ints, one 30-bit digit before), into `out`: true. False for anything else, with no
-// exception; the caller then asks `PyLong_AsLongLongAndOverflow`. Reads the int's layout directly: ~4
+// An exact int's value when CPython stores it in a single digit (magnitude below 2**30: the sizes, counts and
+// grid dimensions a launch passes; "compact" ints from 3.12 on), into `out`: true. False for anything larger,
+// with no exception; the caller then asks `PyLong_AsLongLongAndOverflow`. Reads the int's layout directly: ~4
 // instructions where the call is ~25, paid for every scalar, grid dimension and number a launch packs.
 inline bool compact_int(PyObject* v, int64_t& out) {
 #if PY_VERSION_HEX >= 0x030C0000
