@@ -24,7 +24,23 @@ def _random_value(rng: random.Random) -> Any:
         bits = rng.randrange(1, 64)
         return rng.choice((1, -1)) * rng.getrandbits(bits)
     if kind == 2:
-        return rng.choice((-(2**63), 2**63 - 1, 0, -1, 2**31, -(2**31) - 1, 2**47 + 4096))
+        # the int64 limits, and both sides of one 30-bit digit (the compiled module reads one-digit ints from
+        # their layout, larger ones through CPython's conversion)
+        return rng.choice(
+            (
+                -(2**63),
+                2**63 - 1,
+                0,
+                -1,
+                2**31,
+                -(2**31) - 1,
+                2**47 + 4096,
+                2**30 - 1,
+                -(2**30) + 1,
+                2**30,
+                -(2**30),
+            )
+        )
     if kind == 3:
         return struct.unpack("<d", rng.getrandbits(64).to_bytes(8, "little"))[0]  # any bits, NaNs included
     if kind == 4:
