@@ -273,6 +273,40 @@ def test_a_steady_launch_reuses_the_grid_probe_no_one_kept_and_never_one_kept(
     ]
 
 
+def test_a_launch_from_inside_a_grid_function_gets_its_own_probe_and_both_are_recorded(
+    tmp_path: Path, native_module: Any
+) -> None:
+    x, out, side = torch.arange(40, dtype=torch.float32), torch.zeros(40), torch.zeros(40)
+    runner = KeepingGrids(keep=set())
+    rec = _recording(tmp_path, runner)
+
+    def grid(meta: dict[str, Any]) -> tuple[int]:
+        scale_kernel[(2,)](x, side, 16, 3.0, BLOCK=16)  # while the outer launch's probe is being called
+        return (meta["n"] // 16 + 1,)
+
+    with rec:
+        launcher = rec._compiled._launcher  # type: ignore[union-attr]
+        for _ in range(3):
+            scale_kernel[(2,)](x, side, 16, 3.0, BLOCK=16)
+        for i in range(3):
+            scale_kernel[grid](x, out, 40 - i, 2.0, BLOCK=16)
+        assert launcher.fallbacks == 1 and launcher.steady == 8  # only the very first launch was the router's
+        # Each nested launch ran while the outer one held the spare: it made its own probe, which it left as
+        # the spare; the outer launch's own probe was then dropped. So the outer and nested probes differ.
+        outer, nested = runner.ids[3::2], runner.ids[4::2]
+        assert all(o != n for o, n in zip(outer, nested))
+        assert launcher.spare_probe.grid is None and launcher.spare_probe.bound is None
+    rows = _all_rows(tmp_path / "h.db", tmp_path / "b")
+    assert [(r[1][2]["value"], r[0]["grid_x"]) for r in rows] == [(16, 2)] * 3 + [
+        (16, 2),
+        (40, 3),
+        (16, 2),
+        (39, 3),
+        (16, 2),
+        (38, 3),
+    ]
+
+
 class Reconfiguring(StableTritonLike):
     """Disables the launcher from inside its ``at``-th launch, as another thread's ``configure()`` could."""
 
