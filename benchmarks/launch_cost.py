@@ -150,23 +150,24 @@ def _counted(step: Callable[[], None], steps: int) -> None:
 
 def child(variant: str, steps: int) -> int:
     """The counted program: ``steps`` stand-in steps, untraced or recorded (compiled, ``snapshots="none"``),
-    between ``os.sched_yield()`` and ``os.getppid()``. Returns the launches recorded (0 untraced)."""
+    between ``os.sched_yield()`` and ``os.getppid()``. Both run with the stand-in for Triton's own
+    ``JITFunction.run`` (``native_training.stand_in_triton_run``), so the recorded launches take the path they
+    take on a GPU (the launcher calling Triton's run with the call's own arguments), the path the module's
+    profile-guided build is trained on. Returns the launches recorded (0 untraced)."""
     import tilelens
-    from benchmarks.capture_overhead import fake_runner, stand_in_step, untraced_launches
+    from tilelens.core.native_training import stand_in_step, stand_in_triton_run
 
     step = stand_in_step()
-    if variant == "untraced":
-        with untraced_launches():
+    with stand_in_triton_run():
+        if variant == "untraced":
             _counted(step, steps)
-        return 0
-    with tempfile.TemporaryDirectory(prefix="tilelens-launch-cost-") as name:
-        folder = Path(name)
-        rec = tilelens.Recording(
-            str(folder / "h.db"), folder / "b", backend="compiled", snapshots="none", runner=fake_runner
-        )
-        with rec:
-            _counted(step, steps)
-        return len(rec.launch_ids)
+            return 0
+        with tempfile.TemporaryDirectory(prefix="tilelens-launch-cost-") as name:
+            folder = Path(name)
+            rec = tilelens.Recording(str(folder / "h.db"), folder / "b", backend="compiled", snapshots="none")
+            with rec:
+                _counted(step, steps)
+            return len(rec.launch_ids)
 
 
 def report(costs: dict[str, Cost]) -> str:

@@ -13,9 +13,9 @@ from tilelens.core import compat, interpreter
 from tilelens.core.interpreter import (
     TuningMirror,
     _Patcher,
+    attribute_replaced,
     compiled_mode,
     jit_registry_kept,
-    pre_run_hooks,
     rewire_chain,
     shadow_jit,
 )
@@ -81,7 +81,7 @@ def test_compiled_mode_puts_the_knob_and_its_variable_back() -> None:
 def test_pre_run_hooks_go_back_on_error() -> None:
     fn = interpreter.make_interpreted(kernels.add_kernel.fn)
     own = list(fn.pre_run_hooks)
-    with pytest.raises(ZeroDivisionError), pre_run_hooks(fn, [print]):
+    with pytest.raises(ZeroDivisionError), attribute_replaced(fn, "pre_run_hooks", [print]):
         assert fn.pre_run_hooks == [print]
         raise ZeroDivisionError
     assert fn.pre_run_hooks == own and "pre_run_hooks" in vars(fn)

@@ -451,12 +451,13 @@ def batched_patches(ctx: LaunchContext, state: BatchState, writes: WriteLog) -> 
 
 
 @contextlib.contextmanager
-def pre_run_hooks(interpreted: Any, hooks: list[Callable[..., Any]]) -> Iterator[None]:
-    """``interpreted.pre_run_hooks`` is ``hooks`` for the block (the interpreter calls them with its host copies
-    of the arguments, just before the programs run), then what it was."""
+def attribute_replaced(owner: Any, name: str, value: Any) -> Iterator[None]:
+    """``owner.<name>`` is ``value`` for the block, then what it was, also on error: an interpreted kernel's
+    ``pre_run_hooks`` (the interpreter calls them with its host copies of the arguments, just before the
+    programs run); ``JITFunction.run`` in the compiled module's training run (``native_training``)."""
     patcher = _Patcher()
     try:
-        patcher.set(interpreted, "pre_run_hooks", list(hooks))
+        patcher.set(owner, name, value)
         yield
     finally:
         patcher.restore()

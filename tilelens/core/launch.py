@@ -22,7 +22,7 @@ from tilelens.core.arguments import (
     jsonable,
     resolve_grid,
 )
-from tilelens.core.interpreter import LAUNCH_LOCK, GluonLaunch, launch_patches, pre_run_hooks
+from tilelens.core.interpreter import LAUNCH_LOCK, GluonLaunch, attribute_replaced, launch_patches
 from tilelens.core.semantics import describe_failure
 from tilelens.core.touched import TouchedSnapshots, defer, forget_untouched
 from tilelens.core.writelog import WriteLog
@@ -92,7 +92,7 @@ def run_interpreted(
             collector.set_spans(host_spans(params, host_args, host_kwargs))
 
         try:
-            with pre_run_hooks(interpreted, [capture_spans, *user_hooks]):
+            with attribute_replaced(interpreted, "pre_run_hooks", [capture_spans, *user_hooks]):
                 resolved = resolve_grid(grid, bound)
                 simulated = GluonLaunch(num_warps=int(options.get("num_warps") or 4)) if gluon else None
                 with launch_patches(collector, simulated, writes) as ctx:

@@ -15,9 +15,11 @@ How it is built: with the C++ compiler Triton's own launchers need (``$CXX``, el
 the installed torch's headers and libraries, into ``TILELENS_NATIVE_DIR`` (default
 ``$XDG_CACHE_HOME/tilelens/native``, else ``~/.cache/tilelens/native``), named by a hash of the sources, the
 torch build and the Python ABI, so another torch builds its own. Writes are atomic (a temporary file
-renamed) and one build runs at a time (a lock file). A failed build leaves ``<name>.failed`` with the
-compiler's output, so a machine without a compiler does not try again per recording; ``python -m
-tilelens.core.native build`` tries again.
+renamed) and one build runs at a time (a lock file). With gcc the build is profile-guided (``PGO_ENV``): the
+steady launch runs through a few hundred cache lines of this code, nearly all of them misses each launch, and
+a profile of the stand-in step (``native_training``) lets gcc lay out those paths together. A failed build
+leaves ``<name>.failed`` with the compiler's output, so a machine without a compiler does not try again per
+recording; ``python -m tilelens.core.native build`` tries again.
 
 ``TILELENS_NATIVE`` chooses, read at each recording's start:
 
@@ -43,6 +45,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import tempfile
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -58,6 +61,12 @@ SOURCE = Path(__file__).with_name("native_capture.cpp")
 SOURCES = (SOURCE, SOURCE.with_name("native_calls.cpp"))
 HEADERS = (SOURCE.with_name("native_common.h"),)
 MODULE = "_tilelens_capture"
+# 0: build without a profile. Otherwise, when the compiler is gcc, the module is built in three steps: compiled
+# instrumented, trained on the stand-in step (`native_training`, whose source is hashed into the name too), and
+# compiled again with the profile (`-fprofile-use`), which lays out the paths a steady launch takes together
+# and moves the others away. Any failure on that way builds it without a profile (the same code, as before).
+PGO_ENV = "TILELENS_NATIVE_PGO"
+TRAINING = SOURCE.with_name("native_training.py")
 
 _lock = threading.Lock()
 _loaded: Any = None  # the module, False once loading failed in this process, None before trying
@@ -74,6 +83,11 @@ def flags() -> tuple[str, ...]:
     """The compiler's options for the module this program uses: :data:`FLAGS`, and :data:`PROFILE_FLAGS` when
     ``TILELENS_NATIVE_PROFILE=1``."""
     return FLAGS + PROFILE_FLAGS if os.environ.get(PROFILE_ENV, "").strip() == "1" else FLAGS
+
+
+def profile_guided() -> bool:
+    """Whether builds are profile-guided (``TILELENS_NATIVE_PGO``, on unless ``0``; gcc only)."""
+    return os.environ.get(PGO_ENV, "1").strip() != "0"
 
 
 def mode() -> str:
@@ -101,6 +115,8 @@ def target() -> Path:
 
 @functools.cache
 def _name() -> str:
+    if profile_guided():
+        return built_name("capture", (*SOURCES, *HEADERS, TRAINING), (*flags(), "profile-guided"))
     return built_name("capture", (*SOURCES, *HEADERS), flags())
 
 
@@ -127,10 +143,10 @@ def compiler() -> str | None:
     return None
 
 
-def command(output: Path, sources: tuple[Path, ...] = SOURCES) -> list[str]:
+def command(output: Path, sources: tuple[Path, ...] = SOURCES, extra: tuple[str, ...] = ()) -> list[str]:
     """The compiler command building ``output`` from ``sources`` (what ``torch.utils.cpp_extension`` would
-    pass, without needing ninja). The bench's C reference (``benchmarks.reference_native``) is built by it
-    too, so that both are compiled alike."""
+    pass, without needing ninja), with the options ``extra`` added (a profile's). The bench's C reference
+    (``benchmarks.reference_native``) is built by it too, so that both are compiled alike."""
     import torch
     from torch.utils import cpp_extension
 
@@ -143,6 +159,7 @@ def command(output: Path, sources: tuple[Path, ...] = SOURCES) -> list[str]:
     return [
         cxx,
         *(flags() if sources == SOURCES else FLAGS),
+        *extra,
         f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
         *(f"-I{p}" for p in includes),
         *(str(p) for p in sources),
@@ -175,12 +192,16 @@ def build(force: bool = False, wait: bool = True) -> tuple[Path | None, str]:
         if out.exists():  # built while this one waited
             return out, "built"
         partial = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-        try:
-            done = subprocess.run(command(partial), capture_output=True, text=True, timeout=900)
-            text = (done.stdout + done.stderr).strip()
-            ok = done.returncode == 0
-        except (OSError, subprocess.SubprocessError) as exc:
-            text, ok = f"{type(exc).__name__}: {exc}", False
+        guided, why = _build_profile_guided(partial) if profile_guided() and _is_gcc() else (False, "")
+        if guided:
+            ok, text = True, ""
+        else:
+            try:
+                done = subprocess.run(command(partial), capture_output=True, text=True, timeout=900)
+                text = (done.stdout + done.stderr).strip()
+                ok = done.returncode == 0
+            except (OSError, subprocess.SubprocessError) as exc:
+                text, ok = f"{type(exc).__name__}: {exc}", False
         if not ok:
             with contextlib.suppress(OSError):
                 partial.unlink()
@@ -189,7 +210,56 @@ def build(force: bool = False, wait: bool = True) -> tuple[Path | None, str]:
         os.replace(partial, out)
         with contextlib.suppress(OSError):
             failed.unlink()
+        if guided:
+            return out, "built now (profile-guided)"
+        if why:
+            return out, f"built now (without a profile: {why.splitlines()[-1][:300] if why.strip() else '?'})"
         return out, "built now"
+
+
+def _is_gcc() -> bool:
+    """Whether the compiler is gcc (whose profile options the profile-guided build uses)."""
+    cxx = compiler()
+    if cxx is None:
+        return False
+    try:
+        done = subprocess.run([cxx, "--version"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    text = done.stdout.lower()
+    return done.returncode == 0 and "free software foundation" in text and "clang" not in text
+
+
+def _build_profile_guided(out: Path) -> tuple[bool, str]:
+    """Build the module at ``out`` with gcc's profile feedback: compile it instrumented, run the stand-in step
+    through it in a fresh process (``python -m tilelens.core.native_training``: its own temporary history and
+    module folder, so nothing of the user's is touched and no build is nested in this one), compile it with the
+    profile. (True, "") or (False, why): the caller then builds it without a profile."""
+    with tempfile.TemporaryDirectory(prefix="tilelens-native-pgo-") as name:
+        folder = Path(name)
+        module = folder / f"{MODULE}.so"  # both compiles write here: gcc names the profile after the output
+        data = folder / "profile"
+        env = dict(os.environ, PYTHONHASHSEED="0")
+        env.update({ENV: "1", PGO_ENV: "0", DIR_ENV: str(folder / "cache")})
+        env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+        steps = (
+            (command(module, extra=(f"-fprofile-generate={data}",)), None),
+            ([sys.executable, "-m", "tilelens.core.native_training", str(module)], env),
+            (command(module, extra=(f"-fprofile-use={data}", "-fprofile-partial-training")), None),
+        )
+        for i, (argv, step_env) in enumerate(steps):
+            try:
+                done = subprocess.run(
+                    argv, capture_output=True, text=True, timeout=900, env=step_env, cwd=folder
+                )
+            except (OSError, subprocess.SubprocessError) as exc:
+                return False, f"{type(exc).__name__}: {exc}"
+            if done.returncode != 0:
+                return False, (done.stdout + done.stderr).strip() or f"exit status {done.returncode}"
+            if i == 1 and not any(data.rglob("*.gcda")):
+                return False, "the training run wrote no profile"
+        shutil.move(str(module), str(out))
+        return True, ""
 
 
 def load() -> Any:
@@ -201,22 +271,38 @@ def load() -> Any:
         path = target()
         if not path.exists():
             return None
-        try:
-            import torch
+        return _load_file(path)
 
-            spec = importlib.util.spec_from_file_location(MODULE, path)
-            assert spec is not None and spec.loader is not None
-            module = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(module)
-            module.setup(torch.Tensor)
-        except Exception:  # noqa: BLE001 - a module that does not load is not used (status says why)
-            _loaded = False
-            return None
-        _loaded = module
-        from tilelens.core import thread_state
 
-        thread_state.CHANGED.append(module.locals_changed)
-        return module
+def use_for_training(path: Path) -> Any:
+    """Load the module at ``path`` (an instrumented build being trained: ``native_training``) as this program's
+    compiled module, in place of the built one; None when it does not load. Only for that training process."""
+    global _loaded
+    with _lock:
+        _loaded = None
+        return _load_file(path)
+
+
+def _load_file(path: Path) -> Any:
+    """Load, set up and keep (``_loaded``) the module file at ``path``; None, kept as False, when it fails.
+    The caller holds ``_lock``."""
+    global _loaded
+    try:
+        import torch
+
+        spec = importlib.util.spec_from_file_location(MODULE, path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        module.setup(torch.Tensor)
+    except Exception:  # noqa: BLE001 - a module that does not load is not used (status says why)
+        _loaded = False
+        return None
+    _loaded = module
+    from tilelens.core import thread_state
+
+    thread_state.CHANGED.append(module.locals_changed)
+    return module
 
 
 def start_background_build() -> None:

@@ -1,0 +1,74 @@
+"""The compiled module's profile-guided build (``tilelens.core.native``, ``native_training``): trained on the
+steady launches a GPU recording makes, and built without a profile, the same code, whenever that way fails."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tilelens.core import native
+
+
+def test_the_training_run_records_every_launch_through_the_launchers_gpu_path(native_module: Any) -> None:
+    # The module the suite built (``native_module``), trained on as the profile-guided build trains the
+    # instrumented one: every launch but each kernel's first is steady, through Triton's (stand-in) run.
+    path = native.target()
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    done = subprocess.run(
+        [sys.executable, "-m", "tilelens.core.native_training", str(path), "4"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.splitlines() == [
+        "steady launches: 18; fallbacks: 2; Triton's run: True",
+        f"20 launches recorded through {path}",
+    ]
+
+
+def test_the_training_run_fails_for_a_module_that_does_not_load(tmp_path: Path) -> None:
+    bogus = tmp_path / "_tilelens_capture.so"
+    bogus.write_bytes(b"not a shared object")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    done = subprocess.run(
+        [sys.executable, "-m", "tilelens.core.native_training", str(bogus), "2"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    assert done.returncode == 1 and done.stdout.strip() == f"0 launches recorded through {bogus}"
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
+def test_a_build_whose_profile_step_fails_is_built_without_a_profile(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A compiler that is gcc in every way but refuses to instrument: the build falls back to the plain one.
+    wrapper = tmp_path / "g++"
+    wrapper.write_text(
+        "#!/bin/sh\ncase \"$*\" in *-fprofile-generate*) echo 'no profiling here' >&2; exit 1;; esac\n"
+        f'exec {shutil.which("g++")} "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    monkeypatch.setenv("CXX", str(wrapper))
+    monkeypatch.setenv(native.DIR_ENV, str(tmp_path / "cache"))
+    monkeypatch.delenv(native.PGO_ENV, raising=False)
+    monkeypatch.setattr(native, "_loaded", None)
+    native._name.cache_clear()
+    try:
+        assert native.profile_guided() and native._is_gcc()
+        path, text = native.build()
+        assert path == native.target() and path.exists()
+        assert text == "built now (without a profile: no profiling here)"
+        assert not list((tmp_path / "cache").glob("*.failed"))
+    finally:
+        native._name.cache_clear()
