@@ -72,3 +72,27 @@ def test_a_build_whose_profile_step_fails_is_built_without_a_profile(
         assert not list((tmp_path / "cache").glob("*.failed"))
     finally:
         native._name.cache_clear()
+
+
+def test_the_training_run_is_not_followed_into_a_recording_this_program_is_part_of(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A build started inside a followed child (TILELENS_FOLLOW set): the training process must not be
+    # recorded into the user's history, and must build nothing of its own nor touch the user's module folder.
+    monkeypatch.setenv("TILELENS_FOLLOW", "1")
+    monkeypatch.setenv("TILELENS_FOLLOW_DB", "sqlite:///somewhere.db")
+    calls: list[tuple[list[str], dict[str, str] | None]] = []
+
+    def fake_run(argv: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
+        calls.append((argv, kwargs.get("env")))
+        failed = argv[0] == sys.executable  # the compile "succeeds"; the training run fails: no module built
+        return subprocess.CompletedProcess(argv, 1 if failed else 0, "", "training refused" if failed else "")
+
+    monkeypatch.setattr(native.subprocess, "run", fake_run)
+    assert native._build_profile_guided(tmp_path / "out.so") == (False, "training refused")
+    (compile_argv, compile_env), (train_argv, train_env) = calls
+    assert any(a.startswith("-fprofile-generate=") for a in compile_argv) and compile_env is None
+    assert train_argv[1:3] == ["-m", "tilelens.core.native_training"] and train_env is not None
+    assert not [k for k in train_env if k.startswith("TILELENS_FOLLOW")]
+    assert train_env[native.ENV] == "1" and train_env[native.PGO_ENV] == "0"
+    assert train_env[native.DIR_ENV] != str(native.cache_dir()) and not (tmp_path / "out.so").exists()

@@ -217,6 +217,15 @@ def build(force: bool = False, wait: bool = True) -> tuple[Path | None, str]:
         return out, "built now"
 
 
+def _child_env() -> dict[str, str]:
+    """The environment of a Python process this module starts (a background build, a training run): this
+    program's, its ``sys.path`` as ``PYTHONPATH``, without ``TILELENS_FOLLOW*``, so that a recording this
+    program is part of does not follow it into the user's history."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TILELENS_FOLLOW")}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    return env
+
+
 def _is_gcc() -> bool:
     """Whether the compiler is gcc (whose profile options the profile-guided build uses)."""
     cxx = compiler()
@@ -239,9 +248,8 @@ def _build_profile_guided(out: Path) -> tuple[bool, str]:
         folder = Path(name)
         module = folder / f"{MODULE}.so"  # both compiles write here: gcc names the profile after the output
         data = folder / "profile"
-        env = dict(os.environ, PYTHONHASHSEED="0")
-        env.update({ENV: "1", PGO_ENV: "0", DIR_ENV: str(folder / "cache")})
-        env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+        env = _child_env()
+        env.update({ENV: "1", PGO_ENV: "0", DIR_ENV: str(folder / "cache"), "PYTHONHASHSEED": "0"})
         steps = (
             (command(module, extra=(f"-fprofile-generate={data}",)), None),
             ([sys.executable, "-m", "tilelens.core.native_training", str(module)], env),
@@ -318,8 +326,7 @@ def start_background_build() -> None:
         out = target()
         if out.exists() or out.with_name(out.name + ".failed").exists():
             return
-        env = {k: v for k, v in os.environ.items() if not k.startswith("TILELENS_FOLLOW")}
-        env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+        env = _child_env()
         try:
             _background = subprocess.Popen(
                 [sys.executable, "-m", "tilelens.core.native", "build", "--background"],
