@@ -1,7 +1,7 @@
 """What a recorded compiled launch costs the program's CPU beyond its instructions (issue 15), without a GPU.
 
-Instruction counts alone mislead here. On this machine's stand-in step (``benchmarks.capture_overhead``: four
-autotuned launches and one plain launch a step, a fake compiled runner) recording adds ~9 % instructions a
+Instruction counts alone mislead here. On this machine's stand-in step (``tilelens.core.native_training``'s: four
+autotuned launches and one plain launch a step, a stand-in for Triton's run) recording adds ~9 % instructions a
 launch, yet the program's thread spent 19-40 % more CPU time in this machine's runs; on the H200 the real
 launch-bound step spent 12-25 % more while TileLens's own C++ took ~4 µs of a 55-65 µs launch. The difference is the cache and the
 branch predictor. Between two launches the program runs ~60 k instructions of Python, torch and Triton, which
@@ -40,7 +40,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-LAUNCHES_PER_STEP = 5  # capture_overhead.stand_in_step
+LAUNCHES_PER_STEP = 5  # native_training.stand_in_step
 WARM_STEPS = 20  # before the counted loop: templates made, caches of TileLens and Triton filled
 VARIANTS = ("untraced", "recorded")
 # L1 instruction, L1 data and last-level caches: size, associativity, line (Sapphire Rapids, per core)

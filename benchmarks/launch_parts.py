@@ -11,7 +11,7 @@ refilled), which on the H200 is as large as the direct cost; compare the bench's
 launch with the sum here for that.
 
     python -m benchmarks.launch_parts                  # the GPU bench's launch-bound step (needs CUDA)
-    python -m benchmarks.launch_parts --stand-in       # the CPU stand-in step (benchmarks.capture_overhead)
+    python -m benchmarks.launch_parts --stand-in       # the CPU stand-in step (tilelens.core.native_training)
     [--steps N] [--json]
 """
 
@@ -50,7 +50,7 @@ def measure(stand_in: bool, steps: int) -> dict[str, Any]:
             " before TileLens loads its module"
         )
     if stand_in:
-        from benchmarks.capture_overhead import fake_runner, stand_in_step
+        from tilelens.core.native_training import fake_runner, stand_in_step
 
         run, runner, sync = stand_in_step(), fake_runner, None
     else:

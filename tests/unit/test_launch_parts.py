@@ -19,7 +19,7 @@ from tilelens.core import native
 
 ROOT = Path(__file__).resolve().parents[2]
 STEPS = 30
-PER_STEP = {"launch": 5, "tune": 4}  # capture_overhead.stand_in_step
+PER_STEP = {"launch": 5, "tune": 4}  # native_training.stand_in_step
 TUNER_PARTS = ("intercept_tune", "tune_before", "tune_run", "tune_after")
 # The slower template tests run only when no kept template is the launch's: after the warm-up, never.
 SLOWER_PARTS = ("last", "lookup")
