@@ -49,10 +49,12 @@ def measure(stand_in: bool, steps: int) -> dict[str, Any]:
             "no profile: the profiling build (x86-64 only) must be asked for with TILELENS_NATIVE_PROFILE=1"
             " before TileLens loads its module"
         )
+    shared = False
     if stand_in:
-        from tilelens.core.native_training import fake_runner, stand_in_step
+        from tilelens.core.native_training import fake_runner, mm_like, rms_like, stand_in_step
 
         run, runner, sync = stand_in_step(), fake_runner, None
+        shared = launcher_place(mm_like.fn) == launcher_place(rms_like)
     else:
         import torch
 
@@ -80,7 +82,19 @@ def measure(stand_in: bool, steps: int) -> dict[str, Any]:
         # every step launches alike (tuning is done before the recording), and the launches' ids are known
         # once the recording has ended: the measured steps' share of them
         launches = len(rec.launch_ids) * steps // (WARM_STEPS + steps)
-    return {"parts": parts, "launches": launches, "ticks_per_second": _ticks_per_second(module.ticks)}
+    return {
+        "parts": parts,
+        "launches": launches,
+        "ticks_per_second": _ticks_per_second(module.ticks),
+        "kernels_share_a_place": shared,
+    }
+
+
+def launcher_place(jit: Any) -> int:
+    """The launcher's place for ``jit`` in its per-kernel caches (``address_slot<6>`` in native_common.h). Two
+    kernels at one place (1 in 64, by their addresses) take turns there: each launch after the other kernel's
+    finds its kernel's last template in place instead of among its kept ones."""
+    return ((id(jit) * 0x9E3779B97F4A7C15) % 2**64) >> 58
 
 
 def report(result: dict[str, Any]) -> str:

@@ -44,6 +44,10 @@ def test_every_part_of_the_steady_launch_is_counted_once_a_launch(native_module:
     parts = result["parts"]
     assert len(parts) == 17 and list(parts)[:2] == ["intercept_launch", "intercept_tune"]
     for name, (ticks, calls) in parts.items():
+        if name == "last" and result["kernels_share_a_place"]:
+            # the two kernels take turns at one launcher place: each step, each finds its last template in place
+            assert calls == 2 * STEPS and ticks > 0, name
+            continue
         if name in SLOWER_PARTS:
             assert (ticks, calls) == (0, 0), name
             continue

@@ -15,6 +15,7 @@ import pytest
 import torch
 
 import tilelens
+from benchmarks.launch_parts import launcher_place
 from tilelens.core import launch_pack
 from tilelens.core.writer_process import ProcessWriter
 
@@ -421,7 +422,7 @@ def test_threads_alternating_templates_of_one_kernel_each_get_the_template_of_th
             thread.join()
     assert errors == [] and rec.write_failure is None and len(rec.launch_ids) == 4 * rounds * 6
     # Two kernels at one place (1 in 64) take turns there and keep nothing.
-    apart = _place(scale_kernel) != _place(tuned_add.fn.fn)
+    apart = launcher_place(scale_kernel) != launcher_place(tuned_add.fn.fn)
     assert (launcher.kept > 0 or not apart) if native == "1" else launcher is None
     rows = _all_rows(db, blobs)
     scaled = Counter(
@@ -527,7 +528,7 @@ def test_a_kernel_alternating_between_templates_finds_each_among_its_kept_ones(
     # Round 2: every launch differs from its kernel's last template and nothing is kept yet: each is looked up
     # and kept. Later rounds: all six found among the kept ones. Two kernels at one place (1 in 64) take turns
     # there and keep nothing.
-    apart = _place(scale_kernel) != _place(tuned_add.fn.fn)
+    apart = launcher_place(scale_kernel) != launcher_place(tuned_add.fn.fn)
     assert kept == (6 * (rounds - 2) if apart else 0)
     chosen = [r[0]["config"]["autotune"]["chosen"]["kwargs"] for r in rows if "autotune" in r[0]["config"]]
     assert chosen == [tuned_add.configs[i].kwargs for i in (0, 1, 0)] * rounds
@@ -640,11 +641,6 @@ def test_a_cleared_metadata_cache_is_read_again_by_the_launcher(
     assert counts[:2] == (3, 3)
 
 
-def _place(obj: Any) -> int:
-    """The launcher's place for a jit in its per-kernel caches (``address_slot<6>`` in native_common.h)."""
-    return ((id(obj) * 0x9E3779B97F4A7C15) % 2**64) >> 58
-
-
 def test_options_from_a_new_names_tuple_each_call_are_compared_by_name_for_each_kernel(
     tmp_path: Path, native_module: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -683,7 +679,7 @@ def test_options_from_a_new_names_tuple_each_call_are_compared_by_name_for_each_
     # kept when the slower tests find it for a launch whose options were read so (each kernel's third launch
     # with 2 warps, its fifth, its third in the other order), so each kernel's sixth launch is found among
     # its kept templates: 2. Two kernels at one place (1 in 64) take turns there and keep nothing.
-    apart = _place(scale_kernel) != _place(plain)
+    apart = launcher_place(scale_kernel) != launcher_place(plain)
     assert counts == ((13, 5, 8, 2) if apart else (13, 5, 0, 0))
     assert [r[0]["config"]["options"] for r in rows[:2]] == [
         {"num_warps": 2},
