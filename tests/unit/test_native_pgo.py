@@ -3,7 +3,6 @@ steady launches a GPU recording makes, and built without a profile, the same cod
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
@@ -15,18 +14,18 @@ import pytest
 from tilelens.core import native
 
 
+def _train(module: Path, steps: int) -> subprocess.CompletedProcess[str]:
+    """``python -m tilelens.core.native_training MODULE STEPS`` as the profile-guided build runs it (its
+    environment: ``native._child_env``)."""
+    argv = [sys.executable, "-m", "tilelens.core.native_training", str(module), str(steps)]
+    return subprocess.run(argv, capture_output=True, text=True, env=native._child_env(), timeout=600)
+
+
 def test_the_training_run_records_every_launch_through_the_launchers_gpu_path(native_module: Any) -> None:
     # The module the suite built (``native_module``), trained on as the profile-guided build trains the
     # instrumented one: every launch but each kernel's first is steady, through Triton's (stand-in) run.
     path = native.target()
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
-    done = subprocess.run(
-        [sys.executable, "-m", "tilelens.core.native_training", str(path), "4"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-    )
+    done = _train(path, 4)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.splitlines() == [
         "steady launches: 18; fallbacks: 2; Triton's run: True",
@@ -37,14 +36,7 @@ def test_the_training_run_records_every_launch_through_the_launchers_gpu_path(na
 def test_the_training_run_fails_for_a_module_that_does_not_load(tmp_path: Path) -> None:
     bogus = tmp_path / "_tilelens_capture.so"
     bogus.write_bytes(b"not a shared object")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
-    done = subprocess.run(
-        [sys.executable, "-m", "tilelens.core.native_training", str(bogus), "2"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-    )
+    done = _train(bogus, 2)
     assert done.returncode == 1 and done.stdout.strip() == f"0 launches recorded through {bogus}"
 
 

@@ -213,7 +213,7 @@ def build(force: bool = False, wait: bool = True) -> tuple[Path | None, str]:
         if guided:
             return out, "built now (profile-guided)"
         if why:
-            return out, f"built now (without a profile: {why.splitlines()[-1][:300] if why.strip() else '?'})"
+            return out, f"built now (without a profile: {why.splitlines()[-1][:300]})"
         return out, "built now"
 
 
