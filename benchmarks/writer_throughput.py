@@ -54,9 +54,9 @@ def sent_items(launches: int, folder: Path) -> list[Any]:
                 step()
     finally:
         wp.ProcessWriter._send = send  # type: ignore[method-assign]
-    from tilelens.core.launch_pack import loads
+    from tilelens.core.launch_pack import decode_items
 
-    items = [loads(i) if type(i) is bytes else i for i in sent]  # packed or marshalled, as the child reads
+    items = decode_items(sent)  # batches, packed or marshalled launches, as the child reads them
     return [i for i in items if i[0] not in ("o", "f", "x")]
 
 

@@ -138,3 +138,46 @@ def test_the_compiled_encoder_writes_the_reference_bytes(native_module: Any) -> 
     for args in refused:
         assert native_module.pack_flat(*args) is None
         assert launch_pack.pack(*args) is None  # type: ignore[arg-type]
+
+
+def test_a_batch_reads_back_as_its_items_in_order_and_a_damaged_one_is_refused() -> None:
+    rng = random.Random(1516)
+    items = [_item(rng, count) for count in (0, 3, 16, 1, 40)]
+    packed = [launch_pack.pack(*item[1:]) for item in items]
+    assert all(p is not None for p in packed)
+    data = launch_pack.batch(packed)  # type: ignore[arg-type]
+    assert data[0] == launch_pack.BATCH_MARK and launch_pack.launch_count(data) == 5
+    assert launch_pack.split_batch(data) == packed
+    marshalled = marshal.dumps(("l", 9, 1, ()), 2)
+    decoded = launch_pack.decode_items([("k", 1), data, marshalled, packed[0]])
+    assert decoded[0] == ("k", 1) and decoded[6] == ("l", 9, 1, ())
+    assert all(_same(got, item) for got, item in zip(decoded[1:6], items)) and _same(decoded[7], items[0])
+    assert launch_pack.launch_count(marshalled) == 1 and launch_pack.launch_count(packed[1]) == 1  # type: ignore[arg-type]
+    for damaged in (data + b"\x00", data[:-1]):  # a byte past its last item; its last item cut short
+        with pytest.raises((ValueError, struct.error)):
+            launch_pack.loads_batch(damaged)
+    wrong_count = data[:1] + launch_pack.BATCH_HEAD.pack(6) + data[5:]
+    with pytest.raises((ValueError, IndexError, struct.error)):
+        launch_pack.loads_batch(wrong_count)
+
+
+def test_the_compiled_batch_writes_the_reference_bytes(native_module: Any) -> None:
+    """``LaunchBatch`` (what the launcher packs steady launches into) writes ``launch_pack.batch`` of the
+    reference encoder's items, refuses what ``pack`` refuses, and is empty again once sealed."""
+    rng = random.Random(1517)
+    batch = native_module.LaunchBatch()
+    sealed: list[bytes] = []
+    counted = native_module.Counter(1)
+    assert batch.seal(sealed.append, counted) is False and sealed == [] and batch.nbytes == 0
+    for round_ in range(40):
+        items = [_item(rng, count) for count in rng.sample([0, 1, 2, 5, 16, 64, 300], 4)]
+        for item in items:
+            assert batch.add(*item[1:]) is True
+        assert batch.add(5, 2, 1.5, 0.25, (1, 1, 1), [1, "text"]) is False
+        assert batch.add(5, 2, 1.5, 0.25, (1, 1, 1), [2**63]) is False
+        assert batch.launches == 4
+        expected = launch_pack.batch([launch_pack.pack(*item[1:]) for item in items])  # type: ignore[misc]
+        assert batch.nbytes == len(expected)
+        assert batch.seal(sealed.append, counted) is True
+        assert sealed[-1] == expected and batch.launches == 0 and batch.nbytes == 0
+        assert repr(counted) == f"count({round_ + 2})"  # one queued item a seal

@@ -77,23 +77,35 @@ def _program(counts: list[tuple[int, int]], launcher: Any) -> list[torch.Tensor]
 
 @pytest.fixture
 def queued(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
-    """What the compiled launcher queues for the writer process, in order (a spy on the queue's append it is
-    handed through ``ProcessWriter.flat_parts``)."""
+    """What the compiled launcher queued for the writer process, in order: its batches of packed launches
+    (sealed by the launcher or by the writer) and the launches it could not pack (marshalled). A spy on the
+    queue's ``append`` handed through ``ProcessWriter.flat_parts`` and on the writer's seal; ``_launches``
+    splits the batches."""
     got: list[bytes] = []
     parts_of = ProcessWriter.flat_parts
 
-    def spied_parts(writer: ProcessWriter) -> tuple[Any, ...]:
+    def spied_parts(writer: ProcessWriter) -> tuple[Any, ...] | None:
         parts = parts_of(writer)
-        append = parts[2]
+        assert parts is not None
+        append = parts[3]
 
         def spy(data: bytes) -> None:
             got.append(data)
             append(data)
 
-        return (*parts[:2], spy, *parts[3:])
+        monkeypatch.setattr(writer, "_seal", lambda: writer._batch.seal(spy, writer._queued))
+        return (*parts[:3], spy, *parts[4:])
 
     monkeypatch.setattr(ProcessWriter, "flat_parts", spied_parts)
     return got
+
+
+def _launches(queued: list[bytes]) -> list[bytes]:
+    """``queued``'s items one a launch: batches split into their packed items (``launch_pack.split_batch``)."""
+    out: list[bytes] = []
+    for data in queued:
+        out.extend(launch_pack.split_batch(data) if data[0] == launch_pack.BATCH_MARK else [data])
+    return out
 
 
 def _recording_as(native: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, Path, Path]:
@@ -144,8 +156,9 @@ def test_launches_like_the_last_are_finished_by_the_launcher_and_store_the_pytho
     (outs, rows, counts), (py_outs, py_rows, _) = results["1"], results["0"]
     assert counts == [(4, 1), (7, 3), (9, 4), (11, 5)]
     # Every steady launch was queued packed (``launch_pack``), and the writer process made the same rows of them.
-    assert len(queued) == 11 and all(data[0] == launch_pack.MARK for data in queued)
-    assert [launch_pack.loads(data)[6][-1] for data in queued[:4]] == [2.0] * 4  # the factor, a float
+    launches = _launches(queued)
+    assert len(launches) == 11 and all(data[0] == launch_pack.MARK for data in launches)
+    assert [launch_pack.loads(data)[6][-1] for data in launches[:4]] == [2.0] * 4  # the factor, a float
     assert all(torch.equal(a, b) for a, b in zip(outs, py_outs))
     assert rows == py_rows
     assert [r[0]["grid_x"] for r in rows[-3:]] == [2, 2, 2]  # 8 // 8 + 1, from the probe's call
@@ -449,6 +462,79 @@ def test_threads_alternating_templates_of_one_kernel_each_get_the_template_of_th
     assert tuned == Counter({(n, blocks[n], blocks[n], warps[n], warps[n]): 4 * rounds for n in (40, 48, 44)})
 
 
+def _sent_in_order(monkeypatch: pytest.MonkeyPatch) -> tuple[list[Any], list[int]]:
+    """Every item the writer's feeder hands on, decoded, in order, and the launches in each batch among them
+    (a spy on ``ProcessWriter._send``)."""
+    sent: list[Any] = []
+    batches: list[int] = []
+    send = ProcessWriter._send
+
+    def spy(writer: ProcessWriter, items: list[Any]) -> None:
+        batches.extend(
+            launch_pack.launch_count(i) for i in items if type(i) is bytes and i[0] == launch_pack.BATCH_MARK
+        )
+        sent.extend(launch_pack.decode_items(items))
+        send(writer, items)
+
+    monkeypatch.setattr(ProcessWriter, "_send", spy)
+    return sent, batches
+
+
+def test_the_writer_process_reads_every_item_in_the_programs_order(
+    tmp_path: Path, native_module: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Steady launches wait in the launcher's batch while the Python router queues its own items (a new
+    template, its launch, the autotuner's): the batch is sealed before anything queued after it, so the writer
+    process reads the launches in launch order, each template defined before its first launch."""
+    sent, batches = _sent_in_order(monkeypatch)
+    rec, _, _ = _recording_as("1", tmp_path, monkeypatch)
+    counts: list[tuple[int, int]] = []
+    with rec:
+        router = rec._compiled
+        assert router is not None
+        _program(counts, router._launcher)
+    assert rec.write_failure is None and len(rec.launch_ids) == 16
+    numbers = [item[1] for item in sent if item[0] in ("l", "m")]
+    assert numbers == list(range(numbers[0], numbers[0] + 16))
+    defined: set[int] = set()
+    for item in sent:
+        if item[0] == "t":
+            defined.add(item[1])
+        elif item[0] == "m":
+            assert item[2] in defined
+    assert sum(batches) == counts[-1][0] == 11  # every steady launch arrived in a batch
+
+
+def test_the_launcher_seals_a_full_batch_and_waits_while_the_queue_is_full(
+    tmp_path: Path, native_module: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch holding ``BATCH_BYTES`` is queued by the launcher itself; past ``BATCHES_QUEUED`` queued
+    items, the launcher waits for the feeder (``_wait_for_feeder`` with that limit)."""
+    from tilelens.core import writer_process
+
+    sent, batches = _sent_in_order(monkeypatch)
+    monkeypatch.setattr(writer_process, "BATCH_BYTES", 1)  # every packed launch fills a batch
+    monkeypatch.setattr(writer_process, "BATCHES_QUEUED", 0)  # and every queued one fills the queue
+    waits: list[int] = []
+    wait = ProcessWriter._wait_for_feeder
+
+    def spy(writer: ProcessWriter, limit: int = writer_process.QUEUE_SIZE) -> None:
+        waits.append(limit)
+        wait(writer, limit)
+
+    monkeypatch.setattr(ProcessWriter, "_wait_for_feeder", spy)
+    rec, _, _ = _recording_as("1", tmp_path, monkeypatch)
+    x, out = torch.arange(40, dtype=torch.float32), torch.zeros(40)
+    with rec:
+        for i in range(6):
+            scale_kernel[(3,)](x, out, 40 - i, 2.0, BLOCK=16)
+        assert rec._writer._batch.launches == 0  # each sealed as it was packed
+    assert rec.write_failure is None and len(rec.launch_ids) == 6
+    assert batches == [1] * 5 and waits == [0] * 5
+    numbers = [item[1] for item in sent if item[0] in ("l", "m")]
+    assert numbers == list(range(numbers[0], numbers[0] + 6))
+
+
 def test_a_steady_launch_with_an_int_past_64_bits_is_marshalled_and_stores_the_python_routers_rows(
     tmp_path: Path, native_module: Any, monkeypatch: pytest.MonkeyPatch, queued: list[bytes]
 ) -> None:
@@ -463,8 +549,9 @@ def test_a_steady_launch_with_an_int_past_64_bits_is_marshalled_and_stores_the_p
     rows, py_rows, _ = _recorded_both_ways(tmp_path, monkeypatch, program, 3)
     assert rows == py_rows
     assert [rows[i][1][2]["value"] for i in (0, 2)] == [40, 39]
-    assert [data[0] == launch_pack.MARK for data in queued] == [False, True]
-    assert launch_pack.loads(queued[0])[6][6] == 2**63 + 5
+    launches = _launches(queued)
+    assert [data[0] == launch_pack.MARK for data in launches] == [False, True]
+    assert launch_pack.loads(launches[0])[6][6] == 2**63 + 5
 
 
 def test_one_kernel_launched_through_different_layers_takes_each_layers_template(

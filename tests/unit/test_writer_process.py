@@ -255,10 +255,11 @@ def test_a_launch_marshal_refuses_is_counted_on_the_program_thread_and_the_rest_
 
 
 def test_the_writers_counts_are_the_compiled_counter_and_count_as_itertools_does(
-    tmp_path: Path, native_module: Any
+    tmp_path: Path, native_module: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The compiled ``Counter`` (which the launcher advances without a call) counts as ``itertools.count``
-    does, repr included, which ``ProcessWriter.queued`` reads; a compiled recording's writer counts with it."""
+    does, repr included, which ``ProcessWriter.queued`` reads; a compiled recording's writer counts with it,
+    a batch of the launcher's launches as one item."""
     import itertools
 
     for make in (itertools.count, native_module.Counter):
@@ -269,15 +270,26 @@ def test_the_writers_counts_are_the_compiled_counter_and_count_as_itertools_does
 
     rec = _recording(tmp_path)  # the launcher takes launches like the last (Triton-like stable kernels)
     with rec:
+        w, router = rec._writer, rec._compiled
+        assert isinstance(w, writer_process.ProcessWriter) and router is not None
+        batch = w._batch
+        assert isinstance(batch, native_module.LaunchBatch)
+        sealed: list[int] = []  # launches in each batch queued (the feeder seals whenever it wakes)
+
+        def seal() -> None:
+            launches = batch.launches
+            if batch.seal(w._items.append, w._queued):
+                sealed.append(launches)
+
+        monkeypatch.setattr(w, "_seal", seal)
         x = torch.ones(8)
         for i in range(5):
             scale_kernel[(1,)](x, torch.zeros(8), 8, float(i), BLOCK=8)
-        w, router = rec._writer, rec._compiled
-        assert isinstance(w, writer_process.ProcessWriter) and router is not None
         assert type(w._numbers) is native_module.Counter and type(w._queued) is native_module.Counter
         assert router._launcher.steady == 4  # the launches after the first, numbered by the launcher
         assert repr(w._numbers) == "count(6)"  # five launches numbered 1..5
-        assert w.queued() == 7  # the kernel's and its template's definitions, and the five launches
+        # The kernel's and its template's definitions, the first launch, and the batches of the other four.
+        assert w.queued() == 3 + len(sealed) and sum(sealed) == 4 and batch.launches == 0
     assert len(rec.launch_ids) == 5
 
 

@@ -389,6 +389,14 @@ def counter(start: int) -> Iterator[int]:
     return made
 
 
+def launch_batch() -> Any | None:
+    """The compiled module's ``LaunchBatch`` (``native_capture.cpp``'s ``Batch``: steady launches packed one
+    after another and queued for the writer process as one item), or None when the module is not built or
+    ``TILELENS_NATIVE`` does not allow it (never builds). A writer without one queues each launch itself."""
+    module = None if mode() == "0" else load()
+    return None if module is None else module.LaunchBatch()
+
+
 def _announce(name: str) -> None:
     """Call the loaded module's ``name()``, which tells its objects that something they keep changed; a no-op
     when the module is not loaded (none of its objects exists then), whatever ``TILELENS_NATIVE`` says now."""

@@ -14,8 +14,9 @@
 // tensor subclass, a wrapper, an object constexpr, a missing name), or a tensor libtorch will not describe
 // (no storage, not strided, symbolic sizes): the caller takes the untemplated path.
 //
-// It also exports `Launcher` and `GridProbe`, the steady launch of a compiled recording (described where they
-// are defined, below), and, from native_calls.cpp, `Intercept` and `Tuner` (the calls around a launch).
+// It also exports `Launcher` and `GridProbe`, the steady launch of a compiled recording, `LaunchBatch`, where
+// the launcher packs steady launches for the writer process (described where they are defined, below), and,
+// from native_calls.cpp, `Intercept` and `Tuner` (the calls around a launch).
 //
 // Invariants: nothing here changes a tensor or keeps one (a Sig holds only integers and the constexpr
 // values, which are ints, floats, bools, strs or None); every Python error and C++ exception in `capture` is
@@ -71,9 +72,10 @@ PyObject* slot_or_attr(PyObject* obj, PyTypeObject* type, Py_ssize_t offset, PyO
   return PyObject_GetAttr(obj, name);
 }
 
-// launch_pack.py's MARK and HEAD.size (keep in step).
+// launch_pack.py's MARK, HEAD.size and BATCH_MARK (keep in step).
 constexpr int kPackMark = 0;
 constexpr Py_ssize_t kPackHead = 60;
+constexpr int kBatchMark = 1;
 
 enum Tag : int64_t { TENSOR = 1, INT = 2, FLOAT = 3, BOOL = 4, NONE = 5, CONSTEXPR = 6 };
 
@@ -1697,27 +1699,32 @@ struct Stamp {
   }
 };
 
-// `launch_pack.pack` (the same bytes): the item ("m", n, number, started, duration, grid, values) as the
-// writer process reads it without marshal, the values given as `Words`. nullptr without an exception when
-// a value does not fit (the caller marshals the item then); nullptr with one on failure.
-PyObject* pack_words(int64_t n, PyObject* number, const Stamp& started, const Stamp& duration, Grid& grid,
-                     const Words& values) {
-  if (!values.fits || !started.packs() || !duration.packs()) return nullptr;
-  int64_t head[5];
+// A packed item's head (`launch_pack.HEAD`: n, template, the grid) as words, when every part fits the packed
+// form (the values too: `launch_pack.pack`'s conditions); false otherwise: the caller marshals (or fails, when
+// making the grid's tuple raised: then with that exception set).
+bool packed_head(int64_t n, PyObject* number, const Stamp& started, const Stamp& duration, Grid& grid,
+                 const Words& values, int64_t head[5]) {
+  if (!values.fits || !started.packs() || !duration.packs()) return false;
   head[0] = n;
-  if (!int64_of(number, head[1])) return nullptr;
+  if (!int64_of(number, head[1])) return false;
   if (grid.words) {
     for (int i = 0; i < 3; ++i) head[2 + i] = grid.dims[i];
-  } else {
-    PyObject* resolved = grid.get();
-    if (resolved == nullptr || !PyTuple_CheckExact(resolved) || PyTuple_GET_SIZE(resolved) != 3) return nullptr;
-    for (int i = 0; i < 3; ++i)
-      if (!int64_of(PyTuple_GET_ITEM(resolved, i), head[2 + i])) return nullptr;
+    return true;
   }
-  Py_ssize_t count = values.n, size = 1 + kPackHead + count + values.bytes;
-  Ref out(PyBytes_FromStringAndSize(nullptr, size));
-  if (!out) return nullptr;
-  char* p = PyBytes_AS_STRING(out.get());
+  PyObject* resolved = grid.get();
+  if (resolved == nullptr || !PyTuple_CheckExact(resolved) || PyTuple_GET_SIZE(resolved) != 3) return false;
+  for (int i = 0; i < 3; ++i)
+    if (!int64_of(PyTuple_GET_ITEM(resolved, i), head[2 + i])) return false;
+  return true;
+}
+
+// The size of the packed item of `values`.
+Py_ssize_t packed_size(const Words& values) { return 1 + kPackHead + values.n + values.bytes; }
+
+// `launch_pack.pack`'s bytes for the item ("m", n, number, started, duration, grid, values), its head read by
+// `packed_head`, written at `p` (`packed_size(values)` bytes).
+void write_packed(char* p, const int64_t head[5], const Stamp& started, const Stamp& duration, const Words& values) {
+  Py_ssize_t count = values.n;
   *p++ = static_cast<char>(kPackMark);
   put_le<8>(p, static_cast<uint64_t>(head[0]));
   put_le<8>(p, static_cast<uint64_t>(head[1]));
@@ -1731,7 +1738,6 @@ PyObject* pack_words(int64_t n, PyObject* number, const Stamp& started, const St
     if (values.codes[i] == '?') *p++ = static_cast<char>(values.words[i] != 0);
     else put_le<8>(p, values.words[i]);
   }
-  return out.release();
 }
 
 // The values of `words` as the list a capture into a list makes (nullptr and an exception on failure).
@@ -1755,26 +1761,40 @@ PyObject* list_of(const Words& words) {
   return list.release();
 }
 
-// The same from a list of values (what `capture` returns): nullptr without an exception when one is not an
-// exact int, float or bool.
+// An item given as Python objects (`launch_pack.pack`'s arguments), read for packing: its head (`packed_head`),
+// stamps and values. False (no exception) when it does not pack: a value not an exact int, float or bool, or
+// a part past what the packed form holds.
+struct FlatItem {
+  Words words;
+  Grid grid;
+  Stamp at, took;
+  int64_t head[5];
+
+  bool read(PyObject* n, PyObject* number, PyObject* started, PyObject* duration, PyObject* resolved,
+            PyObject* values) {
+    if (!PyList_CheckExact(values)) return false;
+    Values sink{nullptr, &words};
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(values); ++i) {
+      PyObject* v = PyList_GET_ITEM(values, i);
+      if (!PyBool_Check(v) && !PyLong_CheckExact(v) && !PyFloat_CheckExact(v)) return false;
+      sink.scalar(v);
+    }
+    grid.tuple.reset(Py_NewRef(resolved));
+    at.obj.reset(Py_NewRef(started));
+    took.obj.reset(Py_NewRef(duration));
+    int64_t index;
+    return int64_of(n, index) && packed_head(index, number, at, took, grid, words, head);
+  }
+};
+
+// The same from a list of values (what `capture` returns): nullptr without an exception when it does not pack.
 PyObject* pack_flat(PyObject* n, PyObject* number, PyObject* started, PyObject* duration, PyObject* grid,
                     PyObject* values) {
-  if (!PyList_CheckExact(values)) return nullptr;
-  Words words;
-  Values sink{nullptr, &words};
-  for (Py_ssize_t i = 0; i < PyList_GET_SIZE(values); ++i) {
-    PyObject* v = PyList_GET_ITEM(values, i);
-    if (!PyBool_Check(v) && !PyLong_CheckExact(v) && !PyFloat_CheckExact(v)) return nullptr;
-    sink.scalar(v);
-  }
-  Grid resolved;
-  resolved.tuple.reset(Py_NewRef(grid));
-  Stamp at, took;
-  at.obj.reset(Py_NewRef(started));
-  took.obj.reset(Py_NewRef(duration));
-  int64_t index;
-  if (!int64_of(n, index)) return nullptr;
-  return pack_words(index, number, at, took, resolved, words);
+  FlatItem item;
+  if (!item.read(n, number, started, duration, grid, values)) return nullptr;
+  PyObject* out = PyBytes_FromStringAndSize(nullptr, packed_size(item.words));
+  if (out != nullptr) write_packed(PyBytes_AS_STRING(out), item.head, item.at, item.took, item.words);
+  return out;
 }
 
 PyObject* pack_flat_py(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
@@ -1847,7 +1867,148 @@ struct Launched {
   }
 };
 
-// The item's bytes when the words were not packed (`pack_words`): packed from the list of values (`values`),
+// Steady launches' packed items (`launch_pack`), written one after another into this buffer without an object
+// a launch, and queued for the writer process as one bytes item when sealed (`seal`): launch_pack's batch,
+// BATCH_MARK | count: uint32 | the count items. The launcher seals it once it holds `batch_bytes` or more and
+// before it queues an item it could not pack; the writer (Python) seals it before anything else it queues and
+// whenever its feeder wakes. So the queue holds every item in the order the program made them, and a launch
+// waits in the buffer no longer than it would have in the queue. Read and written only with the GIL held, by
+// code that runs no Python code between its reads and its writes; a seal detaches the buffer before it makes
+// the bytes object (an allocation may run a finalizer that launches: that launch goes into the next batch).
+struct Batch {
+  PyObject_HEAD
+  char* data;
+  Py_ssize_t size;
+  Py_ssize_t capacity;
+  uint32_t launches;
+};
+
+PyTypeObject BatchType = {PyVarObject_HEAD_INIT(nullptr, 0)};
+
+constexpr Py_ssize_t kBatchHead = 5;  // BATCH_MARK and the count
+
+void batch_dealloc(PyObject* self) {
+  std::free(reinterpret_cast<Batch*>(self)->data);
+  Py_TYPE(self)->tp_free(self);
+}
+
+PyObject* batch_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
+  static const char* keywords[] = {nullptr};
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, ":LaunchBatch", const_cast<char**>(keywords))) return nullptr;
+  Batch* b = PyObject_New(Batch, type);
+  if (b == nullptr) return nullptr;
+  b->data = nullptr;
+  b->size = b->capacity = 0;
+  b->launches = 0;
+  return reinterpret_cast<PyObject*>(b);
+}
+
+// Room for `more` bytes at the end (the batch's head reserved at its start); -1 and MemoryError on failure.
+int batch_reserve(Batch* b, Py_ssize_t more) {
+  Py_ssize_t need = (b->size ? b->size : kBatchHead) + more;
+  if (need <= b->capacity) return 0;
+  Py_ssize_t grown = b->capacity ? b->capacity : 4096;
+  while (grown < need) grown *= 2;
+  char* data = static_cast<char*>(std::realloc(b->data, static_cast<size_t>(grown)));
+  if (data == nullptr) {
+    PyErr_NoMemory();
+    return -1;
+  }
+  b->data = data;
+  b->capacity = grown;
+  if (b->size == 0) b->size = kBatchHead;
+  return 0;
+}
+
+// Appends the packed item of `head` (`packed_head`'s), the stamps and `values`; -1 and MemoryError on failure.
+int batch_add(Batch* b, const int64_t head[5], const Stamp& started, const Stamp& duration, const Words& values) {
+  Py_ssize_t size = packed_size(values);
+  if (batch_reserve(b, size) < 0) return -1;
+  write_packed(b->data + b->size, head, started, duration, values);
+  b->size += size;
+  ++b->launches;
+  return 0;
+}
+
+// The sealed batch as one bytes item, the batch emptied (nullptr: it held no launch, or an exception).
+PyObject* batch_take(Batch* b) {
+  if (b->launches == 0) return nullptr;
+  char* data = b->data;  // detached first: see `Batch`
+  Py_ssize_t size = b->size;
+  uint32_t launches = b->launches;
+  b->data = nullptr;
+  b->size = b->capacity = 0;
+  b->launches = 0;
+  data[0] = static_cast<char>(kBatchMark);
+  char* p = data + 1;
+  put_le<4>(p, launches);
+  PyObject* out = PyBytes_FromStringAndSize(data, size);
+  std::free(data);
+  return out;
+}
+
+// Seals `b` into the queue: its bytes appended by `append` and counted by `queued` (`Launched::take`), as the
+// writer's `_put` does. 1 sealed, 0 nothing to seal, -1 and an exception.
+int batch_seal(Batch* b, PyObject* append, PyObject* queued) {
+  Ref data(batch_take(b));
+  if (!data) return PyErr_Occurred() ? -1 : 0;
+  Ref appended(call_n(append, {data.get()}));
+  if (!appended) return -1;
+  Launched counted;
+  return counted.take(queued) < 0 ? -1 : 1;
+}
+
+// `seal(append, queued)`: the writer's seal (Python), the same steps; True when it queued a batch.
+PyObject* batch_seal_py(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 2) {
+    PyErr_SetString(PyExc_TypeError, "seal(append, queued)");
+    return nullptr;
+  }
+  int sealed = batch_seal(reinterpret_cast<Batch*>(self), args[0], args[1]);
+  if (sealed < 0) return nullptr;
+  return PyBool_FromLong(sealed);
+}
+
+// `add(n, template, started, duration, grid, values)`: the item packed into the batch as a steady launch's is
+// (`launch_pack.pack`'s arguments); False when it does not pack. For tests of the encoder.
+PyObject* batch_add_py(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 6) {
+    PyErr_SetString(PyExc_TypeError, "add(n, template, started, duration, grid, values)");
+    return nullptr;
+  }
+  FlatItem item;
+  if (!item.read(args[0], args[1], args[2], args[3], args[4], args[5])) {
+    if (PyErr_Occurred()) return nullptr;
+    Py_RETURN_FALSE;
+  }
+  if (batch_add(reinterpret_cast<Batch*>(self), item.head, item.at, item.took, item.words) < 0) return nullptr;
+  Py_RETURN_TRUE;
+}
+
+PyObject* batch_launches(PyObject* self, void*) {
+  return PyLong_FromUnsignedLong(reinterpret_cast<Batch*>(self)->launches);
+}
+
+PyObject* batch_bytes(PyObject* self, void*) {
+  return PyLong_FromSsize_t(reinterpret_cast<Batch*>(self)->size);
+}
+
+PyMethodDef batch_methods[] = {
+    {"seal", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(batch_seal_py)), METH_FASTCALL,
+     "seal(append, queued): queue the launches written so far as one item (append(bytes), next(queued));"
+     " True when there were any."},
+    {"add", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(batch_add_py)), METH_FASTCALL,
+     "add(n, template, started, duration, grid, values): pack the item in as a steady launch's (launch_pack.pack's"
+     " arguments); False when it does not pack. For tests of the encoder."},
+    {nullptr, nullptr, 0, nullptr}};
+
+PyGetSetDef batch_getset[] = {
+    {"launches", batch_launches, nullptr, "Launches written since the last seal.", nullptr},
+    {"nbytes", batch_bytes, nullptr, "Bytes written since the last seal, the batch's head included (0: none).",
+     nullptr},
+    {nullptr, nullptr, nullptr, nullptr, nullptr}};
+
+// The item's bytes when the words were not packed (into the batch): packed from the list of values (`values`),
 // else, when a value does not fit the packed form, marshalled as `submit_flat` does (format 2). A new reference,
 // or nullptr and an exception. Cold: a steady launch's values fit its words.
 TL_COLD PyObject* item_data(PyObject* number, Stamp& started, Stamp& duration, Grid& grid, PyObject* values,
@@ -1871,38 +2032,51 @@ TL_COLD PyObject* item_data(PyObject* number, Stamp& started, Stamp& duration, G
   return item ? PyMarshal_WriteObjectToString(item.get(), 2) : nullptr;
 }
 
-// `ProcessWriter.submit_flat(number, started, duration, grid, values)`'s steps, in its order, from the writer's
-// `flat_parts()` (writer, numbers, items.append, items, queued, limit): the next launch number, the item
-// ("m", n, ...) appended to the queue packed (`pack_words`, from `words` when `values` is nullptr, else from
-// the list) or, when a value does not fit, marshalled in format 2 as `submit_flat` does; the queued items
-// counted, and the wait for the feeder when the queue is past its limit. 0 with the launch number taken into
-// `n`, or -1 and an exception.
+// The program's wait when the queue holds more than `limit` items: the writer's `_wait_for_feeder(limit)`.
+int wait_if_full(PyObject* writer, PyObject* items, PyObject* limit) {
+  Py_ssize_t size = PyObject_Size(items);
+  Py_ssize_t most = PyLong_AsSsize_t(limit);
+  if (size < 0 || (most == -1 && PyErr_Occurred())) return -1;
+  if (size <= most) return 0;
+  Ref waited(PyObject_CallMethodOneArg(writer, g_names.wait_for_feeder, limit));
+  return waited ? 0 : -1;
+}
+
+// `ProcessWriter.submit_flat(number, started, duration, grid, values)`'s steps from the writer's
+// `flat_parts()` (writer, numbers, batch, items.append, items, queued, limit, batch_bytes): the next launch
+// number; the item ("m", n, ...) packed into the batch (`Batch`, from `words` when `values` is nullptr), which
+// is sealed into the queue once it holds `batch_bytes`; or, when the item does not pack (a value past 64 bits;
+// `values` given), the batch sealed and the item appended to the queue packed from the list or marshalled in
+// format 2 as `submit_flat` does. Either way a queued item is counted by `queued`, and the program waits for
+// the feeder when the queue holds more than `limit` items. 0 with the launch number taken into `n`, or -1 and
+// an exception.
 int queue_flat(PyObject* parts, PyObject* number, Stamp& started, Stamp& duration, Grid& grid, PyObject* values,
                const Words& words, Launched& n) {
-  if (!PyTuple_CheckExact(parts) || PyTuple_GET_SIZE(parts) != 6) {
-    PyErr_SetString(PyExc_TypeError, "flat_parts() must give 6 items");
+  if (!PyTuple_CheckExact(parts) || PyTuple_GET_SIZE(parts) != 8 || !Py_IS_TYPE(PyTuple_GET_ITEM(parts, 2), &BatchType)) {
+    PyErr_SetString(PyExc_TypeError, "flat_parts() must give 8 items, the third a LaunchBatch");
     return -1;
   }
   PyObject* writer = PyTuple_GET_ITEM(parts, 0);
+  Batch* batch = reinterpret_cast<Batch*>(PyTuple_GET_ITEM(parts, 2));
+  PyObject *append = PyTuple_GET_ITEM(parts, 3), *items = PyTuple_GET_ITEM(parts, 4);
+  PyObject *queued = PyTuple_GET_ITEM(parts, 5), *limit = PyTuple_GET_ITEM(parts, 6);
   if (n.take(PyTuple_GET_ITEM(parts, 1)) < 0) return -1;
-  Ref data;
-  if (values == nullptr && n.fits) data.reset(pack_words(n.index, number, started, duration, grid, words));
-  if (!data) {
-    if (PyErr_Occurred()) return -1;
-    data.reset(item_data(number, started, duration, grid, values, words, n));
+  int64_t head[5];
+  if (values == nullptr && n.fits && packed_head(n.index, number, started, duration, grid, words, head)) {
+    if (batch_add(batch, head, started, duration, words) < 0) return -1;
+    Py_ssize_t full = PyLong_AsSsize_t(PyTuple_GET_ITEM(parts, 7));
+    if (full == -1 && PyErr_Occurred()) return -1;
+    if (batch->size < full) return 0;
+    return batch_seal(batch, append, queued) < 0 ? -1 : wait_if_full(writer, items, limit);
   }
-  Ref appended(data ? call_n(PyTuple_GET_ITEM(parts, 2), {data.get()}) : nullptr);
+  if (PyErr_Occurred()) return -1;
+  if (batch_seal(batch, append, queued) < 0) return -1;  // the launches before this one first
+  Ref data(item_data(number, started, duration, grid, values, words, n));
+  Ref appended(data ? call_n(append, {data.get()}) : nullptr);
   if (!appended) return -1;
-  Launched queued;  // counted; only a flush or close reads a count
-  if (queued.take(PyTuple_GET_ITEM(parts, 4)) < 0) return -1;
-  Py_ssize_t size = PyObject_Size(PyTuple_GET_ITEM(parts, 3));
-  Py_ssize_t limit = PyLong_AsSsize_t(PyTuple_GET_ITEM(parts, 5));
-  if (size < 0 || (limit == -1 && PyErr_Occurred())) return -1;
-  if (size > limit) {
-    Ref waited(PyObject_CallMethodNoArgs(writer, g_names.wait_for_feeder));
-    if (!waited) return -1;
-  }
-  return 0;
+  Launched counted;  // only a flush or close reads a count
+  if (counted.take(queued) < 0) return -1;
+  return wait_if_full(writer, items, limit);
 }
 
 double seconds(PyObject* clock, Ref& holder) {
@@ -2453,7 +2627,16 @@ PyMODINIT_FUNC PyInit__tilelens_capture(void) {
     Py_DECREF(m);
     return nullptr;
   }
-  PyTypeObject* types[] = {&ProbeType, &LauncherType, &CounterType};
+  BatchType.tp_name = "_tilelens_capture.LaunchBatch";
+  BatchType.tp_basicsize = sizeof(Batch);
+  BatchType.tp_dealloc = batch_dealloc;
+  BatchType.tp_new = batch_new;
+  BatchType.tp_methods = batch_methods;
+  BatchType.tp_getset = batch_getset;
+  BatchType.tp_flags = Py_TPFLAGS_DEFAULT;
+  BatchType.tp_doc = "LaunchBatch(): steady launches packed for the writer process, queued as one item (launch_pack).";
+  if (PyType_Ready(&BatchType) < 0) return nullptr;
+  PyTypeObject* types[] = {&ProbeType, &LauncherType, &CounterType, &BatchType};
   for (PyTypeObject* t : types) {
     Py_INCREF(t);
     if (PyModule_AddObject(m, t->tp_name + std::strlen("_tilelens_capture."), reinterpret_cast<PyObject*>(t)) < 0) {

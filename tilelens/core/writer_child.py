@@ -14,7 +14,7 @@ It reads framed messages from stdin and answers flushes on stdout. Messages are 
   before its first launch;
 * ``("m", n, template, started, duration, grid, values)``: launch ``n``, templated
   (``compiled_templates.expand``); marshalled on its own like ``"l"``, or packed (``launch_pack``: what the
-  compiled launcher queues);
+  compiled launcher queues, many to one bytes item, its batch: read as its launches in order);
 * ``("e", event fields, n or None)``: an autotune event (:func:`event_item`), for launch ``n`` when it made one;
 * ``("q", next_seq)``: the recording wrote launches itself; continue numbering at ``next_seq``;
 * ``("f",)``: a flush: answer with :meth:`RawWriter.report` once everything before it is written;
@@ -44,7 +44,7 @@ from typing import IO, Any
 from tilelens.core.arguments import Param
 from tilelens.core.compiled_rows import build_launch
 from tilelens.core.compiled_templates import expand
-from tilelens.core.launch_pack import loads as load_item
+from tilelens.core.launch_pack import decode_items
 from tilelens.records import AutotuneEvent, KernelIdentity, LaunchRecord
 
 HEADER = struct.Struct("<Q")
@@ -292,7 +292,7 @@ def main() -> int:
             message = read_frame(stdin)
             if message is None:  # the program is gone: what arrived was written; this process ends
                 return 0
-            message = [load_item(m) if type(m) is bytes else m for m in message]
+            message = decode_items(message)
             start = 0
             for i, item in enumerate(message):
                 if item[0] not in ("o", "f", "x"):

@@ -7,7 +7,8 @@ GIL that is time a launch-bound program waits for, deferred or not. With ``snaps
 * the program's thread marshals ``("l", n, kernel number, raw)`` (C code, about a microsecond a launch) and
   appends the bytes to a deque (atomic, wakes nobody): bytes, because a backlog of tuples would be walked by
   every garbage collection of the program; the compiled launcher packs a templated launch's item instead
-  (``launch_pack``: fixed-width fields, a fraction of marshal's cost) when its values fit;
+  (``launch_pack``: fixed-width fields, a fraction of marshal's cost) when its values fit, into a batch it
+  queues as one item (``native.launch_batch``: no object a launch; sealed before anything else is queued);
 * a feeder thread here sends what accumulated every ``FEED_S`` as one marshalled frame on the child's stdin (the
   pipe write releases the GIL);
 * the child (``tilelens.core.writer_child``, a fresh ``python -m``: never a fork of a process holding CUDA)
@@ -38,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from tilelens.core import native
-from tilelens.core.launch_pack import loads as load_item
+from tilelens.core.launch_pack import decode_items, launch_count
 from tilelens.core.writer_child import RawWriter, event_item, frame, kernel_item, read_frame
 
 _dumps = marshal.dumps
@@ -111,6 +112,12 @@ atexit.register(stop_writer_process)
 
 FEED_S = 0.01  # how often the feeder sends what accumulated (and how much a crash of the program may lose)
 QUEUE_SIZE = 65536  # queued items before the program waits for the feeder
+# The compiled launcher packs steady launches into a batch (``native.launch_batch``), queued as one item once it
+# holds this many bytes (~70 launches of the bench's step), or sooner (see ``ProcessWriter._seal``).
+BATCH_BYTES = 16384
+# Sealed batches (and other items) queued before the launcher waits for the feeder: the same bytes as
+# QUEUE_SIZE single launches of ~256 bytes.
+BATCHES_QUEUED = QUEUE_SIZE * 256 // BATCH_BYTES
 
 
 class ProcessWriter:
@@ -138,6 +145,10 @@ class ProcessWriter:
         # Items queued so far, counted by ``next``: a flush or close waits for the count its own marker got,
         # which covers every item queued before it (nothing stores the count per launch).
         self._queued = native.counter(1)
+        # Steady launches the compiled launcher packed since the last seal (None: no compiled module, and then
+        # no launcher queues here either). Sealed into ``_items`` before anything else is queued, so the
+        # queue keeps the program's order.
+        self._batch = native.launch_batch()
         self._lock = threading.Lock()  # one flush or close at a time
         self._stopping = False
         self._local: RawWriter | None = None  # set once the child died: this process writes from then on
@@ -164,6 +175,7 @@ class ProcessWriter:
     def submit_raw(self, kernel: Any, raw: tuple[Any, ...]) -> int:
         """Queue a launch of ``kernel`` (the router's ``RoutedKernel``); returns its launch number."""
         number = kernel.number
+        self._seal()
         if number not in self._known:
             self._define(kernel_item(number, kernel.identity, kernel.params))
             self._known.add(number)
@@ -196,6 +208,7 @@ class ProcessWriter:
         self, template: int, started: float, duration: float, grid: tuple[int, int, int], values: list[Any]
     ) -> int:
         """Queue a templated launch (``compiled_templates.Flat``); returns its launch number."""
+        self._seal()
         n = next(self._numbers)
         items = self._items
         items.append(_dumps(("m", n, template, started, duration, grid, values), _FORMAT))
@@ -204,12 +217,32 @@ class ProcessWriter:
             self._wait_for_feeder()
         return n
 
-    def flat_parts(self) -> tuple[Any, ...]:
+    def flat_parts(self) -> tuple[Any, ...] | None:
         """What the compiled launcher needs to do :meth:`submit_flat`'s steps itself, in the same order
-        (``native_capture.cpp``'s ``queue_flat``; keep the two in step): this writer, its launch numbers, its
-        queue's ``append`` and the queue, the count of queued items, and the size past which the program waits
-        (:meth:`_wait_for_feeder`)."""
-        return (self, self._numbers, self._items.append, self._items, self._queued, QUEUE_SIZE)
+        (``native_capture.cpp``'s ``queue_flat``; keep the two in step): this writer, its launch numbers, the
+        batch it packs launches into, its queue's ``append`` and the queue, the count of queued items, the
+        queue's size past which the program waits (:meth:`_wait_for_feeder`), and the batch's size at which
+        it is sealed. None when this writer has no batch (the launcher then calls :meth:`submit_flat`)."""
+        if self._batch is None:
+            return None
+        return (
+            self,
+            self._numbers,
+            self._batch,
+            self._items.append,
+            self._items,
+            self._queued,
+            BATCHES_QUEUED,
+            BATCH_BYTES,
+        )
+
+    def _seal(self) -> None:
+        """Queue the launches the compiled launcher packed so far (one item) before what comes next: called
+        before every other item is queued and whenever the feeder wakes, so the queue keeps the program's
+        order and a launch waits no longer than FEED_S. One call into the module: no other thread queues
+        between its taking the batch and appending it."""
+        if self._batch is not None:
+            self._batch.seal(self._items.append, self._queued)
 
     def _define(self, item: tuple[Any, ...]) -> None:
         self._definitions.append(item)
@@ -220,6 +253,7 @@ class ProcessWriter:
 
     def _put(self, item: Any) -> int:
         """Queue ``item``; its count among the items queued (the feeder has sent it once it sent as many)."""
+        self._seal()
         self._items.append(item)
         count = next(self._queued)
         if len(self._items) > QUEUE_SIZE:
@@ -228,14 +262,16 @@ class ProcessWriter:
 
     def queued(self) -> int:
         """How many items were queued so far, read without advancing the count (the repr of
-        ``native.counter``'s counts, ``count(N)``, names the next one). For diagnostics and tests: no launch
-        reads it."""
+        ``native.counter``'s counts, ``count(N)``, names the next one), launches packed since the last seal
+        sealed first. For diagnostics and tests: no launch reads it."""
+        self._seal()
         return int(repr(self._queued)[len("count(") : -1]) - 1
 
-    def _wait_for_feeder(self) -> None:
-        """Bounded: a program faster than the child waits here instead of growing memory."""
+    def _wait_for_feeder(self, limit: int = QUEUE_SIZE) -> None:
+        """Bounded: a program faster than the child waits here, until the queue holds at most ``limit // 2``
+        items, instead of growing memory (the compiled launcher's limit counts batches: BATCHES_QUEUED)."""
         self._wake.set()
-        while len(self._items) > QUEUE_SIZE // 2 and self._feeder.is_alive():
+        while len(self._items) > limit // 2 and self._feeder.is_alive():
             time.sleep(0.001)
 
     # -- flush / close ------------------------------------------------------------------------------------
@@ -318,6 +354,7 @@ class ProcessWriter:
         while True:
             self._wake.wait(FEED_S)
             self._wake.clear()
+            self._seal()
             queued, pop = self._items, self._items.popleft
             items: list[Any] = [pop() for _ in range(len(queued))]  # appended meanwhile: the next round
             if items:
@@ -330,7 +367,7 @@ class ProcessWriter:
 
     def _send(self, items: list[Any]) -> None:
         """``items``: launches as marshalled or packed bytes, other messages as tuples (the child reads both)."""
-        launches = sum(1 for item in items if type(item) is bytes)
+        launches = sum(launch_count(item) for item in items if type(item) is bytes)
         if self._local is None:
             try:
                 data = frame(items)
@@ -344,7 +381,7 @@ class ProcessWriter:
             except (OSError, ValueError):
                 self._child_died()
         assert self._local is not None
-        decoded = [load_item(item) if type(item) is bytes else item for item in items]
+        decoded = decode_items(items)
         self._local.handle([item for item in decoded if item[0] not in ("f", "x")])
 
     def _frames_one_by_one(self, items: list[Any]) -> list[bytes]:
