@@ -1905,18 +1905,19 @@ PyObject* batch_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
 
 // Room for `more` bytes at the end (the batch's head reserved at its start); -1 and MemoryError on failure.
 int batch_reserve(Batch* b, Py_ssize_t more) {
-  Py_ssize_t need = (b->size ? b->size : kBatchHead) + more;
-  if (need <= b->capacity) return 0;
-  Py_ssize_t grown = b->capacity ? b->capacity : 4096;
-  while (grown < need) grown *= 2;
-  char* data = static_cast<char*>(std::realloc(b->data, static_cast<size_t>(grown)));
-  if (data == nullptr) {
-    PyErr_NoMemory();
-    return -1;
+  Py_ssize_t start = b->size ? b->size : kBatchHead;
+  if (start + more > b->capacity) {
+    Py_ssize_t grown = b->capacity ? b->capacity : 4096;
+    while (grown < start + more) grown *= 2;
+    char* data = static_cast<char*>(std::realloc(b->data, static_cast<size_t>(grown)));
+    if (data == nullptr) {
+      PyErr_NoMemory();
+      return -1;
+    }
+    b->data = data;
+    b->capacity = grown;
   }
-  b->data = data;
-  b->capacity = grown;
-  if (b->size == 0) b->size = kBatchHead;
+  b->size = start;
   return 0;
 }
 
