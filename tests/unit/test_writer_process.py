@@ -293,6 +293,26 @@ def test_the_writers_counts_are_the_compiled_counter_and_count_as_itertools_does
     assert len(rec.launch_ids) == 5
 
 
+def test_a_writer_made_before_the_module_loaded_gets_its_batch_when_the_launcher_asks(
+    tmp_path: Path, native_module: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A writer made while the compiled module is not to be used has no batch, and ``flat_parts`` says so
+    (None: the launcher then calls ``submit_flat``); once the module may be used, ``flat_parts`` makes the
+    batch the launcher packs into and the writer seals."""
+    from .test_compiled_templates import _recording
+
+    monkeypatch.setenv("TILELENS_NATIVE", "0")
+    rec = _recording(tmp_path)
+    with rec:
+        w = rec._writer
+        assert isinstance(w, writer_process.ProcessWriter) and w._batch is None
+        assert w.flat_parts() is None
+        monkeypatch.setenv("TILELENS_NATIVE", "1")
+        parts = w.flat_parts()
+        assert parts is not None and isinstance(parts[2], native_module.LaunchBatch) and parts[2] is w._batch
+        assert parts[6:] == (writer_process.BATCHES_QUEUED, writer_process.BATCH_BYTES)
+
+
 def test_the_writers_cpu_is_read_from_proc_and_grows_as_it_writes(tmp_path: Path) -> None:
     """``writer_cpu_seconds`` (the bench prints it per launch): the writer process's user and system time,
     read from ``/proc``, which writing launches raises; None once no writer process is alive."""

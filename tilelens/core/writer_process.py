@@ -222,7 +222,10 @@ class ProcessWriter:
         (``native_capture.cpp``'s ``queue_flat``; keep the two in step): this writer, its launch numbers, the
         batch it packs launches into, its queue's ``append`` and the queue, the count of queued items, the
         queue's size past which the program waits (:meth:`_wait_for_feeder`), and the batch's size at which
-        it is sealed. None when this writer has no batch (the launcher then calls :meth:`submit_flat`)."""
+        it is sealed. The batch is made here when the compiled module was not loaded yet when this writer was
+        (it is built in the background); None when it cannot be (the launcher then calls :meth:`submit_flat`)."""
+        if self._batch is None:
+            self._batch = native.launch_batch()
         if self._batch is None:
             return None
         return (
