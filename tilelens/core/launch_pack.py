@@ -33,7 +33,7 @@ import struct
 from typing import Any
 
 MARK = 0  # the first byte of a packed item; marshal's type codes are printable ASCII (| 0x80 for a ref)
-BATCH_MARK = 1  # the first byte of a batch of packed items
+BATCH_MARK = 1  # the first byte of a batch of packed items (no marshal type code either)
 HEAD = struct.Struct("<qqddqqqI")  # n, template, started, duration, grid (3), count
 BATCH_HEAD = struct.Struct("<I")  # a batch's count, after BATCH_MARK
 _structs: dict[bytes, struct.Struct] = {}
