@@ -1948,15 +1948,20 @@ PyObject* batch_take(Batch* b) {
   return out;
 }
 
-// Seals `b` into the queue: its bytes appended by `append` and counted by `queued` (`Launched::take`), as the
-// writer's `_put` does. 1 sealed, 0 nothing to seal, -1 and an exception.
+// Queues `data` as the writer's `_put` does: appended by `append`, counted by `queued` (`Launched::take`; only a
+// flush or close reads a count). 0, or -1 and an exception.
+int queue_item(PyObject* append, PyObject* queued, PyObject* data) {
+  Ref appended(call_n(append, {data}));
+  if (!appended) return -1;
+  Launched counted;
+  return counted.take(queued);
+}
+
+// Seals `b` into the queue (`queue_item`). 1 sealed, 0 nothing to seal, -1 and an exception.
 int batch_seal(Batch* b, PyObject* append, PyObject* queued) {
   Ref data(batch_take(b));
   if (!data) return PyErr_Occurred() ? -1 : 0;
-  Ref appended(call_n(append, {data.get()}));
-  if (!appended) return -1;
-  Launched counted;
-  return counted.take(queued) < 0 ? -1 : 1;
+  return queue_item(append, queued, data.get()) < 0 ? -1 : 1;
 }
 
 // `seal(append, queued)`: the writer's seal (Python), the same steps; True when it queued a batch.
@@ -2073,10 +2078,7 @@ int queue_flat(PyObject* parts, PyObject* number, Stamp& started, Stamp& duratio
   if (PyErr_Occurred()) return -1;
   if (batch_seal(batch, append, queued) < 0) return -1;  // the launches before this one first
   Ref data(item_data(number, started, duration, grid, values, words, n));
-  Ref appended(data ? call_n(append, {data.get()}) : nullptr);
-  if (!appended) return -1;
-  Launched counted;  // only a flush or close reads a count
-  if (counted.take(queued) < 0) return -1;
+  if (!data || queue_item(append, queued, data.get()) < 0) return -1;
   return wait_if_full(writer, items, limit);
 }
 
@@ -2606,6 +2608,15 @@ PyMODINIT_FUNC PyInit__tilelens_capture(void) {
   CounterType.tp_flags = Py_TPFLAGS_DEFAULT;
   CounterType.tp_doc = "Counter(start=0): itertools.count(start) that the compiled launcher advances in place.";
   if (PyType_Ready(&CounterType) < 0) return nullptr;
+  BatchType.tp_name = "_tilelens_capture.LaunchBatch";
+  BatchType.tp_basicsize = sizeof(Batch);
+  BatchType.tp_dealloc = batch_dealloc;
+  BatchType.tp_new = batch_new;
+  BatchType.tp_methods = batch_methods;
+  BatchType.tp_getset = batch_getset;
+  BatchType.tp_flags = Py_TPFLAGS_DEFAULT;
+  BatchType.tp_doc = "LaunchBatch(): steady launches packed for the writer process, queued as one item (launch_pack).";
+  if (PyType_Ready(&BatchType) < 0) return nullptr;
   const char* names[] = {"grid", "warmup", "stack", "bench_depth", "jit", "last_template", "flat_plan",
                          "options_key", "_current", "tuner", "layer", "best_config", "key", "key_values",
                          "args", "positions", "heuristics", "launch", "number", "numbers", "option_plans", "m",
@@ -2628,15 +2639,6 @@ PyMODINIT_FUNC PyInit__tilelens_capture(void) {
     Py_DECREF(m);
     return nullptr;
   }
-  BatchType.tp_name = "_tilelens_capture.LaunchBatch";
-  BatchType.tp_basicsize = sizeof(Batch);
-  BatchType.tp_dealloc = batch_dealloc;
-  BatchType.tp_new = batch_new;
-  BatchType.tp_methods = batch_methods;
-  BatchType.tp_getset = batch_getset;
-  BatchType.tp_flags = Py_TPFLAGS_DEFAULT;
-  BatchType.tp_doc = "LaunchBatch(): steady launches packed for the writer process, queued as one item (launch_pack).";
-  if (PyType_Ready(&BatchType) < 0) return nullptr;
   PyTypeObject* types[] = {&ProbeType, &LauncherType, &CounterType, &BatchType};
   for (PyTypeObject* t : types) {
     Py_INCREF(t);
