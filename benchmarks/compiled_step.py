@@ -12,9 +12,13 @@ costs at all: a do-nothing Python wrapper, and the least Python capture of a lau
 
 from __future__ import annotations
 
+import contextlib
+import random
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -270,6 +274,8 @@ def run(
         out["long_ratio_none_with_drain"] = t_long_all / long_base
         out["long_drain_s"] = t_long_all - t_long
 
+    out.update(interleaved(step.run, launches // steps, folder))
+
     per_step_base = min(base) / steps
     # An untimed warm-up recording measures how many snapshot bytes the step moves; the timed one pins that
     # much (plus 10 %) when it starts, outside the timed region (printed as such by report()).
@@ -303,6 +309,101 @@ def run(
         out["derived_outcomes"] = [r.outcome for r in results]
         out["derived_messages"] = [r.message[:160] for r in results if r.outcome != "match"]
     return out
+
+
+def interleaved(
+    run: Callable[[], Any],
+    launches_per_step: int,
+    folder: Path,
+    *,
+    sync: Callable[[], Any] = torch.cuda.synchronize,
+    recording: dict[str, Any] | None = None,
+    untraced: Callable[[], AbstractContextManager[Any]] = contextlib.nullcontext,
+    rounds: int = 120,
+    steps: int = 4,
+    lead: int = 4,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """The launch-bound ratio measured finely: many short samples inside one ``snapshots="none"`` recording.
+
+    The samples of :func:`run` each enter a recording of their own and last ~0.1 s; on the lent H200 the
+    host's pace moves such a sample by -40 % to +100 % (a busy neighbour, the hypervisor), and the median of
+    seven pairs moved by ±5 % between runs. Here the pairs are many and close together: ``rounds`` rounds,
+    each a timed sample of ``steps`` steps (``run()`` each) followed by an untraced one, alternately a
+    recorded round (``lead`` untimed recorded steps first, so that the writer process is at work when the
+    timing starts, as in a long recording) and a control round (the same, untraced: inside
+    ``Recording.paused()``, TileLens's interception removed, and ``untraced()``). Before every untraced sample
+    the writer is flushed (untimed), so that its work on the recorded launches never lands in an untraced
+    sample. Each timed sample is divided by the mean of the untraced samples on either side of it.
+
+    The control rounds measure the same with nothing recorded: their median is the estimator's own bias (a
+    sample after a recorded one is not quite like a sample after an untraced one), and the figure reported is
+    the recorded rounds' median divided by the control rounds' median, with a 95 % interval from resampling
+    both (``seed``: the same interval for the same samples). ``recording``: ``Recording``'s keyword arguments
+    besides the history's place (a CPU test passes a stand-in runner); ``sync``: waits for the device.
+    """
+    import tilelens
+
+    where = {"db": str(folder / "interleaved.db"), "blobs": str(folder / "interleaved-blobs")}
+    base: list[tuple[float, float]] = []
+    timed: dict[str, list[tuple[float, float, int]]] = {"recorded": [], "control": []}
+    options = {"backend": "compiled", "snapshots": "none", **(recording or {})}
+
+    def sample(n: int) -> tuple[float, float]:
+        sync()
+        t0, c0 = time.perf_counter(), time.thread_time()
+        for _ in range(n):
+            run()
+        cpu = time.thread_time() - c0
+        sync()
+        return time.perf_counter() - t0, cpu
+
+    with tilelens.Recording(**where, **options) as rec:
+        for _ in range(lead):
+            run()  # templates made before anything is timed
+
+        def paused(n: int) -> tuple[float, float]:
+            with rec.paused(), untraced():
+                return sample(n)
+
+        rec.flush()
+        base.append(paused(steps))
+        for i in range(rounds):
+            kind = "recorded" if i % 2 == 0 else "control"
+            if kind == "recorded":
+                sample(lead)
+                wall, cpu = sample(steps)
+            else:
+                paused(lead)
+                wall, cpu = paused(steps)
+            timed[kind].append((wall, cpu, len(base) - 1))
+            rec.flush()
+            base.append(paused(steps))
+
+    def ratios(kind: str) -> list[float]:
+        return [wall / ((base[j][0] + base[j + 1][0]) / 2) for wall, _cpu, j in timed[kind]]
+
+    rng = random.Random(seed)
+    rec_r, ctl_r = ratios("recorded"), ratios("control")
+    resampled = sorted(
+        _median(rng.choices(rec_r, k=len(rec_r))) / _median(rng.choices(ctl_r, k=len(ctl_r)))
+        for _ in range(2000)
+    )
+    launches = launches_per_step * steps
+    added = [
+        (cpu - (base[j][1] + base[j + 1][1]) / 2) / launches * 1e6 for _wall, cpu, j in timed["recorded"]
+    ]
+    return {
+        "interleaved_rounds": rounds,
+        "interleaved_steps": steps,
+        "interleaved_recorded_launches": len(rec.launch_ids),
+        "interleaved_recorded_median": _median(rec_r),
+        "interleaved_control_median": _median(ctl_r),
+        "interleaved_ratio": _median(rec_r) / _median(ctl_r),
+        "interleaved_ratio_low": resampled[int(0.025 * len(resampled))],
+        "interleaved_ratio_high": resampled[int(0.975 * len(resampled)) - 1],
+        "interleaved_cpu_extra_us_per_launch": _median(added),
+    }
 
 
 def _references(step: Step, steps: int, samples: int, before: float, launches: int) -> dict[str, Any]:
@@ -349,8 +450,10 @@ def _us(value: float | None) -> str:
 
 
 def report(r: dict[str, Any]) -> str:
-    # The host's noise moves single figures by 10-20 %: the verdict takes the least favourable of the three.
-    worst = max(r["ratio_none"], r["ratio_none_paired_median"], r.get("long_ratio_none", 0.0))
+    # The verdict: the interleaved estimate's upper 95 % bound (``interleaved``). The figures of whole
+    # recordings (ratio of minima, paired median, long run) move by 5-20 % with the host between runs and
+    # even an untraced sample against an untraced one "fails" 1.05 now and then: printed, not decisive.
+    high = r["interleaved_ratio_high"]
     lines = [
         f"compiled recording, step {r['shape']}, {r['launches_per_measurement']} launches per {r['steps']} steps",
         f"  untraced compiled        {r['untraced_s']:.3f} s",
@@ -361,6 +464,11 @@ def report(r: dict[str, Any]) -> str:
         f"  host noise: each untraced sample against the one after it, nothing recorded: median"
         f" {r['untraced_vs_untraced_median']:.3f}, range {min(r['untraced_vs_untraced']):.3f}-"
         f"{max(r['untraced_vs_untraced']):.3f}",
+        f"  interleaved, {r['interleaved_rounds']} rounds of {r['interleaved_steps']} steps inside one recording"
+        f" (recorded and control rounds alternating, each sample against the untraced ones around it):"
+        f" recorded {r['interleaved_recorded_median']:.3f}, control (untraced) {r['interleaved_control_median']:.3f},"
+        f" ratio {r['interleaved_ratio']:.3f} (95 % {r['interleaved_ratio_low']:.3f}-{r['interleaved_ratio_high']:.3f});"
+        f" program thread CPU added {r['interleaved_cpu_extra_us_per_launch']:+.1f} us a launch",
         *(
             [
                 f"  long run, {r['long_steps']} steps ({r['long_launches']} launches): untraced"
@@ -415,8 +523,8 @@ def report(r: dict[str, Any]) -> str:
         f"  D2H bandwidth (pinned)   {r['d2h_bandwidth_gbs']:.1f} GB/s;  snapshot bytes ~{r['snapshot_bytes_estimate'] / 1e9:.2f} GB,"
         f" extra {r['extra_s']:.3f} s vs allowed {r['allowed_extra_s']:.3f} s at 70 %",
         f"  derived trace            {r['derived_trace_s_per_launch']:.2f} s per launch; outcomes {r['derived_outcomes']}",
-        f"  targets: snapshots=none <= 1.05x: {'met' if worst <= 1.05 else 'NOT met'} (the worst of the ratio of"
-        f" minima, the paired median and the long run: {worst:.3f});"
+        f"  targets: snapshots=none <= 1.05x: {'met' if high <= 1.05 else 'NOT met'} (the interleaved"
+        f" estimate {r['interleaved_ratio']:.3f}, its 95 % interval's upper end {high:.3f});"
         f" snapshots=all extra <= bytes at 70 % of D2H: {'met' if r['extra_s'] <= r['allowed_extra_s'] else 'NOT met'}",
     ]
     lines += [f"    {m}" for m in r.get("derived_messages", [])]
