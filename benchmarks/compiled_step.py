@@ -327,8 +327,8 @@ def interleaved(
     """The launch-bound ratio measured finely: many short samples inside one ``snapshots="none"`` recording.
 
     The samples of :func:`run` each enter a recording of their own and last ~0.1 s; on the lent H200 the
-    host's pace moves such a sample by -40 % to +100 % (a busy neighbour, the hypervisor), and the median of
-    seven pairs moved by ±5 % between runs. Here the pairs are many and close together: ``rounds`` rounds,
+    host's pace moves such a sample against the next by up to -45 %/+75 % (a busy neighbour, the hypervisor),
+    and the median of seven pairs moved by ±5 % between runs. Here the pairs are many and close together: ``rounds`` rounds,
     each a timed sample of ``steps`` steps (``run()`` each) followed by an untraced one, alternately a
     recorded round (``lead`` untimed recorded steps first, so that the writer process is at work when the
     timing starts, as in a long recording) and a control round (the same, untraced: inside
