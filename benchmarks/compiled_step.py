@@ -327,20 +327,21 @@ def interleaved(
     """The launch-bound ratio measured finely: many short samples inside one ``snapshots="none"`` recording.
 
     The samples of :func:`run` each enter a recording of their own and last ~0.1 s; on the lent H200 the
-    host's pace moves such a sample against the next by up to -45 %/+75 % (a busy neighbour, the hypervisor),
-    and the median of seven pairs moved by ±5 % between runs. Here the pairs are many and close together: ``rounds`` rounds,
-    each a timed sample of ``steps`` steps (``run()`` each) followed by an untraced one, alternately a
-    recorded round (``lead`` untimed recorded steps first, so that the writer process is at work when the
-    timing starts, as in a long recording) and a control round (the same, untraced: inside
-    ``Recording.paused()``, TileLens's interception removed, and ``untraced()``). Before every untraced sample
-    the writer is flushed (untimed), so that its work on the recorded launches never lands in an untraced
-    sample. Each timed sample is divided by the mean of the untraced samples on either side of it.
+    host's pace moves such a sample against the next by up to -45 %/+75 % (a busy neighbour, the
+    hypervisor), and the median of seven pairs moved by ±5 % between runs. Here the pairs are many and close
+    together: ``rounds`` rounds, each a timed sample of ``steps`` steps (``run()`` each) followed by an
+    untraced one, alternately a recorded round (``lead`` untimed recorded steps first, so that the writer
+    process is at work when the timing starts, as in a long recording) and a control round (the same,
+    untraced: inside ``Recording.paused()``, TileLens's interception removed, and ``untraced()``). Before every
+    untraced sample the writer is flushed (untimed), so that its work on the recorded launches never lands in
+    an untraced sample. Each timed sample is divided by the mean of the untraced samples on either side of it.
 
     The control rounds measure the same with nothing recorded: their median is the estimator's own bias (a
     sample after a recorded one is not quite like a sample after an untraced one), and the figure reported is
     the recorded rounds' median divided by the control rounds' median, with a 95 % interval from resampling
-    both (``seed``: the same interval for the same samples). ``recording``: ``Recording``'s keyword arguments
-    besides the history's place (a CPU test passes a stand-in runner); ``sync``: waits for the device.
+    both (``seed``: the same interval for the same samples). ``recording``: more of ``Recording``'s keyword
+    arguments (beside the history's place, the backend and the snapshots); ``sync``: waits for the device
+    (a CPU stand-in passes a no-op).
     """
     import tilelens
 
