@@ -112,14 +112,22 @@ _NATIVE: set[bool] = set()  # whether the templated recordings captured with the
 _WRITER: dict[str, list[float]] = {}  # the writer process's CPU seconds during each recorded loop, by variant
 
 
-def _timed(fn: Any, steps: int, variant: str = "untraced") -> float:
-    torch.cuda.synchronize()
+def _wall_and_cpu(fn: Callable[[], Any], steps: int, sync: Callable[[], Any]) -> tuple[float, float]:
+    """Wall seconds (the device drained by ``sync`` before and after) and this thread's CPU seconds of
+    ``steps`` calls of ``fn``."""
+    sync()
     t0, c0 = time.perf_counter(), time.thread_time()
     for _ in range(steps):
         fn()
-    _CPU.setdefault(variant, []).append(time.thread_time() - c0)
-    torch.cuda.synchronize()
-    return time.perf_counter() - t0
+    cpu = time.thread_time() - c0
+    sync()
+    return time.perf_counter() - t0, cpu
+
+
+def _timed(fn: Any, steps: int, variant: str = "untraced") -> float:
+    wall, cpu = _wall_and_cpu(fn, steps, torch.cuda.synchronize)
+    _CPU.setdefault(variant, []).append(cpu)
+    return wall
 
 
 def gpu_busy_per_step(step: Step, n: int = 8) -> float:
@@ -351,13 +359,7 @@ def interleaved(
     options = {"backend": "compiled", "snapshots": "none", **(recording or {})}
 
     def sample(n: int) -> tuple[float, float]:
-        sync()
-        t0, c0 = time.perf_counter(), time.thread_time()
-        for _ in range(n):
-            run()
-        cpu = time.thread_time() - c0
-        sync()
-        return time.perf_counter() - t0, cpu
+        return _wall_and_cpu(run, n, sync)
 
     with tilelens.Recording(**where, **options) as rec:
         for _ in range(lead):
