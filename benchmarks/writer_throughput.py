@@ -2,16 +2,24 @@
 
 A launch-bound program launches every ~60 µs on the H200 host. The writer process must write faster than that
 or its queue fills, and past ``writer_process.QUEUE_SIZE`` launches the program runs at the writer's speed.
-This records ``launches`` stand-in launches (``benchmarks.capture_overhead``'s step) through the writer process,
-keeps the messages the program sent it, and writes them again in this process into a fresh history, in the
-child's batches (``RawWriter.handle``), two ways:
+This records ``launches`` launches through the writer process, keeps the messages the program sent it, and writes
+them again in this process into a fresh history, in the child's batches (``RawWriter.handle``), two ways:
 
 * rows from templates (``tilelens.store.templated_rows``), what the child does after a template's first launch;
 * the usual rows (every launch built into a ``LaunchRecord`` and written by ``History.write_launches``).
 
 Reported per launch: wall and CPU time, and the SQLite statements' own share of the template path.
 
-    python -m benchmarks.writer_throughput [launches]
+The launches are one of two steps' (``--step``):
+
+* ``stand-in`` (the default): ``benchmarks.capture_overhead``'s step, four launches of an autotuned kernel and
+  one plain launch, ~7 argument rows a launch;
+* ``bench``: the GPU bench's own step (``benchmarks.compiled_step.Step``: Liger RMSNorm, SwiGLU and cross
+  entropy, the autotuned bf16 matmul) on small CPU tensors, its launches reaching a stand-in for Triton's run
+  (:func:`bench_step_on_cpu`): the writer's work for the launch mix the H200 figures are of, ~12 argument rows
+  a launch (the cross entropy's 28, the matmul's 10), without a GPU. Needs ``liger-kernel``.
+
+    python -m benchmarks.writer_throughput [launches] [--step stand-in|bench]
 """
 
 from __future__ import annotations
@@ -20,19 +28,44 @@ import contextlib
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 BATCH = 256  # launches per message: ~10 ms (``writer_process.FEED_S``) of a launch-bound program
+STEPS = ("stand-in", "bench")
 
 
-def sent_items(launches: int, folder: Path) -> list[Any]:
-    """What a recording of ``launches`` stand-in launches sent its writer process: kernels, templates, launches."""
+@contextlib.contextmanager
+def bench_step_on_cpu(layers: int = 8) -> Iterator[tuple[Callable[[], Any], int]]:
+    """The GPU bench's step and its launches per step (``5 * layers + 2``: a layer's five, then the vocabulary's
+    matmul and the cross entropy), runnable on the CPU for the block:
+    small CPU tensors, ``JITFunction.run`` replaced by ``native_training``'s stand-in (TileLens's compiled
+    launcher calls it as it calls Triton's run), and the matmul's autotuner benchmarking through Triton's own
+    ``do_bench`` hook with a stand-in that times every config alike (Triton keeps the first). The autotuner
+    tunes at the step's first call: call it once before recording, as the GPU bench warms up. Both replacements
+    are undone after the block, also on error."""
+    from benchmarks.compiled_step import Step, bf16_matmul_kernel
+    from tilelens.core.interpreter import attribute_replaced
+    from tilelens.core.native_training import stand_in_triton_run
+
+    def same_time(kernel_call: Any, quantiles: Any) -> list[float]:
+        return [1.0] * len(quantiles)
+
+    step = Step(256, 128, 256, 512, layers, device="cpu")
+    with stand_in_triton_run(), attribute_replaced(bf16_matmul_kernel, "_do_bench", same_time):
+        yield step.run, 5 * layers + 2
+
+
+def sent_items(launches: int, folder: Path, step: str = "stand-in") -> list[Any]:
+    """What a recording of about ``launches`` launches of ``step`` (one of :data:`STEPS`) sent its writer
+    process: kernels, templates, launches."""
     import tilelens
     from benchmarks import capture_overhead as co
     from tilelens.core import writer_process as wp
 
+    if step not in STEPS:
+        raise ValueError(f"step must be one of {', '.join(STEPS)}, not {step!r}")
     sent: list[Any] = []
     send = wp.ProcessWriter._send
 
@@ -40,20 +73,26 @@ def sent_items(launches: int, folder: Path) -> list[Any]:
         sent.extend(items)
         send(self, items)
 
-    step = co.stand_in_step()
-    wp.ProcessWriter._send = keep  # type: ignore[method-assign]
-    try:
-        with tilelens.Recording(
-            str(folder / "sent.db"),
-            folder / "sent",
-            backend="compiled",
-            snapshots="none",
-            runner=co.fake_runner,
-        ):
-            for _ in range(max(1, launches // 5)):
-                step()
-    finally:
-        wp.ProcessWriter._send = send  # type: ignore[method-assign]
+    with contextlib.ExitStack() as stack:
+        if step == "bench":
+            run_step, per_step = stack.enter_context(bench_step_on_cpu())
+            run_step()  # tunes the matmul's autotuner, unrecorded
+            runner: Any = None  # the default: Triton's run, here the stand-in
+        else:
+            run_step, per_step, runner = co.stand_in_step(), 5, co.fake_runner
+        wp.ProcessWriter._send = keep  # type: ignore[method-assign]
+        try:
+            with tilelens.Recording(
+                str(folder / "sent.db"),
+                folder / "sent",
+                backend="compiled",
+                snapshots="none",
+                **({} if runner is None else {"runner": runner}),
+            ):
+                for _ in range(max(1, launches // per_step)):
+                    run_step()
+        finally:
+            wp.ProcessWriter._send = send  # type: ignore[method-assign]
     from tilelens.core.launch_pack import decode_items
 
     items = decode_items(sent)  # batches, packed or marshalled launches, as the child reads them
@@ -127,10 +166,12 @@ def sql_share(items: list[Any], folder: Path) -> float:
             raw.close()
 
 
-def run(launches: int = 4000) -> dict[str, Any]:
+def run(launches: int = 4000, step: str = "stand-in") -> dict[str, Any]:
     folder = Path(tempfile.mkdtemp(prefix="tilelens-writer-bench-"))
-    items = sent_items(launches, folder)
+    items = sent_items(launches, folder, step)
     out: dict[str, Any] = {
+        "step": step,
+        "arg_rows": arg_rows(items),
         "templated": write(items, folder, "templated", templates=True),
         "usual": write(items, folder, "usual", templates=False),
         "sql_us": sql_share(items, folder) * 1e6,
@@ -138,8 +179,25 @@ def run(launches: int = 4000) -> dict[str, Any]:
     return out
 
 
-if __name__ == "__main__":
-    got = run(int(sys.argv[1]) if len(sys.argv) > 1 else 4000)
+def arg_rows(items: list[Any]) -> float:
+    """Argument rows a launch among ``items``' launches: each launch writes one per parameter of its kernel."""
+    params = {item[1]: len(item[-1]) for item in items if item[0] == "k"}
+    templates = {item[1]: params[item[2]] for item in items if item[0] == "t"}
+    rows = [
+        templates[item[2]] if item[0] == "m" else params[item[2]] for item in items if item[0] in ("m", "l")
+    ]
+    return sum(rows) / len(rows)
+
+
+def main(argv: list[str]) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.writer_throughput")
+    parser.add_argument("launches", nargs="?", type=int, default=4000)
+    parser.add_argument("--step", choices=STEPS, default="stand-in")
+    args = parser.parse_args(argv)
+    got = run(args.launches, args.step)
+    print(f"  step {got['step']}: {got['arg_rows']:.1f} argument rows a launch")
     for label in ("templated", "usual"):
         r = got[label]
         print(
@@ -147,3 +205,8 @@ if __name__ == "__main__":
             f"({r['launches']} launches, {r['from_templates']} from template rows)"
         )
     print(f"  SQLite statements alone (template path): {got['sql_us']:.1f} us/launch")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
