@@ -1,0 +1,189 @@
+"""Which part of a compiled recording's cost at the launch-bound step is the launching thread's, and which the
+writer's (issue 15): :func:`benchmarks.compiled_step.interleaved` under three variants, alternating.
+
+* ``D`` (as recorded): the feeder thread sends what accumulated every ``writer_process.FEED_S`` (10 ms) to the
+  writer process, which writes it into the history beside the program;
+* ``X`` (fed, nothing written): the same feeding, to a writer process that reads every message and writes
+  nothing (:func:`discarding_child`): the feeder's work and the pipe stay, the writer's SQL goes;
+* ``F`` (fed late): the feeder wakes only every second (:func:`fed_late`), so during a round (~20 ms)
+  nothing is sent or written; the flush before each untraced sample sends and writes it all, untimed.
+
+So ``D - X`` is about what the writer's SQL on another core costs the program, ``X - F`` what the feeding
+costs (the feeder's wakeups take the program's GIL, the child's reads), and ``F`` the launching thread's own
+cost. Variants run alternately, ``reps`` times each, so that the host's drift falls on all of them alike.
+Benchmark-only: the replacements are installed for one estimate and undone after it, also on error.
+
+    python -m benchmarks.writer_share [--rounds N] [--reps N] [--variants D,X,F]   # needs CUDA
+    python -m benchmarks.writer_share --stand-in ...                                # the CPU stand-in step
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+VARIANTS = ("D", "X", "F")
+LATE_FEED_S = 1.0
+
+
+@contextlib.contextmanager
+def fed_late() -> Iterator[None]:
+    """The feeder wakes every :data:`LATE_FEED_S` seconds instead of every ``FEED_S`` for the block (a
+    flush still wakes it at once)."""
+    from tilelens.core import writer_process as wp
+
+    before = wp.FEED_S
+    wp.FEED_S = LATE_FEED_S
+    try:
+        yield
+    finally:
+        wp.FEED_S = before
+
+
+@contextlib.contextmanager
+def discarding_child() -> Iterator[None]:
+    """Recordings begun in the block get a writer process of their own that reads every message and writes
+    nothing (``python -m benchmarks.writer_share --child``); it ends with the block."""
+    from tilelens.core import writer_process as wp
+
+    started: list[subprocess.Popen[bytes]] = []
+
+    def child() -> subprocess.Popen[bytes]:
+        if started and started[-1].poll() is None:
+            return started[-1]
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+        started.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "benchmarks.writer_share", "--child"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                env=env,
+                close_fds=True,
+            )
+        )
+        return started[-1]
+
+    real = wp._writer_process
+    wp._writer_process = child  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        wp._writer_process = real  # type: ignore[assignment]
+        for process in started:
+            assert process.stdin is not None and process.stdout is not None
+            with contextlib.suppress(OSError):
+                process.stdin.close()
+            process.wait(timeout=30)
+            process.stdout.close()
+
+
+def child_main() -> int:
+    """The discarding writer process: answers every flush and the end with a report of nothing written."""
+    from tilelens.core.writer_child import frame, read_frame
+
+    stdin = sys.stdin.buffer
+    out = os.fdopen(os.dup(1), "wb")
+    next_seq = 0
+    while (message := read_frame(stdin)) is not None:
+        for item in message:
+            if type(item) is not tuple or not item:
+                continue
+            if item[0] == "o":
+                next_seq = item[4]
+            elif item[0] in ("f", "x"):
+                report = {"written": [], "events": 0, "failed": 0, "failure": None, "next_seq": next_seq}
+                out.write(frame(report))
+                out.flush()
+    return 0
+
+
+def _variant(name: str) -> contextlib.AbstractContextManager[Any]:
+    if name == "X":
+        return discarding_child()
+    if name == "F":
+        return fed_late()
+    return contextlib.nullcontext()
+
+
+def run(
+    step: Callable[[], Any],
+    launches_per_step: int,
+    *,
+    sync: Callable[[], Any],
+    rounds: int = 120,
+    reps: int = 4,
+    variants: tuple[str, ...] = VARIANTS,
+    steps: int = 4,
+    lead: int = 4,
+) -> dict[str, list[dict[str, Any]]]:
+    """``interleaved``'s figures per variant, ``reps`` of each, the variants alternating."""
+    from benchmarks.compiled_step import interleaved
+
+    unknown = set(variants) - set(VARIANTS)
+    if unknown:
+        raise ValueError(f"variants are {', '.join(VARIANTS)}, not {', '.join(sorted(unknown))}")
+    out: dict[str, list[dict[str, Any]]] = {v: [] for v in variants}
+    for _ in range(reps):
+        for name in variants:
+            with tempfile.TemporaryDirectory(prefix="tilelens-writer-share-") as folder, _variant(name):
+                got = interleaved(
+                    step, launches_per_step, Path(folder), sync=sync, rounds=rounds, steps=steps, lead=lead
+                )
+            out[name].append(got)
+    return out
+
+
+def report(results: dict[str, list[dict[str, Any]]]) -> str:
+    lines = []
+    for name, runs in results.items():
+        ratios = ", ".join(
+            f"{r['interleaved_ratio']:.3f} ({r['interleaved_ratio_low']:.3f}-{r['interleaved_ratio_high']:.3f})"
+            for r in runs
+        )
+        cpu = ", ".join(f"{r['interleaved_cpu_extra_us_per_launch']:+.1f}" for r in runs)
+        lines.append(f"  {name}: ratio {ratios}; program thread CPU added (us a launch) {cpu}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    import argparse
+
+    if argv == ["--child"]:
+        return child_main()
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.writer_share")
+    parser.add_argument("--stand-in", action="store_true", help="the CPU stand-in step (no GPU)")
+    parser.add_argument("--rounds", type=int, default=120)
+    parser.add_argument("--reps", type=int, default=4)
+    parser.add_argument("--variants", default=",".join(VARIANTS))
+    args = parser.parse_args(argv)
+    variants = tuple(v for v in args.variants.split(",") if v)
+    with contextlib.ExitStack() as stack:
+        if args.stand_in:
+            from tilelens.core.native_training import LAUNCHES_PER_STEP, stand_in_step, stand_in_triton_run
+
+            stack.enter_context(stand_in_triton_run())
+            step, per_step, sync = stand_in_step(), LAUNCHES_PER_STEP, lambda: None
+        else:
+            import torch
+
+            from benchmarks.compiled_step import Step
+
+            bench_step = Step(2048, 1024, 2816, 32000, 8)
+            step, per_step, sync = bench_step.run, 42, torch.cuda.synchronize
+            for _ in range(20):  # compiled and tuned before anything is timed
+                step()
+            sync()
+        results = run(step, per_step, sync=sync, rounds=args.rounds, reps=args.reps, variants=variants)
+    print(report(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
