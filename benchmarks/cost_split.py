@@ -1,20 +1,24 @@
-"""Which part of a compiled recording's cost at the launch-bound step is the launching thread's, and which the
-writer's (issue 15): :func:`benchmarks.compiled_step.interleaved` under three variants, alternating.
+"""Which part of a compiled recording's cost at the launch-bound step is whose (issue 15):
+:func:`benchmarks.compiled_step.interleaved` under four variants, alternating.
 
 * ``D`` (as recorded): the feeder thread sends what accumulated every ``writer_process.FEED_S`` (10 ms) to the
   writer process, which writes it into the history beside the program;
 * ``X`` (fed, nothing written): the same feeding, to a writer process that reads every message and writes
   nothing (:func:`discarding_child`): the feeder's work and the pipe stay, the writer's SQL goes;
 * ``F`` (fed late): the feeder wakes only every second (:func:`fed_late`), so during a round (~20 ms)
-  nothing is sent or written; the flush before each untraced sample sends and writes it all, untimed.
+  nothing is sent or written; the flush before each untraced sample sends and writes it all, untimed;
+* ``T`` (fed late, no autotuner frames): as ``F``, and autotuners' calls are not intercepted
+  (:func:`no_tuner_interception`), so their launches carry no tuning key and no frame is made. Wrong records
+  on purpose: for timing only.
 
 So ``D - X`` is about what the writer's SQL on another core costs the program, ``X - F`` what the feeding
-costs (the feeder's wakeups take the program's GIL, the child's reads), and ``F`` the launching thread's own
-cost. Variants run alternately, ``reps`` times each, so that the host's drift falls on all of them alike.
-Benchmark-only: the replacements are installed for one estimate and undone after it, also on error.
+costs (the feeder's wakeups take the program's GIL, the child's reads), ``F - T`` what framing the
+autotuners' calls costs, and ``F`` the launching thread's own cost. Variants run alternately, ``reps`` times
+each, so that the host's drift falls on all of them alike. Benchmark-only: each replacement is installed for
+one estimate and undone after it, also on error.
 
-    python -m benchmarks.writer_share [--rounds N] [--reps N] [--variants D,X,F]   # needs CUDA
-    python -m benchmarks.writer_share --stand-in ...                                # the CPU stand-in step
+    python -m benchmarks.cost_split [--rounds N] [--reps N] [--variants D,X,F,T]   # needs CUDA
+    python -m benchmarks.cost_split --stand-in ...                                  # the CPU stand-in step
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-VARIANTS = ("D", "X", "F")
+VARIANTS = ("D", "X", "F", "T")
 LATE_FEED_S = 1.0
 
 
@@ -49,7 +53,7 @@ def fed_late() -> Iterator[None]:
 @contextlib.contextmanager
 def discarding_child() -> Iterator[None]:
     """Recordings begun in the block get a writer process of their own that reads every message and writes
-    nothing (``python -m benchmarks.writer_share --child``); it ends with the block."""
+    nothing (``python -m benchmarks.cost_split --child``); it ends with the block."""
     from tilelens.core import writer_process as wp
 
     started: list[subprocess.Popen[bytes]] = []
@@ -61,7 +65,7 @@ def discarding_child() -> Iterator[None]:
         env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
         started.append(
             subprocess.Popen(
-                [sys.executable, "-m", "benchmarks.writer_share", "--child"],
+                [sys.executable, "-m", "benchmarks.cost_split", "--child"],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 env=env,
@@ -84,6 +88,26 @@ def discarding_child() -> Iterator[None]:
             process.stdout.close()
 
 
+@contextlib.contextmanager
+def no_tuner_interception() -> Iterator[None]:
+    """Recordings (and pauses' ends) in the block intercept every kind of call but autotuners' (their
+    ``run`` stays Triton's): the JITFunction launch an autotuner makes reaches TileLens without a frame."""
+    from tilelens.core import compat, interpreter
+
+    original = interpreter._Patcher.set
+
+    def set_unless_tuner(patcher: Any, owner: Any, name: str, value: Any) -> None:
+        if owner is compat.Autotuner and name == "run":
+            return
+        original(patcher, owner, name, value)
+
+    interpreter._Patcher.set = set_unless_tuner  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        interpreter._Patcher.set = original  # type: ignore[method-assign]
+
+
 def child_main() -> int:
     """The discarding writer process: answers every flush and the end with a report of nothing written."""
     from tilelens.core.writer_child import frame, read_frame
@@ -104,12 +128,16 @@ def child_main() -> int:
     return 0
 
 
-def _variant(name: str) -> contextlib.AbstractContextManager[Any]:
-    if name == "X":
-        return discarding_child()
-    if name == "F":
-        return fed_late()
-    return contextlib.nullcontext()
+@contextlib.contextmanager
+def _variant(name: str) -> Iterator[None]:
+    with contextlib.ExitStack() as stack:
+        if name == "X":
+            stack.enter_context(discarding_child())
+        if name in ("F", "T"):
+            stack.enter_context(fed_late())
+        if name == "T":
+            stack.enter_context(no_tuner_interception())
+        yield
 
 
 def run(
@@ -132,7 +160,7 @@ def run(
     out: dict[str, list[dict[str, Any]]] = {v: [] for v in variants}
     for _ in range(reps):
         for name in variants:
-            with tempfile.TemporaryDirectory(prefix="tilelens-writer-share-") as folder, _variant(name):
+            with tempfile.TemporaryDirectory(prefix="tilelens-cost-split-") as folder, _variant(name):
                 got = interleaved(
                     step, launches_per_step, Path(folder), sync=sync, rounds=rounds, steps=steps, lead=lead
                 )
@@ -157,7 +185,7 @@ def main(argv: list[str]) -> int:
 
     if argv == ["--child"]:
         return child_main()
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.writer_share")
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.cost_split")
     parser.add_argument("--stand-in", action="store_true", help="the CPU stand-in step (no GPU)")
     parser.add_argument("--rounds", type=int, default=120)
     parser.add_argument("--reps", type=int, default=4)

@@ -1,0 +1,78 @@
+"""``benchmarks.cost_split`` on the CPU stand-in step: each variant does what it says (as recorded: every
+recorded launch written; fed late: written too, at the flushes; fed to a discarding writer: none written; no
+autotuner frames: launches without a tuning key) and every replacement is undone afterwards. Timings are not
+asserted (BENCHMARKS.md has them)."""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from benchmarks import cost_split
+from tilelens.core import compat, interpreter, writer_process
+from tilelens.core.interpreter import original_run
+from tilelens.core.native_training import LAUNCHES_PER_STEP, stand_in_step, stand_in_triton_run
+
+
+def test_each_variant_writes_what_it_says_and_is_undone_after() -> None:
+    feed, start = writer_process.FEED_S, writer_process._writer_process
+    rounds, steps, lead = 4, 1, 1
+    with stand_in_triton_run():
+        got = cost_split.run(
+            stand_in_step(),
+            LAUNCHES_PER_STEP,
+            sync=lambda: None,
+            rounds=rounds,
+            reps=1,
+            steps=steps,
+            lead=lead,
+        )
+    recorded = (
+        lead + rounds // 2 * (lead + steps)
+    ) * LAUNCHES_PER_STEP  # the warm-up, then each recorded round
+    assert {name: [r["interleaved_recorded_launches"] for r in runs] for name, runs in got.items()} == {
+        "D": [recorded],
+        "X": [0],
+        "F": [recorded],
+        "T": [recorded],
+    }
+    assert feed == writer_process.FEED_S
+    assert writer_process._writer_process is start
+    text = cost_split.report(got)
+    assert [line.split(":")[0].strip() for line in text.splitlines()] == ["D", "X", "F", "T"]
+
+
+def _tuning_keys(folder: Path) -> list[str | None]:
+    with sqlite3.connect(folder / "h.db") as db:
+        return [key for (key,) in db.execute("SELECT tuning_key FROM launches ORDER BY seq")]
+
+
+def test_without_tuner_interception_the_autotuned_launches_have_no_frame(tmp_path: Path) -> None:
+    import tilelens
+
+    patcher_set = interpreter._Patcher.set
+    step = stand_in_step()
+    with stand_in_triton_run():
+        for name, framed in (("framed", True), ("unframed", False)):
+            folder = tmp_path / name
+            context = contextlib.nullcontext() if framed else cost_split.no_tuner_interception()
+            with (
+                context,
+                tilelens.Recording(str(folder / "h.db"), folder / "b", backend="compiled", snapshots="none"),
+            ):
+                step()
+            keys = _tuning_keys(folder)
+            # The stand-in step: four launches of the autotuned kernel (tuned: a tuning key), one plain launch.
+            assert len(keys) == LAUNCHES_PER_STEP
+            assert sum(key is not None for key in keys) == (4 if framed else 0)
+    # Afterwards Triton's autotuner and TileLens's patcher are as they were.
+    assert compat.Autotuner.run is original_run(compat.Autotuner)
+    assert interpreter._Patcher.set is patcher_set
+
+
+def test_an_unknown_variant_is_refused_before_anything_runs() -> None:
+    with pytest.raises(ValueError, match="variants are D, X, F, T, not Q"):
+        cost_split.run(lambda: None, 1, sync=lambda: None, variants=("D", "Q"))
