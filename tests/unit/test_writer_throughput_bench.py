@@ -41,3 +41,20 @@ def test_the_bench_step_on_the_cpu_sends_the_gpu_bench_launch_mix(tmp_path: Path
     # Per layer: RMSNorm 14 rows, three matmuls of 10, SwiGLU 7; then the vocabulary's matmul and the
     # cross entropy's 28.
     assert rows == 3 * (8 * (14 + 3 * 10 + 7) + 10 + 28)
+
+
+def test_the_bench_step_on_the_cpu_leaves_the_autotuner_as_it_was() -> None:
+    from benchmarks.compiled_step import bf16_matmul_kernel
+
+    before = dict(vars(bf16_matmul_kernel))
+    with writer_throughput.bench_step_on_cpu(layers=1) as (step, per_step):
+        assert per_step == 7
+        assert bf16_matmul_kernel.do_bench(lambda: None, quantiles=(0.5, 0.2, 0.8)) == [1.0, 1.0, 1.0]
+        step()
+    after = vars(bf16_matmul_kernel)
+    # What the block's tuning added (the chosen configs and their timings) stays; the stand-in does not.
+    assert {k: v for k, v in after.items() if k in before and k not in ("cache", "configs_timings")} == {
+        k: v for k, v in before.items() if k not in ("cache", "configs_timings")
+    }
+    assert set(after) - set(before) <= {"cache", "configs_timings", "nargs", "bench_time", "best_config"}
+    assert "do_bench" not in after or after["do_bench"] is before.get("do_bench")
