@@ -169,6 +169,7 @@ def run(
 
 
 def report(results: dict[str, list[dict[str, Any]]]) -> str:
+    """A line per variant: each run's ratio with its 95 % interval, and the program thread's added CPU."""
     lines = []
     for name, runs in results.items():
         ratios = ", ".join(
