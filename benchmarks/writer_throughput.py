@@ -47,9 +47,11 @@ def bench_step_on_cpu(layers: int = 8) -> Iterator[tuple[Callable[[], Any], int]
     bench warms up. Both replacements are undone after the block, also on error."""
     import inspect
 
-    from benchmarks.compiled_step import Step, bf16_matmul_kernel
     from tilelens.core.interpreter import attribute_replaced
     from tilelens.core.native_training import stand_in_triton_run
+
+    _import_compiled_mode()
+    from benchmarks.compiled_step import Step, bf16_matmul_kernel
 
     def same_time(kernel_call: Any, quantiles: Any) -> list[float]:
         return [1.0] * len(quantiles)
@@ -62,6 +64,38 @@ def bench_step_on_cpu(layers: int = 8) -> Iterator[tuple[Callable[[], Any], int]
     step = Step(256, 128, 256, 512, layers, device="cpu")
     with stand_in_triton_run(), attribute_replaced(bf16_matmul_kernel, name, same_time):
         yield step.run, 5 * layers + 2
+
+
+_BENCH_MODULES = (
+    "benchmarks.compiled_step",
+    "liger_kernel.ops.rms_norm",
+    "liger_kernel.ops.swiglu",
+    "liger_kernel.ops.cross_entropy",
+)
+
+
+def _import_compiled_mode() -> None:
+    """Import the bench step's kernel modules as Triton's compiled mode decorates them, also where
+    ``TRITON_INTERPRET=1`` is set (Triton decides at decoration: an interpreted kernel would not reach the
+    stand-in for ``JITFunction.run``). A module imported earlier in this process keeps its kernels: one
+    imported interpreted is refused, naming it."""
+    import importlib
+
+    from triton import knobs
+
+    from tilelens.core import compat
+
+    with knobs.runtime.scope():
+        knobs.runtime.interpret = False
+        modules = [importlib.import_module(name) for name in _BENCH_MODULES]
+    for module in modules:
+        for value in vars(module).values():
+            kernel = value if isinstance(value, compat.InterpretedFunction) else getattr(value, "fn", None)
+            if isinstance(kernel, compat.InterpretedFunction):  # a kernel, or an autotuner's
+                raise RuntimeError(
+                    f"{module.__name__} was imported under TRITON_INTERPRET=1: its kernels are interpreted, "
+                    "so the bench step cannot run on the stand-in; run it in a process without that variable"
+                )
 
 
 def sent_items(launches: int, folder: Path, step: str = "stand-in") -> list[Any]:
