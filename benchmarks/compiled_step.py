@@ -3,11 +3,12 @@
 One step is a stack of ``layers`` transformer-MLP blocks in bf16 — Liger RMSNorm, an autotuned Triton matmul
 (gate and up projections), Liger SwiGLU, the down projection — and a Liger cross-entropy over the vocabulary at
 the end, forward only: ``5 * layers + 2`` launches per step (the last two the vocabulary's matmul and the loss),
-thousands per measurement. Measured side by side in one process: untraced compiled, ``tilelens.record(backend="compiled", snapshots="none")`` and
-``snapshots="all"`` (the latter over fewer steps: it moves every tensor to the host), plus the device-to-host
-bandwidth of pinned copies and the time ``tilelens trace`` takes per launch. Beside TileLens, paired the same
-way, two reference interpositions (``benchmarks.reference_wrappers``) show what being in the launch's call path
-costs at all: a do-nothing Python wrapper, and the least Python capture of a launch.
+thousands per measurement. Measured side by side in one process: untraced compiled,
+``tilelens.record(backend="compiled", snapshots="none")`` and ``snapshots="all"`` (the latter over fewer steps:
+it moves every tensor to the host), plus the device-to-host bandwidth of pinned copies and the time
+``tilelens trace`` takes per launch. Beside TileLens, paired the same way, two reference interpositions
+(``benchmarks.reference_wrappers``) show what being in the launch's call path costs at all: a do-nothing
+Python wrapper, and the least Python capture of a launch.
 """
 
 from __future__ import annotations

@@ -36,18 +36,13 @@ VARIANTS = ("D", "X", "F", "T")
 LATE_FEED_S = 1.0
 
 
-@contextlib.contextmanager
-def fed_late() -> Iterator[None]:
+def fed_late() -> contextlib.AbstractContextManager[None]:
     """The feeder wakes every :data:`LATE_FEED_S` seconds instead of every ``FEED_S`` for the block (a
     flush still wakes it at once)."""
     from tilelens.core import writer_process as wp
+    from tilelens.core.interpreter import attribute_replaced
 
-    before = wp.FEED_S
-    wp.FEED_S = LATE_FEED_S
-    try:
-        yield
-    finally:
-        wp.FEED_S = before
+    return attribute_replaced(wp, "FEED_S", LATE_FEED_S)
 
 
 @contextlib.contextmanager
@@ -55,6 +50,7 @@ def discarding_child() -> Iterator[None]:
     """Recordings begun in the block get a writer process of their own that reads every message and writes
     nothing (``python -m benchmarks.cost_split --child``); it ends with the block."""
     from tilelens.core import writer_process as wp
+    from tilelens.core.interpreter import attribute_replaced
 
     started: list[subprocess.Popen[bytes]] = []
 
@@ -74,12 +70,10 @@ def discarding_child() -> Iterator[None]:
         )
         return started[-1]
 
-    real = wp._writer_process
-    wp._writer_process = child  # type: ignore[assignment]
     try:
-        yield
+        with attribute_replaced(wp, "_writer_process", child):
+            yield
     finally:
-        wp._writer_process = real  # type: ignore[assignment]
         for process in started:
             assert process.stdin is not None and process.stdout is not None
             with contextlib.suppress(OSError):
@@ -88,8 +82,7 @@ def discarding_child() -> Iterator[None]:
             process.stdout.close()
 
 
-@contextlib.contextmanager
-def no_tuner_interception() -> Iterator[None]:
+def no_tuner_interception() -> contextlib.AbstractContextManager[None]:
     """Recordings (and pauses' ends) in the block intercept every kind of call but autotuners' (their
     ``run`` stays Triton's): the JITFunction launch an autotuner makes reaches TileLens without a frame."""
     from tilelens.core import compat, interpreter
@@ -101,11 +94,7 @@ def no_tuner_interception() -> Iterator[None]:
             return
         original(patcher, owner, name, value)
 
-    interpreter._Patcher.set = set_unless_tuner  # type: ignore[method-assign]
-    try:
-        yield
-    finally:
-        interpreter._Patcher.set = original  # type: ignore[method-assign]
+    return interpreter.attribute_replaced(interpreter._Patcher, "set", set_unless_tuner)
 
 
 def child_main() -> int:
