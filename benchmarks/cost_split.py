@@ -10,6 +10,9 @@
 * ``T`` (fed late, no autotuner frames): as ``F``, and autotuners' calls are not intercepted
   (:func:`no_tuner_interception`), so their launches carry no tuning key and no frame is made. Wrong records
   on purpose: for timing only.
+* ``M`` (marshalled frames): as ``D``, with the feeder sending its queue the way it did before the parts
+  frames (:func:`marshalled_frames`): copied into one marshalled list while it holds the program's GIL, then
+  written. ``M - D`` is what the parts frames save.
 
 So ``D - X`` is about what the writer's SQL on another core costs the program, ``X - F`` what the feeding
 costs (the feeder's wakeups take the program's GIL, the child's reads), ``F - T`` what framing the
@@ -17,7 +20,7 @@ autotuners' calls costs, and ``F`` the launching thread's own cost. Variants run
 each, so that the host's drift falls on all of them alike. Benchmark-only: each replacement is installed for
 one estimate and undone after it, also on error.
 
-    python -m benchmarks.cost_split [--rounds N] [--reps N] [--variants D,X,F,T]   # needs CUDA
+    python -m benchmarks.cost_split [--rounds N] [--reps N] [--variants D,X,F,T,M]   # needs CUDA
     python -m benchmarks.cost_split --stand-in ...                                  # the CPU stand-in step
 """
 
@@ -32,7 +35,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-VARIANTS = ("D", "X", "F", "T")
+VARIANTS = ("D", "X", "F", "T", "M")
 LATE_FEED_S = 1.0
 
 
@@ -97,6 +100,32 @@ def no_tuner_interception() -> contextlib.AbstractContextManager[None]:
     return interpreter.attribute_replaced(interpreter._Patcher, "set", set_unless_tuner)
 
 
+def marshalled_frames() -> contextlib.AbstractContextManager[None]:
+    """Recordings in the block feed their writer process one marshalled frame a wake (``frame(items)``: the
+    queue copied into one bytes object under the program's GIL, then written through the pipe's buffered
+    file), as the feeder did before ``writer_child.frame_parts``; the child reads both kinds."""
+    from tilelens.core import writer_process as wp
+    from tilelens.core.interpreter import attribute_replaced
+    from tilelens.core.launch_pack import launch_count
+    from tilelens.core.writer_child import frame
+
+    original = wp.ProcessWriter._send
+
+    def send(writer: Any, items: list[Any]) -> None:
+        if writer._local is not None:
+            original(writer, items)
+            return
+        try:
+            writer._to_child.write(frame(items))
+            writer._to_child.flush()
+        except (OSError, ValueError):  # the child died (or an item marshal refuses): as the feeder does now
+            original(writer, items)
+            return
+        writer._unconfirmed += sum(launch_count(item) for item in items if type(item) is bytes)
+
+    return attribute_replaced(wp.ProcessWriter, "_send", send)
+
+
 def child_main() -> int:
     """The discarding writer process: answers every flush and the end with a report of nothing written."""
     from tilelens.core.writer_child import frame, read_frame
@@ -126,6 +155,8 @@ def _variant(name: str) -> Iterator[None]:
             stack.enter_context(fed_late())
         if name == "T":
             stack.enter_context(no_tuner_interception())
+        if name == "M":
+            stack.enter_context(marshalled_frames())
         yield
 
 

@@ -17,7 +17,11 @@ from tilelens.core.native_training import LAUNCHES_PER_STEP, stand_in_step, stan
 
 
 def test_each_variant_writes_what_it_says_and_is_undone_after() -> None:
-    feed, start = writer_process.FEED_S, writer_process._writer_process
+    feed, start, send = (
+        writer_process.FEED_S,
+        writer_process._writer_process,
+        writer_process.ProcessWriter._send,
+    )
     rounds, steps, lead = 4, 1, 1
     with stand_in_triton_run():
         got = cost_split.run(
@@ -36,11 +40,42 @@ def test_each_variant_writes_what_it_says_and_is_undone_after() -> None:
         "X": [0],
         "F": [recorded],
         "T": [recorded],
+        "M": [recorded],
     }
     assert feed == writer_process.FEED_S
     assert writer_process._writer_process is start
+    assert writer_process.ProcessWriter._send is send
     text = cost_split.report(got)
-    assert [line.split(":")[0].strip() for line in text.splitlines()] == ["D", "X", "F", "T"]
+    assert [line.split(":")[0].strip() for line in text.splitlines()] == ["D", "X", "F", "T", "M"]
+
+
+def test_marshalled_frames_feed_without_parts_frames(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``M`` sends what ``D`` sends as marshalled frames: the parts frames' writer is never called."""
+    calls: list[int] = []
+    write_all = writer_process.write_all
+
+    def counting(fd: int, parts: list[bytes], *rest: object) -> None:
+        calls.append(len(parts))
+        write_all(fd, parts)
+
+    monkeypatch.setattr(writer_process, "write_all", counting)
+    launches = {}
+    with stand_in_triton_run():
+        for name in ("M", "D"):
+            calls.clear()
+            got = cost_split.run(
+                stand_in_step(),
+                LAUNCHES_PER_STEP,
+                sync=lambda: None,
+                rounds=2,
+                reps=1,
+                steps=1,
+                lead=1,
+                variants=(name,),
+            )
+            launches[name] = (got[name][0]["interleaved_recorded_launches"], bool(calls))
+    recorded = (1 + 1 * (1 + 1)) * LAUNCHES_PER_STEP
+    assert launches == {"M": (recorded, False), "D": (recorded, True)}
 
 
 def _tuning_keys(folder: Path) -> list[str | None]:
@@ -72,5 +107,5 @@ def test_without_tuner_interception_the_autotuned_launches_have_no_frame(tmp_pat
 
 
 def test_an_unknown_variant_is_refused_before_anything_runs() -> None:
-    with pytest.raises(ValueError, match="variants are D, X, F, T, not Q"):
+    with pytest.raises(ValueError, match="variants are D, X, F, T, M, not Q"):
         cost_split.run(lambda: None, 1, sync=lambda: None, variants=("D", "Q"))

@@ -26,7 +26,9 @@ whole process group, and the recording, draining on its way out, needs this proc
 
 The frames are ``marshal`` data exchanged between TileLens's two processes of one recording: plain values only
 (numbers, text, bytes, tuples, lists, dicts, None), so reading one builds no object of any class and runs no
-code; nothing is stored in this form. :class:`RawWriter` is also what the recording falls back to in its own
+code; nothing is stored in this form. The program sends its queue as a parts frame (:func:`frame_parts`): the
+same list, each bytes item as it is and each other item marshalled on its own, so its feeder hands the pipe
+the items' own buffers instead of copying them into one marshalled list while it holds the program's GIL. :class:`RawWriter` is also what the recording falls back to in its own
 process if this one dies.
 """
 
@@ -48,6 +50,13 @@ from tilelens.core.launch_pack import decode_items
 from tilelens.records import AutotuneEvent, KernelIdentity, LaunchRecord
 
 HEADER = struct.Struct("<Q")
+# A frame's header is its body's size; with PARTS set the body is a list of parts (:func:`frame_parts`), each
+# PART (its size, MARSHALLED set for an item marshalled on its own, clear for a bytes item as it is) and
+# its bytes. Without it the body is one marshalled message.
+PARTS = 1 << 63
+PART = struct.Struct("<Q")
+MARSHALLED = 1 << 63
+_SIZE = (1 << 63) - 1
 
 
 def read_frame(stream: IO[bytes]) -> Any | None:
@@ -56,10 +65,26 @@ def read_frame(stream: IO[bytes]) -> Any | None:
     if len(head) < HEADER.size:
         return None
     (size,) = HEADER.unpack(head)
-    body = stream.read(size)
-    if len(body) < size:
+    body = stream.read(size & _SIZE)
+    if len(body) < size & _SIZE:
         return None
-    return marshal.loads(body)
+    return _parts(body) if size & PARTS else marshal.loads(body)
+
+
+def _parts(body: bytes) -> list[Any]:
+    """A parts frame's items, in order (:func:`frame_parts`)."""
+    items: list[Any] = []
+    at, end = 0, len(body)
+    while at < end:
+        (head,) = PART.unpack_from(body, at)
+        at += PART.size
+        size = head & _SIZE
+        if at + size > end:
+            raise ValueError(f"a part of {size} bytes runs past its frame's {end}")
+        data = body[at : at + size]
+        items.append(marshal.loads(data) if head & MARSHALLED else data)
+        at += size
+    return items
 
 
 def kernel_item(number: int, identity: KernelIdentity, params: list[Param]) -> tuple[Any, ...]:
@@ -90,6 +115,30 @@ def _event(body: tuple[Any, ...]) -> AutotuneEvent:
 def frame(message: Any) -> bytes:
     body = marshal.dumps(message)
     return HEADER.pack(len(body)) + body
+
+
+def frame_parts(items: list[Any]) -> tuple[list[bytes], list[tuple[Any, Exception]]]:
+    """``items`` as one parts frame, which :func:`read_frame` reads as the list of them: the buffers to write
+    in order (a bytes item is one of them as it is: nothing is copied), and the items marshal refused with
+    why (left out of the frame; the caller counts them)."""
+    out: list[bytes] = [b""]
+    refused: list[tuple[Any, Exception]] = []
+    size = 0
+    pack = PART.pack
+    for item in items:
+        if type(item) is bytes:
+            out += (pack(len(item)), item)
+            size += PART.size + len(item)
+            continue
+        try:
+            body = marshal.dumps(item)
+        except Exception as exc:  # noqa: BLE001 - a value marshal cannot take: that item is refused
+            refused.append((item, exc))
+            continue
+        out += (pack(len(body) | MARSHALLED), body)
+        size += PART.size + len(body)
+    out[0] = HEADER.pack(size | PARTS)
+    return out, refused
 
 
 class RawWriter:

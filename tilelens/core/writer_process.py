@@ -9,8 +9,9 @@ GIL that is time a launch-bound program waits for, deferred or not. With ``snaps
   every garbage collection of the program; the compiled launcher packs a templated launch's item instead
   (``launch_pack``: fixed-width fields, a fraction of marshal's cost) when its values fit, into a batch it
   queues as one item (``native.launch_batch``: no object a launch; sealed before anything else is queued);
-* a feeder thread here sends what accumulated every ``FEED_S`` as one marshalled frame on the child's stdin (the
-  pipe write releases the GIL);
+* a feeder thread here sends what accumulated every ``FEED_S`` as one frame on the child's stdin: a parts frame
+  (``writer_child.frame_parts``) written with ``os.writev``, so the queued bytes go to the pipe as they are and
+  the GIL is released while they do; what it holds the program's GIL for is a few microseconds a wake;
 * the child (``tilelens.core.writer_child``, a fresh ``python -m``: never a fork of a process holding CUDA)
   builds the records and writes them in batches, in launch order, into the same run.
 
@@ -40,7 +41,7 @@ from typing import Any
 
 from tilelens.core import native
 from tilelens.core.launch_pack import decode_items, launch_count
-from tilelens.core.writer_child import RawWriter, event_item, frame, kernel_item, read_frame
+from tilelens.core.writer_child import RawWriter, event_item, frame, frame_parts, kernel_item, read_frame
 
 _dumps = marshal.dumps
 # Launches are marshalled in format 2: plain values only, no shared references, and half the time of the
@@ -369,16 +370,17 @@ class ProcessWriter:
                 return
 
     def _send(self, items: list[Any]) -> None:
-        """``items``: launches as marshalled or packed bytes, other messages as tuples (the child reads both)."""
+        """``items``: launches as marshalled or packed bytes, other messages as tuples (the child reads both).
+        An item marshal refuses is counted failed and left out; the rest go on, in order."""
         launches = sum(launch_count(item) for item in items if type(item) is bytes)
         if self._local is None:
+            parts, refused = frame_parts(items)
+            for _, exc in refused:
+                self.failed_launches += 1
+                if self.failure is None:
+                    self.failure = f"{type(exc).__name__}: {exc}"
             try:
-                data = frame(items)
-            except Exception:  # noqa: BLE001 - a value marshal cannot take: each item on its own
-                data = b"".join(self._frames_one_by_one(items))
-            try:
-                self._to_child.write(data)
-                self._to_child.flush()
+                write_all(self._to_child.fileno(), parts)
                 self._unconfirmed += launches
                 return
             except (OSError, ValueError):
@@ -387,16 +389,24 @@ class ProcessWriter:
         decoded = decode_items(items)
         self._local.handle([item for item in decoded if item[0] not in ("f", "x")])
 
-    def _frames_one_by_one(self, items: list[Any]) -> list[bytes]:
-        out: list[bytes] = []
-        batch: list[Any] = []
-        for item in items:
-            try:
-                frame([item])
-                batch.append(item)
-            except Exception as exc:  # noqa: BLE001 - that launch is counted failed, the rest go on
-                self.failed_launches += 1
-                if self.failure is None:
-                    self.failure = f"{type(exc).__name__}: {exc}"
-        out.append(frame(batch))
-        return out
+
+_IOV_MAX = 1024  # POSIX's least IOV_MAX is 16; Linux's is 1024
+
+
+def write_all(fd: int, parts: list[bytes], writev: Callable[[int, list[Any]], int] = os.writev) -> None:
+    """Write ``parts`` to ``fd`` in order, all of them: ``writev`` hands the kernel the buffers as they are
+    (no joined copy) and releases the GIL while it writes; a short write (a signal arrived mid-way) goes on
+    where it stopped. ``writev`` is a parameter for tests."""
+    pending: list[Any] = list(parts)
+    while pending:
+        chunk = pending[:_IOV_MAX]
+        written = writev(fd, chunk)
+        if written <= 0 and any(chunk):
+            raise OSError(f"a write to fd {fd} took nothing")
+        done = 0
+        while done < len(chunk) and written >= len(chunk[done]):
+            written -= len(chunk[done])
+            done += 1
+        del pending[:done]
+        if written:
+            pending[0] = memoryview(pending[0])[written:]
