@@ -15,8 +15,9 @@
   written. ``M - D`` is what the parts frames save.
 
 So ``D - X`` is about what the writer's SQL on another core costs the program, ``X - F`` what the feeding
-costs (the feeder's wakeups take the program's GIL, the child's reads), ``F - T`` what framing the
-autotuners' calls costs, and ``F`` the launching thread's own cost. Variants run alternately, ``reps`` times
+costs (the feeder's wakeups, the child's reads; waking a quarter as often changed nothing measurable, and
+part of both is what any busy process on another core costs: ``benchmarks.busy_neighbour``), ``F - T`` what
+framing the autotuners' calls costs, and ``F`` the launching thread's own cost. Variants run alternately, ``reps`` times
 each, so that the host's drift falls on all of them alike. Benchmark-only: each replacement is installed for
 one estimate and undone after it, also on error.
 

@@ -28,8 +28,8 @@ The frames are ``marshal`` data exchanged between TileLens's two processes of on
 (numbers, text, bytes, tuples, lists, dicts, None), so reading one builds no object of any class and runs no
 code; nothing is stored in this form. The program sends its queue as a parts frame (:func:`frame_parts`): the
 same list, each bytes item as it is and each other item marshalled on its own, so its feeder hands the pipe
-the items' own buffers instead of copying them into one marshalled list while it holds the program's GIL. :class:`RawWriter` is also what the recording falls back to in its own
-process if this one dies.
+the items' own buffers instead of copying them into one marshalled list while it holds the program's GIL.
+:class:`RawWriter` is also what the recording falls back to in its own process if this one dies.
 """
 
 from __future__ import annotations

@@ -390,7 +390,15 @@ class ProcessWriter:
         self._local.handle([item for item in decoded if item[0] not in ("f", "x")])
 
 
-_IOV_MAX = 1024  # POSIX's least IOV_MAX is 16; Linux's is 1024
+def _iov_max() -> int:
+    """Buffers one ``writev`` takes: the system's IOV_MAX (Linux and macOS: 1024), at most 1024."""
+    try:
+        return max(16, min(1024, os.sysconf("SC_IOV_MAX")))
+    except (ValueError, OSError):
+        return 16  # POSIX's least
+
+
+_IOV_MAX = _iov_max()
 
 
 def write_all(fd: int, parts: list[bytes], writev: Callable[[int, list[Any]], int] = os.writev) -> None:
