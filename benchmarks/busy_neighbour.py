@@ -1,10 +1,10 @@
 """What a busy process on another core costs an untraced launch-bound program (issue 15), nothing recorded.
 
-A compiled recording's writer is a process of its own, busy about half the time at the launch-bound step
-(~25 µs of CPU a ~50 µs launch). ``benchmarks.cost_split`` found that writing (and feeding) costs the program
-1-2 points beyond the launching thread's own work, though neither takes the program's GIL for long. This
-measures the part of that any neighbour costs on the host, TileLens or not: the untraced step timed alone and
-beside a neighbour process, alternating, each sample against the alone samples on either side of it.
+A compiled recording's writer is a process of its own, busy 40-50 % of the time at the launch-bound step
+(~25 µs of CPU a 50-60 µs launch). ``benchmarks.cost_split`` found that writing and feeding cost the program
+1-2 points beyond the launching thread's own work. This measures the part of that any neighbour costs on the
+host, TileLens or not: the untraced step timed alone and beside a neighbour process, alternating, each sample
+against the alone samples on either side of it.
 
 Neighbours (each paused with SIGSTOP except during its own samples, all ended afterwards):
 
@@ -150,8 +150,8 @@ def measure(
     sample: Callable[[], float], rounds: int = 150, kinds: tuple[str, ...] = KINDS, pin: bool = False
 ) -> dict[str, dict[str, float]]:
     """Per neighbour kind, its samples' ratios to the mean of the alone samples on either side; ``alone``:
-    each alone sample against the one before it (the host's own noise, the same estimator). ``sample()``
-    times the program's work (seconds). Rounds cycle through ``kinds``."""
+    each alone sample against the alone sample before it (the host's own noise). ``sample()`` times the
+    program's work (seconds). Rounds cycle through ``kinds``."""
     ratios: dict[str, list[float]] = {kind: [] for kind in ("alone", *kinds)}
     with Neighbours(kinds, pin) as neighbours:
         before = sample()
