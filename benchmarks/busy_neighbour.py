@@ -187,12 +187,9 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     import torch
 
-    from benchmarks.compiled_step import Step, _wall_and_cpu
+    from benchmarks.compiled_step import _wall_and_cpu, warmed_launch_bound_step
 
-    step = Step(2048, 1024, 2816, 32000, 8)
-    for _ in range(20):  # compiled and tuned before anything is timed
-        step.run()
-    torch.cuda.synchronize()
+    step = warmed_launch_bound_step()
 
     def sample() -> float:
         wall: float = _wall_and_cpu(step.run, args.steps, torch.cuda.synchronize)[0]

@@ -223,13 +223,10 @@ def main(argv: list[str]) -> int:
         else:
             import torch
 
-            from benchmarks.compiled_step import Step
+            from benchmarks.compiled_step import warmed_launch_bound_step
 
-            bench_step = Step(2048, 1024, 2816, 32000, 8)
-            step, per_step, sync = bench_step.run, 42, torch.cuda.synchronize
-            for _ in range(20):  # compiled and tuned before anything is timed
-                step()
-            sync()
+            bench_step = warmed_launch_bound_step()
+            step, per_step, sync = bench_step.run, bench_step.launches, torch.cuda.synchronize
         results = run(step, per_step, sync=sync, rounds=args.rounds, reps=args.reps, variants=variants)
     print(report(results))
     return 0

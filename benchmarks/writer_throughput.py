@@ -63,7 +63,7 @@ def bench_step_on_cpu(layers: int = 8) -> Iterator[tuple[Callable[[], Any], int]
     name = "_do_bench" if isinstance(static, property) else "do_bench"
     step = Step(256, 128, 256, 512, layers, device="cpu")
     with stand_in_triton_run(), attribute_replaced(bf16_matmul_kernel, name, same_time):
-        yield step.run, 5 * layers + 2
+        yield step.run, step.launches
 
 
 _BENCH_MODULES = (
@@ -104,6 +104,7 @@ def sent_items(launches: int, folder: Path, step: str = "stand-in") -> list[Any]
     import tilelens
     from benchmarks import capture_overhead as co
     from tilelens.core import writer_process as wp
+    from tilelens.core.interpreter import attribute_replaced
 
     if step not in STEPS:
         raise ValueError(f"step must be one of {', '.join(STEPS)}, not {step!r}")
@@ -121,19 +122,16 @@ def sent_items(launches: int, folder: Path, step: str = "stand-in") -> list[Any]
             runner: Any = None  # the default: Triton's run, here the stand-in
         else:
             run_step, per_step, runner = co.stand_in_step(), 5, co.fake_runner
-        wp.ProcessWriter._send = keep  # type: ignore[method-assign]
-        try:
-            with tilelens.Recording(
-                str(folder / "sent.db"),
-                folder / "sent",
-                backend="compiled",
-                snapshots="none",
-                **({} if runner is None else {"runner": runner}),
-            ):
-                for _ in range(max(1, launches // per_step)):
-                    run_step()
-        finally:
-            wp.ProcessWriter._send = send  # type: ignore[method-assign]
+        stack.enter_context(attribute_replaced(wp.ProcessWriter, "_send", keep))
+        with tilelens.Recording(
+            str(folder / "sent.db"),
+            folder / "sent",
+            backend="compiled",
+            snapshots="none",
+            **({} if runner is None else {"runner": runner}),
+        ):
+            for _ in range(max(1, launches // per_step)):
+                run_step()
     from tilelens.core.launch_pack import decode_items
 
     items = decode_items(sent)  # batches, packed or marshalled launches, as the child reads them
