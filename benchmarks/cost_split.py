@@ -1,18 +1,19 @@
 """Which part of a compiled recording's cost at the launch-bound step is whose (issue 15):
 :func:`benchmarks.compiled_step.interleaved` under four variants, alternating.
 
-* ``D`` (as recorded): the feeder thread sends what accumulated every ``writer_process.FEED_S`` (10 ms) to the
-  writer process, which writes it into the history beside the program;
+* ``D`` (as recorded): the compiled launcher writes each full batch of launches into the writer process's
+  pipe itself, and the feeder thread sends what else was queued (and a batch left partly filled for most of
+  ``writer_process.FEED_S``, 10 ms); the writer process writes it into the history beside the program;
 * ``X`` (fed, nothing written): the same feeding, to a writer process that reads every message and writes
-  nothing (:func:`discarding_child`): the feeder's work and the pipe stay, the writer's SQL goes;
-* ``F`` (fed late): the feeder wakes only every second (:func:`fed_late`), so during a round (~20 ms)
-  nothing is sent or written; the flush before each untraced sample sends and writes it all, untimed;
+  nothing (:func:`discarding_child`): the feeding and the pipe stay, the writer's SQL goes;
+* ``F`` (fed late): every batch is queued (:func:`queued_only`) and the feeder wakes only every second
+  (:func:`fed_late`), so during a round (~20 ms) nothing is sent or written; the flush before each untraced
+  sample sends and writes it all, untimed;
 * ``T`` (fed late, no autotuner frames): as ``F``, and autotuners' calls are not intercepted
   (:func:`no_tuner_interception`), so their launches carry no tuning key and no frame is made. Wrong records
   on purpose: for timing only.
-* ``M`` (marshalled frames): as ``D``, with the feeder sending its queue the way it did before the parts
-  frames (:func:`marshalled_frames`): copied into one marshalled list while it holds the program's GIL, then
-  written. ``M - D`` is what the parts frames save.
+* ``Q`` (queued): as ``D``, with every batch queued for the feeder (:func:`queued_only`), as before the
+  launcher wrote its batches itself: ``Q - D`` is what that saves.
 
 So ``D - X`` is about what the writer's SQL on another core costs the program, ``X - F`` what the feeding
 costs (the feeder's wakeups, the child's reads; waking a quarter as often changed nothing measurable, and
@@ -21,7 +22,7 @@ framing the autotuners' calls costs, and ``F`` the launching thread's own cost. 
 each, so that the host's drift falls on all of them alike. Benchmark-only: each replacement is installed for
 one estimate and undone after it, also on error.
 
-    python -m benchmarks.cost_split [--rounds N] [--reps N] [--variants D,X,F,T,M]   # needs CUDA
+    python -m benchmarks.cost_split [--rounds N] [--reps N] [--variants D,X,F,T,Q]   # needs CUDA
     python -m benchmarks.cost_split --stand-in ...                                  # the CPU stand-in step
 """
 
@@ -36,7 +37,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-VARIANTS = ("D", "X", "F", "T", "M")
+VARIANTS = ("D", "X", "F", "T", "Q")
 LATE_FEED_S = 1.0
 
 
@@ -101,30 +102,13 @@ def no_tuner_interception() -> contextlib.AbstractContextManager[None]:
     return interpreter.attribute_replaced(interpreter._Patcher, "set", set_unless_tuner)
 
 
-def marshalled_frames() -> contextlib.AbstractContextManager[None]:
-    """Recordings in the block feed their writer process one marshalled frame a wake (``frame(items)``: the
-    queue copied into one bytes object under the program's GIL, then written through the pipe's buffered
-    file), as the feeder did before ``writer_child.frame_parts``; the child reads both kinds."""
+def queued_only() -> contextlib.AbstractContextManager[None]:
+    """Recordings begun in the block queue every batch for the feeder (``writer_process.DIRECT_SEND`` off),
+    as they did before the launcher wrote its full batches into the pipe itself."""
     from tilelens.core import writer_process as wp
     from tilelens.core.interpreter import attribute_replaced
-    from tilelens.core.launch_pack import launch_count
-    from tilelens.core.writer_child import frame
 
-    original = wp.ProcessWriter._send
-
-    def send(writer: Any, items: list[Any]) -> None:
-        if writer._local is not None:
-            original(writer, items)
-            return
-        try:
-            writer._to_child.write(frame(items))
-            writer._to_child.flush()
-        except (OSError, ValueError):  # the child died (or an item marshal refuses): as the feeder does now
-            original(writer, items)
-            return
-        writer._unconfirmed += sum(launch_count(item) for item in items if type(item) is bytes)
-
-    return attribute_replaced(wp.ProcessWriter, "_send", send)
+    return attribute_replaced(wp, "DIRECT_SEND", False)
 
 
 def child_main() -> int:
@@ -154,10 +138,10 @@ def _variant(name: str) -> Iterator[None]:
             stack.enter_context(discarding_child())
         if name in ("F", "T"):
             stack.enter_context(fed_late())
+        if name in ("F", "T", "Q"):
+            stack.enter_context(queued_only())
         if name == "T":
             stack.enter_context(no_tuner_interception())
-        if name == "M":
-            stack.enter_context(marshalled_frames())
         yield
 
 

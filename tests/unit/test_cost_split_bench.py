@@ -17,8 +17,9 @@ from tilelens.core.native_training import LAUNCHES_PER_STEP, stand_in_step, stan
 
 
 def test_each_variant_writes_what_it_says_and_is_undone_after() -> None:
-    feed, start, send = (
+    feed, direct, start, send = (
         writer_process.FEED_S,
+        writer_process.DIRECT_SEND,
         writer_process._writer_process,
         writer_process.ProcessWriter._send,
     )
@@ -40,42 +41,44 @@ def test_each_variant_writes_what_it_says_and_is_undone_after() -> None:
         "X": [0],
         "F": [recorded],
         "T": [recorded],
-        "M": [recorded],
+        "Q": [recorded],
     }
-    assert feed == writer_process.FEED_S
+    assert feed == writer_process.FEED_S and direct == writer_process.DIRECT_SEND
     assert writer_process._writer_process is start
     assert writer_process.ProcessWriter._send is send
     text = cost_split.report(got)
-    assert [line.split(":")[0].strip() for line in text.splitlines()] == ["D", "X", "F", "T", "M"]
+    assert [line.split(":")[0].strip() for line in text.splitlines()] == ["D", "X", "F", "T", "Q"]
 
 
-def test_marshalled_frames_feed_without_parts_frames(monkeypatch: pytest.MonkeyPatch) -> None:
-    """``M`` sends what ``D`` sends as marshalled frames: the parts frames' writer is never called."""
-    calls: list[int] = []
-    write_all = writer_process.write_all
+def test_queued_sends_no_batch_directly_and_as_recorded_does(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``Q`` queues every batch for the feeder; ``D`` (as recorded) has the launcher write full ones into the
+    pipe itself. Both write every recorded launch."""
+    direct: list[int] = []
+    close = writer_process.ProcessWriter.close
 
-    def counting(fd: int, parts: list[bytes], *rest: object) -> None:
-        calls.append(len(parts))
-        write_all(fd, parts)
+    def counting(writer: writer_process.ProcessWriter) -> None:
+        direct.append(0 if writer._batch is None else writer._batch.sent_launches)
+        close(writer)
 
-    monkeypatch.setattr(writer_process, "write_all", counting)
+    monkeypatch.setattr(writer_process.ProcessWriter, "close", counting)
+    monkeypatch.setattr(writer_process, "BATCH_BYTES", 256)  # a batch every few launches of the stand-in
     launches = {}
     with stand_in_triton_run():
-        for name in ("M", "D"):
-            calls.clear()
+        for name in ("Q", "D"):
+            direct.clear()
             got = cost_split.run(
                 stand_in_step(),
                 LAUNCHES_PER_STEP,
                 sync=lambda: None,
-                rounds=2,
+                rounds=4,
                 reps=1,
-                steps=1,
+                steps=2,
                 lead=1,
                 variants=(name,),
             )
-            launches[name] = (got[name][0]["interleaved_recorded_launches"], bool(calls))
-    recorded = (1 + 1 * (1 + 1)) * LAUNCHES_PER_STEP
-    assert launches == {"M": (recorded, False), "D": (recorded, True)}
+            launches[name] = (got[name][0]["interleaved_recorded_launches"], sum(direct) > 0)
+    recorded = (1 + 2 * (1 + 2)) * LAUNCHES_PER_STEP
+    assert launches == {"Q": (recorded, False), "D": (recorded, True)}
 
 
 def _tuning_keys(folder: Path) -> list[str | None]:
@@ -107,5 +110,5 @@ def test_without_tuner_interception_the_autotuned_launches_have_no_frame(tmp_pat
 
 
 def test_an_unknown_variant_is_refused_before_anything_runs() -> None:
-    with pytest.raises(ValueError, match="variants are D, X, F, T, M, not Q"):
-        cost_split.run(lambda: None, 1, sync=lambda: None, variants=("D", "Q"))
+    with pytest.raises(ValueError, match="variants are D, X, F, T, Q, not M"):
+        cost_split.run(lambda: None, 1, sync=lambda: None, variants=("D", "M"))

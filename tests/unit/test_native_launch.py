@@ -80,7 +80,10 @@ def queued(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
     """What the compiled launcher queued for the writer process, in order: its batches of packed launches
     (sealed by the launcher or by the writer) and the launches it could not pack (marshalled). A spy on the
     queue's ``append`` handed through ``ProcessWriter.flat_parts`` and on the writer's seal; ``_launches``
-    splits the batches."""
+    splits the batches. Full batches are queued, not written by the launcher itself (``DIRECT_SEND`` off)."""
+    from tilelens.core import writer_process
+
+    monkeypatch.setattr(writer_process, "DIRECT_SEND", False)
     got: list[bytes] = []
     parts_of = ProcessWriter.flat_parts
 
@@ -464,7 +467,11 @@ def test_threads_alternating_templates_of_one_kernel_each_get_the_template_of_th
 
 def _sent_in_order(monkeypatch: pytest.MonkeyPatch) -> tuple[list[Any], list[int]]:
     """Every item the writer's feeder hands on, decoded, in order, and the launches in each batch among them
-    (a spy on ``ProcessWriter._send``)."""
+    (a spy on ``ProcessWriter._send``). Full batches are queued, not written by the launcher itself
+    (``writer_process.DIRECT_SEND`` off: ``test_batch_direct_send`` covers that path), so the spy sees them all."""
+    from tilelens.core import writer_process
+
+    monkeypatch.setattr(writer_process, "DIRECT_SEND", False)
     sent: list[Any] = []
     batches: list[int] = []
     send = ProcessWriter._send

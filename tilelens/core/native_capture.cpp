@@ -32,11 +32,23 @@
 
 #include "native_common.h"
 
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <ctime>
 #include <initializer_list>
 #include <cstring>
+#include <mutex>
+#include <new>
 #include <vector>
+
+#if defined(__linux__)
+#include <fcntl.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
+#endif
 
 namespace {
 
@@ -1868,44 +1880,92 @@ struct Launched {
 };
 
 // Steady launches' packed items (`launch_pack`), written one after another into this buffer without an object
-// a launch, and queued for the writer process as one bytes item when sealed (`seal`): launch_pack's batch,
-// BATCH_MARK | count: uint32 | the count items. The launcher seals it once it holds `batch_bytes` or more and
-// before it queues an item it could not pack; the writer (Python) seals it before anything else it queues and
-// whenever its feeder wakes. So the queue holds every item in the order the program made them, and a launch
-// waits in the buffer no longer than it would have in the queue. Read and written only with the GIL held, by
-// code that runs no Python code between its reads and its writes; a seal detaches the buffer before it makes
-// the bytes object (an allocation may run a finalizer that launches: that launch goes into the next batch).
+// a launch: launch_pack's batch, BATCH_MARK | count: uint32 | the count items, after `kFrameRoom` bytes kept
+// free for the headers of a parts frame (`writer_child.frame_parts`) of that one batch. When the batch holds
+// `batch_bytes` or more the launcher sends it (`batch_send`): written into the writer process's pipe as that
+// frame, by the launching thread itself, when the pipe has room for all of it, the writer's queue is empty and
+// its feeder is not sending; otherwise, and before the launcher queues an item it could not pack, it is sealed
+// (`seal`) into the queue as one bytes item. The writer (Python) seals it before anything else it queues and
+// whenever its feeder wakes. So the pipe receives every item in the order the program made them, and a launch
+// waits in the buffer no longer than it would have in the queue.
+//
+// Why the launching thread writes (measured on the H200, issue 15): a feeder thread that takes the program's
+// GIL every few milliseconds to send what accumulated makes the launching thread block one to three times
+// more a ~10 ms sample, and it resumes cold; written here, a steady program hands nothing over. The feeder
+// waits in `idle` with the GIL released, and takes it only when something was queued (`flag`), when it is
+// woken (`wake`), or when a launch has waited in the buffer long enough that sending it now keeps the
+// feeder's period (`idle`'s argument) as the longest a launch waits.
+//
+// Read and written only with the GIL held, by code that runs no Python code between its reads and its writes,
+// except `shared`, which `idle` reads without it; a seal detaches the buffer before it makes the bytes object
+// (an allocation may run a finalizer that launches: that launch goes into the next batch). Direct sends happen
+// only in the process that attached the pipe (a forked child's launches never write into its parent's pipe).
+struct BatchShared {
+  std::mutex lock;
+  std::condition_variable woke;
+  bool woken = false;  // `wake` was called since the feeder's `idle` last returned; guarded by `lock`
+  std::atomic<bool> flagged{false};  // an item was queued since `idle` last returned
+  std::atomic<int64_t> first_ns{0};  // the steady clock when the buffer's oldest launch was packed; 0: none
+};
+
 struct Batch {
   PyObject_HEAD
   char* data;
   Py_ssize_t size;
   Py_ssize_t capacity;
   uint32_t launches;
+  int fd;  // the writer process's pipe for direct sends; -1: none (the batch is always sealed into the queue)
+  long attached_pid;  // the process that attached `fd`
+  bool busy;  // the writer's feeder took the queue and is sending it: no direct send until it is done
+  Py_ssize_t pipe_capacity;
+  long long sent_launches, sent_batches;  // sent directly so far
+  BatchShared* shared;
 };
 
 PyTypeObject BatchType = {PyVarObject_HEAD_INIT(nullptr, 0)};
 
+constexpr Py_ssize_t kFrameRoom = 16;  // writer_child's HEADER and PART (8 bytes each)
 constexpr Py_ssize_t kBatchHead = 5;  // BATCH_MARK and the count
+constexpr uint64_t kPartsFrame = uint64_t{1} << 63;  // writer_child.PARTS
+
+int64_t steady_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
 
 void batch_dealloc(PyObject* self) {
-  std::free(reinterpret_cast<Batch*>(self)->data);
+  Batch* b = reinterpret_cast<Batch*>(self);
+  std::free(b->data);
+  delete b->shared;
   Py_TYPE(self)->tp_free(self);
 }
 
 PyObject* batch_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
   static const char* keywords[] = {nullptr};
   if (!PyArg_ParseTupleAndKeywords(args, kwargs, ":LaunchBatch", const_cast<char**>(keywords))) return nullptr;
+  BatchShared* shared = new (std::nothrow) BatchShared();
+  if (shared == nullptr) return PyErr_NoMemory();
   Batch* b = PyObject_New(Batch, type);
-  if (b == nullptr) return nullptr;
+  if (b == nullptr) {
+    delete shared;
+    return nullptr;
+  }
   b->data = nullptr;
   b->size = b->capacity = 0;
   b->launches = 0;
+  b->fd = -1;
+  b->attached_pid = 0;
+  b->busy = false;
+  b->pipe_capacity = 0;
+  b->sent_launches = b->sent_batches = 0;
+  b->shared = shared;
   return reinterpret_cast<PyObject*>(b);
 }
 
-// Room for `more` bytes at the end (the batch's head reserved at its start); -1 and MemoryError on failure.
+// Room for `more` bytes at the end (the frame's and the batch's heads reserved at its start); -1 and
+// MemoryError on failure.
 int batch_reserve(Batch* b, Py_ssize_t more) {
-  Py_ssize_t start = b->size ? b->size : kBatchHead;
+  Py_ssize_t start = b->size ? b->size : kFrameRoom + kBatchHead;
   if (start + more > b->capacity) {
     Py_ssize_t grown = b->capacity ? b->capacity : 4096;
     while (grown < start + more) grown *= 2;
@@ -1927,23 +1987,35 @@ int batch_add(Batch* b, const int64_t head[5], const Stamp& started, const Stamp
   if (batch_reserve(b, size) < 0) return -1;
   write_packed(b->data + b->size, head, started, duration, values);
   b->size += size;
-  ++b->launches;
+  if (b->launches++ == 0) b->shared->first_ns.store(steady_ns(), std::memory_order_relaxed);
   return 0;
+}
+
+// The batch's bytes (from BATCH_MARK on) once its head is written.
+char* batch_body(Batch* b) {
+  char* body = b->data + kFrameRoom;
+  body[0] = static_cast<char>(kBatchMark);
+  char* p = body + 1;
+  put_le<4>(p, b->launches);
+  return body;
+}
+
+void batch_empty(Batch* b) {
+  b->size = 0;
+  b->launches = 0;
+  b->shared->first_ns.store(0, std::memory_order_relaxed);
 }
 
 // The sealed batch as one bytes item, the batch emptied (nullptr: it held no launch, or an exception).
 PyObject* batch_take(Batch* b) {
   if (b->launches == 0) return nullptr;
-  char* data = b->data;  // detached first: see `Batch`
-  Py_ssize_t size = b->size;
-  uint32_t launches = b->launches;
+  char* body = batch_body(b);  // detached first: see `Batch`
+  char* data = b->data;
+  Py_ssize_t size = b->size - kFrameRoom;
   b->data = nullptr;
-  b->size = b->capacity = 0;
-  b->launches = 0;
-  data[0] = static_cast<char>(kBatchMark);
-  char* p = data + 1;
-  put_le<4>(p, launches);
-  PyObject* out = PyBytes_FromStringAndSize(data, size);
+  b->capacity = 0;
+  batch_empty(b);
+  PyObject* out = PyBytes_FromStringAndSize(body, size);
   std::free(data);
   return out;
 }
@@ -1957,11 +2029,14 @@ int queue_item(PyObject* append, PyObject* queued, PyObject* data) {
   return counted.take(queued);
 }
 
-// Seals `b` into the queue (`queue_item`). 1 sealed, 0 nothing to seal, -1 and an exception.
-int batch_seal(Batch* b, PyObject* append, PyObject* queued) {
+// Seals `b` into the queue (`queue_item`). 1 sealed, 0 nothing to seal, -1 and an exception. `flag`: tell the
+// feeder's `idle` (the launcher's seals; the writer's own are followed by its flag, or made by the feeder).
+int batch_seal(Batch* b, PyObject* append, PyObject* queued, bool flag) {
   Ref data(batch_take(b));
   if (!data) return PyErr_Occurred() ? -1 : 0;
-  return queue_item(append, queued, data.get()) < 0 ? -1 : 1;
+  if (queue_item(append, queued, data.get()) < 0) return -1;
+  if (flag) b->shared->flagged.store(true, std::memory_order_release);
+  return 1;
 }
 
 // `seal(append, queued)`: the writer's seal (Python), the same steps; True when it queued a batch.
@@ -1970,9 +2045,127 @@ PyObject* batch_seal_py(PyObject* self, PyObject* const* args, Py_ssize_t nargs)
     PyErr_SetString(PyExc_TypeError, "seal(append, queued)");
     return nullptr;
   }
-  int sealed = batch_seal(reinterpret_cast<Batch*>(self), args[0], args[1]);
+  int sealed = batch_seal(reinterpret_cast<Batch*>(self), args[0], args[1], false);
   if (sealed < 0) return nullptr;
   return PyBool_FromLong(sealed);
+}
+
+// Sends the batch's launches into the attached pipe as one parts frame, the batch emptied: 1 sent; 0 not now
+// (no pipe, another process, the feeder sending, `items` (the writer's queue) not empty, no room in the pipe
+// for the whole frame, or a write that failed: the pipe is then detached and the feeder finds the child gone);
+// -1 and an exception. Never blocks: with room for the whole frame a pipe write completes at once.
+int batch_send(Batch* b, PyObject* items) {
+#if defined(__linux__) && defined(F_GETPIPE_SZ)
+  if (b->fd < 0 || b->busy || b->launches == 0 || b->attached_pid != static_cast<long>(getpid())) return 0;
+  Py_ssize_t waiting = PyObject_Size(items);
+  if (waiting != 0) return waiting < 0 ? -1 : 0;
+  int unread = 0;
+  if (ioctl(b->fd, FIONREAD, &unread) < 0 || b->pipe_capacity - unread < b->size) return 0;
+  batch_body(b);
+  char* p = b->data;
+  uint64_t body = static_cast<uint64_t>(b->size - kFrameRoom);
+  put_le<8>(p, (body + 8) | kPartsFrame);
+  put_le<8>(p, body);  // a bytes part: MARSHALLED clear
+  Py_ssize_t done = 0;
+  while (done < b->size) {
+    ssize_t wrote = write(b->fd, b->data + done, static_cast<size_t>(b->size - done));
+    if (wrote < 0 && errno == EINTR) continue;
+    if (wrote <= 0) break;
+    done += wrote;
+  }
+  if (done < b->size) {  // the child is gone (EPIPE): the queue and the feeder take it from here
+    b->fd = -1;
+    return 0;
+  }
+  b->sent_launches += b->launches;
+  ++b->sent_batches;
+  batch_empty(b);  // the buffer is kept for the next batch
+  return 1;
+#else
+  (void)b;
+  (void)items;
+  return 0;
+#endif
+}
+
+// `send(items)`: `batch_send` (the launcher's step when the batch is full), for tests; True when it sent.
+PyObject* batch_send_py(PyObject* self, PyObject* items) {
+  int sent = batch_send(reinterpret_cast<Batch*>(self), items);
+  if (sent < 0) return nullptr;
+  return PyBool_FromLong(sent);
+}
+
+// `attach(fd)`: full batches go into pipe `fd` directly from now on (-1: never); True when they will (Linux:
+// the pipe's size read, and raised to 1 MiB where the system allows, so that a writer a little behind does not
+// turn the launcher back to the queue). Called by the writer with the child's stdin.
+PyObject* batch_attach(PyObject* self, PyObject* arg) {
+  Batch* b = reinterpret_cast<Batch*>(self);
+  long fd = PyLong_AsLong(arg);
+  if (fd == -1 && PyErr_Occurred()) return nullptr;
+  b->fd = -1;
+#if defined(__linux__) && defined(F_GETPIPE_SZ)
+  if (fd >= 0) {
+    int size = fcntl(static_cast<int>(fd), F_GETPIPE_SZ);
+    if (size > 0 && size < (1 << 20)) {
+      int grown = fcntl(static_cast<int>(fd), F_SETPIPE_SZ, 1 << 20);
+      if (grown > size) size = grown;
+    }
+    if (size > 0) {
+      b->fd = static_cast<int>(fd);
+      b->pipe_capacity = size;
+      b->attached_pid = static_cast<long>(getpid());
+    }
+  }
+#endif
+  return PyBool_FromLong(b->fd >= 0);
+}
+
+// `idle(period)`: the feeder's wait, the GIL released. Returns when `wake` was called, when an item was queued
+// (`flag`, or a seal by the launcher) or when the buffer's oldest launch has waited three quarters of `period`,
+// looked at every quarter: so a launch waits at most about `period` before the feeder seals and sends it.
+PyObject* batch_idle(PyObject* self, PyObject* arg) {
+  double period = PyFloat_AsDouble(arg);
+  if (period == -1.0 && PyErr_Occurred()) return nullptr;
+  if (!(period > 0.0)) {
+    PyErr_SetString(PyExc_ValueError, "idle(period): a period in seconds, above 0");
+    return nullptr;
+  }
+  BatchShared* s = reinterpret_cast<Batch*>(self)->shared;
+  auto tick = std::chrono::nanoseconds(static_cast<int64_t>(period * 2.5e8) + 1);
+  int64_t due = static_cast<int64_t>(period * 7.5e8);
+  Py_BEGIN_ALLOW_THREADS
+  {  // the lock is let go before the GIL is taken back: `wake` takes it holding the GIL
+    std::unique_lock<std::mutex> held(s->lock);
+    while (true) {
+      if (s->woken) break;
+      if (s->flagged.load(std::memory_order_acquire)) break;
+      int64_t first = s->first_ns.load(std::memory_order_relaxed);
+      if (first != 0 && steady_ns() - first >= due) break;
+      s->woke.wait_for(held, tick);
+    }
+    s->woken = false;
+    s->flagged.store(false, std::memory_order_release);
+  }
+  Py_END_ALLOW_THREADS
+  Py_RETURN_NONE;
+}
+
+// `wake()`: the feeder's `idle` returns now (or at once when it is not waiting).
+PyObject* batch_wake(PyObject* self, PyObject*) {
+  BatchShared* s = reinterpret_cast<Batch*>(self)->shared;
+  {
+    std::lock_guard<std::mutex> held(s->lock);
+    s->woken = true;
+  }
+  s->woke.notify_all();
+  Py_RETURN_NONE;
+}
+
+// `flag()`: an item was queued; the feeder's `idle` returns at its next look (it is not woken now: a program
+// that queues an item a launch must not wake the feeder a launch).
+PyObject* batch_flag(PyObject* self, PyObject*) {
+  reinterpret_cast<Batch*>(self)->shared->flagged.store(true, std::memory_order_release);
+  Py_RETURN_NONE;
 }
 
 // `add(n, template, started, duration, grid, values)`: the item packed into the batch as a steady launch's is
@@ -1996,13 +2189,40 @@ PyObject* batch_launches(PyObject* self, void*) {
 }
 
 PyObject* batch_bytes(PyObject* self, void*) {
-  return PyLong_FromSsize_t(reinterpret_cast<Batch*>(self)->size);
+  Py_ssize_t size = reinterpret_cast<Batch*>(self)->size;
+  return PyLong_FromSsize_t(size ? size - kFrameRoom : 0);
+}
+
+PyObject* batch_sent_launches(PyObject* self, void*) {
+  return PyLong_FromLongLong(reinterpret_cast<Batch*>(self)->sent_launches);
+}
+
+PyObject* batch_sent_batches(PyObject* self, void*) {
+  return PyLong_FromLongLong(reinterpret_cast<Batch*>(self)->sent_batches);
+}
+
+PyObject* batch_get_busy(PyObject* self, void*) { return PyBool_FromLong(reinterpret_cast<Batch*>(self)->busy); }
+
+int batch_set_busy(PyObject* self, PyObject* value, void*) {
+  int busy = value == nullptr ? 0 : PyObject_IsTrue(value);
+  if (busy < 0) return -1;
+  reinterpret_cast<Batch*>(self)->busy = busy != 0;
+  return 0;
 }
 
 PyMethodDef batch_methods[] = {
     {"seal", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(batch_seal_py)), METH_FASTCALL,
      "seal(append, queued): queue the launches written so far as one item (append(bytes), next(queued));"
      " True when there were any."},
+    {"send", batch_send_py, METH_O,
+     "send(items): write the launches so far into the attached pipe as one parts frame when `items` (the"
+     " writer's queue) is empty, the feeder is not sending and the pipe has room; True when it did."},
+    {"attach", batch_attach, METH_O,
+     "attach(fd): full batches are written into pipe fd directly (-1: never); True when they will be."},
+    {"idle", batch_idle, METH_O,
+     "idle(period): wait, the GIL released, until woken, flagged, or a launch has waited 3/4 of period."},
+    {"wake", batch_wake, METH_NOARGS, "wake(): idle returns now."},
+    {"flag", batch_flag, METH_NOARGS, "flag(): an item was queued; idle returns at its next look."},
     {"add", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(batch_add_py)), METH_FASTCALL,
      "add(n, template, started, duration, grid, values): pack the item in as a steady launch's (launch_pack.pack's"
      " arguments); False when it does not pack. For tests of the encoder."},
@@ -2012,6 +2232,9 @@ PyGetSetDef batch_getset[] = {
     {"launches", batch_launches, nullptr, "Launches written since the last seal.", nullptr},
     {"nbytes", batch_bytes, nullptr, "Bytes written since the last seal, the batch's head included (0: none).",
      nullptr},
+    {"sent_launches", batch_sent_launches, nullptr, "Launches sent directly into the pipe so far.", nullptr},
+    {"sent_batches", batch_sent_batches, nullptr, "Batches sent directly into the pipe so far.", nullptr},
+    {"busy", batch_get_busy, batch_set_busy, "The writer's feeder is sending: no direct send meanwhile.", nullptr},
     {nullptr, nullptr, nullptr, nullptr, nullptr}};
 
 // The item's bytes when the words were not packed (into the batch): packed from the list of values (`values`),
@@ -2051,11 +2274,11 @@ int wait_if_full(PyObject* writer, PyObject* items, PyObject* limit) {
 // `ProcessWriter.submit_flat(number, started, duration, grid, values)`'s steps from the writer's
 // `flat_parts()` (writer, numbers, batch, items.append, items, queued, limit, batch_bytes): the next launch
 // number; the item ("m", n, ...) packed into the batch (`Batch`, from `words` when `values` is nullptr), which
-// is sealed into the queue once it holds `batch_bytes`; or, when the item does not pack (a value past 64 bits;
-// `values` given), the batch sealed and the item appended to the queue packed from the list or marshalled in
-// format 2 as `submit_flat` does. Either way a queued item is counted by `queued`, and the program waits for
-// the feeder when the queue holds more than `limit` items. 0 with the launch number taken into `n`, or -1 and
-// an exception.
+// is sent into the pipe (`batch_send`) or else sealed into the queue once it holds `batch_bytes`; or, when the
+// item does not pack (a value past 64 bits; `values` given), the batch sealed and the item appended to the
+// queue packed from the list or marshalled in format 2 as `submit_flat` does. Either way a queued item is
+// counted by `queued` and flagged for the feeder (`flag`), and the program waits for the feeder when the queue
+// holds more than `limit` items. 0 with the launch number taken into `n`, or -1 and an exception.
 int queue_flat(PyObject* parts, PyObject* number, Stamp& started, Stamp& duration, Grid& grid, PyObject* values,
                const Words& words, Launched& n) {
   if (!PyTuple_CheckExact(parts) || PyTuple_GET_SIZE(parts) != 8 || !Py_IS_TYPE(PyTuple_GET_ITEM(parts, 2), &BatchType)) {
@@ -2072,13 +2295,16 @@ int queue_flat(PyObject* parts, PyObject* number, Stamp& started, Stamp& duratio
     if (batch_add(batch, head, started, duration, words) < 0) return -1;
     Py_ssize_t full = PyLong_AsSsize_t(PyTuple_GET_ITEM(parts, 7));
     if (full == -1 && PyErr_Occurred()) return -1;
-    if (batch->size < full) return 0;
-    return batch_seal(batch, append, queued) < 0 ? -1 : wait_if_full(writer, items, limit);
+    if (batch->size - kFrameRoom < full) return 0;
+    int sent = batch_send(batch, items);
+    if (sent != 0) return sent < 0 ? -1 : 0;
+    return batch_seal(batch, append, queued, true) < 0 ? -1 : wait_if_full(writer, items, limit);
   }
   if (PyErr_Occurred()) return -1;
-  if (batch_seal(batch, append, queued) < 0) return -1;  // the launches before this one first
+  if (batch_seal(batch, append, queued, true) < 0) return -1;  // the launches before this one first
   Ref data(item_data(number, started, duration, grid, values, words, n));
   if (!data || queue_item(append, queued, data.get()) < 0) return -1;
+  batch->shared->flagged.store(true, std::memory_order_release);
   return wait_if_full(writer, items, limit);
 }
 

@@ -8,10 +8,15 @@ GIL that is time a launch-bound program waits for, deferred or not. With ``snaps
   appends the bytes to a deque (atomic, wakes nobody): bytes, because a backlog of tuples would be walked by
   every garbage collection of the program; the compiled launcher packs a templated launch's item instead
   (``launch_pack``: fixed-width fields, a fraction of marshal's cost) when its values fit, into a batch it
-  queues as one item (``native.launch_batch``: no object a launch; sealed before anything else is queued);
-* a feeder thread here sends what accumulated every ``FEED_S`` as one frame on the child's stdin: a parts frame
-  (``writer_child.frame_parts``) written with ``os.writev``, so the queued bytes go to the pipe as they are and
-  the GIL is released while they do; what it holds the program's GIL for is a few microseconds a wake;
+  packs into a batch instead (``native.launch_batch``: no object a launch), which it writes into the child's
+  stdin itself once full, as one parts frame (:data:`DIRECT_SEND`; when the queue is empty, the feeder is not
+  sending and the pipe has room, else the batch is queued as one item, sealed before anything else is queued);
+* a feeder thread here sends what was queued, and launches left in a batch for most of ``FEED_S``, as one
+  parts frame (``writer_child.frame_parts``) written with ``os.writev``, so the queued bytes go to the pipe as
+  they are and the GIL is released while they do. It waits with the GIL released (``LaunchBatch.idle``) and
+  takes it only when there is something to send: a steady program hands it nothing (measured on the H200, a
+  feeder taking the GIL every 10 ms made the launching thread block, and resume cold, 1-3 times more a
+  sample);
 * the child (``tilelens.core.writer_child``, a fresh ``python -m``: never a fork of a process holding CUDA)
   builds the records and writes them in batches, in launch order, into the same run.
 
@@ -119,6 +124,10 @@ BATCH_BYTES = 16384
 # Sealed batches (and other items) queued before the launcher waits for the feeder: the same bytes as
 # QUEUE_SIZE single launches of ~256 bytes.
 BATCHES_QUEUED = QUEUE_SIZE * 256 // BATCH_BYTES
+# Whether the compiled launcher writes its full batches into the child's stdin itself (``LaunchBatch.send``).
+# Off: every batch goes through the queue and the feeder (``benchmarks.cost_split``'s ``Q``, and tests of the
+# queue).
+DIRECT_SEND = True
 
 
 class ProcessWriter:
@@ -149,7 +158,7 @@ class ProcessWriter:
         # Steady launches the compiled launcher packed since the last seal (None: no compiled module, and then
         # no launcher queues here either). Sealed into ``_items`` before anything else is queued, so the
         # queue keeps the program's order.
-        self._batch = native.launch_batch()
+        self._batch: Any = None
         self._lock = threading.Lock()  # one flush or close at a time
         self._stopping = False
         self._local: RawWriter | None = None  # set once the child died: this process writes from then on
@@ -164,6 +173,8 @@ class ProcessWriter:
         self._from_child = self._child.stdout
         self._to_child.write(frame([("o", db_url, blobs_dir, run_id, next_seq)]))
         self._to_child.flush()
+        self._direct_seen = 0  # launches the batch had sent directly when ``_unconfirmed`` last counted them
+        self._make_batch()
         self._feeder = threading.Thread(target=self._feed, name="tilelens-feeder", daemon=True)
         self._feeder.start()
 
@@ -194,6 +205,8 @@ class ProcessWriter:
         items = self._items  # ``_put`` inlined: this runs for every launch
         items.append(data)
         next(self._queued)
+        if self._batch is not None:
+            self._batch.flag()
         if len(items) > QUEUE_SIZE:
             self._wait_for_feeder()
         return n
@@ -214,6 +227,8 @@ class ProcessWriter:
         items = self._items
         items.append(_dumps(("m", n, template, started, duration, grid, values), _FORMAT))
         next(self._queued)
+        if self._batch is not None:
+            self._batch.flag()
         if len(items) > QUEUE_SIZE:
             self._wait_for_feeder()
         return n
@@ -223,10 +238,10 @@ class ProcessWriter:
         (``native_capture.cpp``'s ``queue_flat``; keep the two in step): this writer, its launch numbers, the
         batch it packs launches into, its queue's ``append`` and the queue, the count of queued items, the
         queue's size past which the program waits (:meth:`_wait_for_feeder`), and the batch's size at which
-        it is sealed. The batch is made here when the compiled module was not loaded yet when this writer was
-        (it is built in the background); None when it cannot be (the launcher then calls :meth:`submit_flat`)."""
+        it is sent or sealed. The batch is made here when the compiled module was not loaded yet when this writer
+        was (it is built in the background); None when it cannot be (the launcher then calls :meth:`submit_flat`)."""
         if self._batch is None:
-            self._batch = native.launch_batch()
+            self._make_batch()
         if self._batch is None:
             return None
         return (
@@ -239,6 +254,21 @@ class ProcessWriter:
             BATCHES_QUEUED,
             BATCH_BYTES,
         )
+
+    def _make_batch(self) -> None:
+        """The batch the compiled launcher packs into (None while the compiled module cannot be loaded), its full
+        batches written into the child's stdin directly when :data:`DIRECT_SEND`. The feeder waits on it from
+        its next wake."""
+        batch = native.launch_batch()
+        if batch is not None and DIRECT_SEND and self._local is None:
+            batch.attach(self._to_child.fileno())
+        self._batch = batch
+
+    def _wake_feeder(self) -> None:
+        """The feeder sends now, whichever way it waits."""
+        self._wake.set()
+        if self._batch is not None:
+            self._batch.wake()
 
     def _seal(self) -> None:
         """Queue the launches the compiled launcher packed so far (one item) before what comes next: called
@@ -260,6 +290,8 @@ class ProcessWriter:
         self._seal()
         self._items.append(item)
         count = next(self._queued)
+        if self._batch is not None:
+            self._batch.flag()
         if len(self._items) > QUEUE_SIZE:
             self._wait_for_feeder()
         return count
@@ -269,12 +301,14 @@ class ProcessWriter:
         ``native.counter``'s counts, ``count(N)``, names the next one), launches packed since the last seal
         sealed first. For diagnostics and tests: no launch reads it."""
         self._seal()
+        if self._batch is not None:
+            self._batch.flag()
         return int(repr(self._queued)[len("count(") : -1]) - 1
 
     def _wait_for_feeder(self, limit: int = QUEUE_SIZE) -> None:
         """Bounded: a program faster than the child waits here, until the queue holds at most ``limit // 2``
         items, instead of growing memory (the compiled launcher's limit counts batches: BATCHES_QUEUED)."""
-        self._wake.set()
+        self._wake_feeder()
         while len(self._items) > limit // 2 and self._feeder.is_alive():
             time.sleep(0.001)
 
@@ -295,15 +329,17 @@ class ProcessWriter:
         with self._lock:
             if self._stopping:
                 return
+            if self._batch is not None:  # what is launched from here on stays in the queue, as it did
+                self._batch.attach(-1)
             self._exchange(("x",))
             self._stopping = True
-            self._wake.set()
+            self._wake_feeder()
         self._feeder.join()
         # The process stays for this program's next compiled recording (it ends with the program).
 
     def _exchange(self, marker: tuple[str]) -> None:
         target = self._put(marker)
-        self._wake.set()
+        self._wake_feeder()
         with self._sent:
             while self._sent_upto < target and self._feeder.is_alive():
                 self._sent.wait(0.1)
@@ -325,7 +361,15 @@ class ProcessWriter:
         except (OSError, EOFError, ValueError, TypeError):
             return None
 
+    def _count_direct(self) -> None:
+        """Launches the batch sent directly since the last count are sent and unconfirmed, as the feeder's are."""
+        if self._batch is not None:
+            sent = self._batch.sent_launches
+            self._unconfirmed += sent - self._direct_seen
+            self._direct_seen = sent
+
     def _deliver(self, report: dict[str, Any]) -> None:
+        self._count_direct()
         self._unconfirmed = max(0, self._unconfirmed - len(report["written"]) - report["failed"])
         self._next_seq = report["next_seq"]
         if report["failure"] and self.failure is None:
@@ -338,6 +382,9 @@ class ProcessWriter:
         """Reported once; launches sent but unconfirmed may be lost; from now on this process writes."""
         if self._local is not None:
             return
+        if self._batch is not None:  # from now on every batch goes through the queue to this process's writer
+            self._batch.attach(-1)
+        self._count_direct()
         code = self._child.poll()
         lost = self._unconfirmed
         self.failed_launches += lost
@@ -356,13 +403,27 @@ class ProcessWriter:
 
     def _feed(self) -> None:
         while True:
-            self._wake.wait(FEED_S)
+            batch = self._batch
+            if batch is not None:
+                batch.idle(FEED_S)  # the GIL released until there is something to send
+            else:
+                self._wake.wait(FEED_S)
             self._wake.clear()
-            self._seal()
-            queued, pop = self._items, self._items.popleft
-            items: list[Any] = [pop() for _ in range(len(queued))]  # appended meanwhile: the next round
+            items: list[Any] = []
+            if batch is not None:
+                batch.busy = (
+                    True  # no direct send between taking the queue and writing it: the pipe keeps order
+                )
+            try:
+                self._seal()
+                queued, pop = self._items, self._items.popleft
+                items = [pop() for _ in range(len(queued))]  # appended meanwhile: the next round
+                if items:
+                    self._send(items)
+            finally:
+                if batch is not None:
+                    batch.busy = False
             if items:
-                self._send(items)
                 with self._sent:
                     self._sent_upto += len(items)
                     self._sent.notify_all()
