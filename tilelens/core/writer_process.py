@@ -7,9 +7,8 @@ GIL that is time a launch-bound program waits for, deferred or not. With ``snaps
 * the program's thread marshals ``("l", n, kernel number, raw)`` (C code, about a microsecond a launch) and
   appends the bytes to a deque (atomic, wakes nobody): bytes, because a backlog of tuples would be walked by
   every garbage collection of the program; the compiled launcher packs a templated launch's item instead
-  (``launch_pack``: fixed-width fields, a fraction of marshal's cost) when its values fit, into a batch it
-  packs into a batch instead (``native.launch_batch``: no object a launch), which it writes into the child's
-  stdin itself once full, as one parts frame (:data:`DIRECT_SEND`; when the queue is empty, the feeder is not
+  (``launch_pack``: fixed-width fields, a fraction of marshal's cost) when its values fit, into a batch
+  (``native.launch_batch``: no object a launch), which it writes into the child's stdin itself once full, as one parts frame (:data:`DIRECT_SEND`; when the queue is empty, the feeder is not
   sending and the pipe has room, else the batch is queued as one item, sealed before anything else is queued);
 * a feeder thread here sends what was queued, and launches left in a batch for most of ``FEED_S``, as one
   parts frame (``writer_child.frame_parts``) written with ``os.writev``, so the queued bytes go to the pipe as
@@ -264,6 +263,12 @@ class ProcessWriter:
             batch.attach(self._to_child.fileno())
         self._batch = batch
 
+    def _flag(self) -> None:
+        """An item was queued (after its append): the feeder, waiting in ``LaunchBatch.idle``, sends it at its
+        next look (``submit_raw`` and ``submit_flat`` do this inline)."""
+        if self._batch is not None:
+            self._batch.flag()
+
     def _wake_feeder(self) -> None:
         """The feeder sends now, whichever way it waits."""
         self._wake.set()
@@ -290,8 +295,7 @@ class ProcessWriter:
         self._seal()
         self._items.append(item)
         count = next(self._queued)
-        if self._batch is not None:
-            self._batch.flag()
+        self._flag()
         if len(self._items) > QUEUE_SIZE:
             self._wait_for_feeder()
         return count
@@ -301,8 +305,7 @@ class ProcessWriter:
         ``native.counter``'s counts, ``count(N)``, names the next one), launches packed since the last seal
         sealed first. For diagnostics and tests: no launch reads it."""
         self._seal()
-        if self._batch is not None:
-            self._batch.flag()
+        self._flag()
         return int(repr(self._queued)[len("count(") : -1]) - 1
 
     def _wait_for_feeder(self, limit: int = QUEUE_SIZE) -> None:
