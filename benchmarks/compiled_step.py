@@ -382,6 +382,12 @@ def interleaved(
     def sample(n: int) -> tuple[float, float]:
         return _wall_and_cpu(run, n, sync)
 
+    feeding = {"feeder_wakes": 0, "direct_batches": 0}  # over the timed recorded samples
+
+    def batch_stats(rec: Any) -> dict[str, int] | None:
+        batch = getattr(rec._writer, "_batch", None)  # a writer process's LaunchBatch (None: another writer)
+        return None if batch is None else dict(batch.stats)
+
     with tilelens.Recording(**where, **options) as rec:
         for _ in range(lead):
             run()  # templates made before anything is timed
@@ -396,7 +402,14 @@ def interleaved(
             kind = "recorded" if i % 2 == 0 else "control"
             if kind == "recorded":
                 sample(lead)
+                before_stats = batch_stats(rec)
                 wall, cpu = sample(steps)
+                after_stats = batch_stats(rec)
+                if before_stats is not None and after_stats is not None:
+                    feeding["feeder_wakes"] += sum(
+                        after_stats[k] - before_stats[k] for k in ("idle_woken", "idle_flagged", "idle_aged")
+                    )
+                    feeding["direct_batches"] += after_stats["sent_batches"] - before_stats["sent_batches"]
             else:
                 paused(lead)
                 wall, cpu = paused(steps)
@@ -427,6 +440,10 @@ def interleaved(
         "interleaved_ratio_low": resampled[int(0.025 * len(resampled))],
         "interleaved_ratio_high": resampled[int(0.975 * len(resampled)) - 1],
         "interleaved_cpu_extra_us_per_launch": _median(added),
+        # How the launches of the timed recorded samples reached the writer process: batches the launching
+        # thread wrote into its pipe, and the feeder's wakes (each takes the program's GIL).
+        "interleaved_direct_batches": feeding["direct_batches"],
+        "interleaved_feeder_wakes": feeding["feeder_wakes"],
     }
 
 
@@ -492,7 +509,9 @@ def report(r: dict[str, Any]) -> str:
         f" (recorded and control rounds alternating, each sample against the untraced ones around it):"
         f" recorded {r['interleaved_recorded_median']:.3f}, control (untraced) {r['interleaved_control_median']:.3f},"
         f" ratio {r['interleaved_ratio']:.3f} (95 % {r['interleaved_ratio_low']:.3f}-{r['interleaved_ratio_high']:.3f});"
-        f" program thread CPU added {r['interleaved_cpu_extra_us_per_launch']:+.1f} us a launch",
+        f" program thread CPU added {r['interleaved_cpu_extra_us_per_launch']:+.1f} us a launch; in its timed"
+        f" recorded samples {r['interleaved_direct_batches']} batches written by the launching thread,"
+        f" {r['interleaved_feeder_wakes']} feeder wakes",
         *(
             [
                 f"  long run, {r['long_steps']} steps ({r['long_launches']} launches): untraced"

@@ -182,7 +182,11 @@ def report(results: dict[str, list[dict[str, Any]]]) -> str:
             for r in runs
         )
         cpu = ", ".join(f"{r['interleaved_cpu_extra_us_per_launch']:+.1f}" for r in runs)
-        lines.append(f"  {name}: ratio {ratios}; program thread CPU added (us a launch) {cpu}")
+        wakes = ", ".join(str(r["interleaved_feeder_wakes"]) for r in runs)
+        lines.append(
+            f"  {name}: ratio {ratios}; program thread CPU added (us a launch) {cpu}; feeder wakes in the timed"
+            f" samples {wakes}"
+        )
     return "\n".join(lines)
 
 

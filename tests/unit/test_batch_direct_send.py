@@ -115,6 +115,11 @@ def test_a_batch_is_not_sent_over_a_queued_item_a_sending_feeder_or_into_a_pipe_
         assert batch.attach(-1) is False  # detached: never again
         batch.add(*items[0][1:])
         assert batch.send(deque()) is False and batch.launches == 1
+        # Each refusal counted by why (the diagnostics' figures).
+        stats = batch.stats
+        held = [stats[f"held_{why}"] for why in ("unattached", "queued", "busy", "full_pipe")]
+        assert held == [2, 1, 1, 1]
+        assert (stats["sent_batches"], stats["sent_launches"]) == (1, 5)
 
 
 def test_a_pipe_whose_reader_is_gone_detaches_and_keeps_the_batch_for_the_queue(native_module: Any) -> None:
@@ -184,6 +189,8 @@ def test_idle_waits_until_woken_flagged_or_a_launch_has_waited_most_of_the_perio
     started = time.monotonic()
     batch.idle(0.4)
     assert time.monotonic() - started < 0.5
+    stats = batch.stats
+    assert (stats["idle_woken"], stats["idle_flagged"], stats["idle_aged"]) == (2, 1, 2)
 
 
 def test_a_recording_sends_full_batches_directly_and_writes_the_same_rows_as_through_the_queue(
@@ -223,3 +230,36 @@ def test_a_recording_sends_full_batches_directly_and_writes_the_same_rows_as_thr
         assert rec.write_failure is None and len(rec.launch_ids) == 120
         rows[direct] = _all_rows(folder / "h.db", folder / "b")
     assert len(rows[True]) == 120 and rows[True] == rows[False]
+
+
+def test_a_launching_program_sends_a_batch_it_fills_slowly_itself_before_the_feeder_would_wake_for_it(
+    tmp_path: Path, native_module: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch that is not full goes into the pipe from the launching thread once its oldest launch has waited
+    half of FEED_S (``send_age``), so the feeder (which would take the GIL at 3/4) does not wake for it."""
+    import torch
+
+    from .test_compiled_templates import _all_rows, _recording
+    from .test_native_launch import scale_kernel
+
+    monkeypatch.setattr(writer_process, "FEED_S", 2.0)  # send_age 1.0 s; the feeder's look at 1.5 s
+    rec = _recording(tmp_path)
+    x = torch.arange(16, dtype=torch.float32)
+    with rec:
+        w = rec._writer
+        assert isinstance(w, writer_process.ProcessWriter) and w._batch.send_age == 1.0
+        for i in range(3):  # the kernel's and its template's definitions queued, then steady launches
+            scale_kernel[(2,)](x, torch.zeros(16), 16, float(i), BLOCK=8)
+        rec.flush()
+        before = w._batch.stats
+        scale_kernel[(2,)](x, torch.zeros(16), 16, 3.0, BLOCK=8)
+        assert w._batch.launches == 1  # packed, not sent: young
+        time.sleep(1.1)
+        scale_kernel[(2,)](x, torch.zeros(16), 16, 4.0, BLOCK=8)
+        after = w._batch.stats
+        assert w._batch.launches == 0
+        assert [after[k] - before[k] for k in ("sent_batches", "sent_launches")] == [1, 2]
+        assert after["idle_aged"] == before["idle_aged"]  # the feeder did not wake for it
+        rec.flush()
+    assert rec.write_failure is None and len(rec.launch_ids) == 5
+    assert len(_all_rows(tmp_path / "h.db", tmp_path / "b")) == 5

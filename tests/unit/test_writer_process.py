@@ -268,6 +268,7 @@ def test_the_writers_counts_are_the_compiled_counter_and_count_as_itertools_does
         assert repr(counter) == "count(8)" and next(make()) == 0
     from .test_compiled_templates import _recording
 
+    monkeypatch.setattr(writer_process, "DIRECT_SEND", False)  # every batch through the queue, counted
     rec = _recording(tmp_path)  # the launcher takes launches like the last (Triton-like stable kernels)
     with rec:
         w, router = rec._writer, rec._compiled

@@ -35,6 +35,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <cstdint>
 #include <ctime>
@@ -1885,9 +1886,12 @@ struct Launched {
 // `batch_bytes` or more the launcher sends it (`batch_send`): written into the writer process's pipe as that
 // frame, by the launching thread itself, when the pipe has room for all of it, the writer's queue is empty and
 // its feeder is not sending; otherwise, and before the launcher queues an item it could not pack, it is sealed
-// (`seal`) into the queue as one bytes item. The writer (Python) seals it before anything else it queues and
-// whenever its feeder wakes. So the pipe receives every item in the order the program made them, and a launch
-// waits in the buffer no longer than it would have in the queue.
+// (`seal`) into the queue as one bytes item. A batch not yet full is sent the same way, directly only, once its
+// oldest launch has waited `send_age` (half the feeder's period), so that a launching program's batches go
+// into the pipe from its own thread even when it launches too slowly to fill one within the feeder's period.
+// The writer (Python) seals it before anything else it queues and whenever its feeder wakes. So the pipe
+// receives every item in the order the program made them, and a launch waits in the buffer no longer than it
+// would have in the queue.
 //
 // Why the launching thread writes (measured on the H200, issue 15): a feeder thread that takes the program's
 // GIL every few milliseconds to send what accumulated makes the launching thread block one to three times
@@ -1906,6 +1910,8 @@ struct BatchShared {
   bool woken = false;  // `wake` was called since the feeder's `idle` last returned; guarded by `lock`
   std::atomic<bool> flagged{false};  // an item was queued since `idle` last returned
   std::atomic<int64_t> first_ns{0};  // the steady clock when the buffer's oldest launch was packed; 0: none
+  // Why `idle` returned, counted (the feeder's own thread writes them; `stats` reads them with the GIL).
+  std::atomic<long long> woken_returns{0}, flagged_returns{0}, aged_returns{0};
 };
 
 struct Batch {
@@ -1919,6 +1925,12 @@ struct Batch {
   bool busy;  // the writer's feeder took the queue and is sending it: no direct send until it is done
   Py_ssize_t pipe_capacity;
   long long sent_launches, sent_batches;  // sent directly so far
+  // Batches `batch_send` did not send, by why (`stats`): the feeder was sending, an item was queued ahead, the
+  // pipe had no room for the frame, no pipe attached in this process (a full batch is then queued).
+  long long held_busy, held_queued, held_full_pipe, held_unattached;
+  // The launch clock (`time.time()`) of the buffer's oldest launch, when the launcher read it itself (NaN
+  // otherwise), and the age in seconds past which the launcher sends a batch that is not full yet (0: never).
+  double first_started, send_age;
   BatchShared* shared;
 };
 
@@ -1958,6 +1970,9 @@ PyObject* batch_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
   b->busy = false;
   b->pipe_capacity = 0;
   b->sent_launches = b->sent_batches = 0;
+  b->held_busy = b->held_queued = b->held_full_pipe = b->held_unattached = 0;
+  b->first_started = std::nan("");
+  b->send_age = 0.0;
   b->shared = shared;
   return reinterpret_cast<PyObject*>(b);
 }
@@ -1987,7 +2002,10 @@ int batch_add(Batch* b, const int64_t head[5], const Stamp& started, const Stamp
   if (batch_reserve(b, size) < 0) return -1;
   write_packed(b->data + b->size, head, started, duration, values);
   b->size += size;
-  if (b->launches++ == 0) b->shared->first_ns.store(steady_ns(), std::memory_order_relaxed);
+  if (b->launches++ == 0) {
+    b->shared->first_ns.store(steady_ns(), std::memory_order_relaxed);
+    b->first_started = started.here ? started.seconds : std::nan("");
+  }
   return 0;
 }
 
@@ -2056,11 +2074,26 @@ PyObject* batch_seal_py(PyObject* self, PyObject* const* args, Py_ssize_t nargs)
 // -1 and an exception. Never blocks: with room for the whole frame a pipe write completes at once.
 int batch_send(Batch* b, PyObject* items) {
 #if defined(__linux__) && defined(F_GETPIPE_SZ)
-  if (b->fd < 0 || b->busy || b->launches == 0 || b->attached_pid != static_cast<long>(getpid())) return 0;
+  if (b->launches == 0) return 0;
+  if (b->fd < 0 || b->attached_pid != static_cast<long>(getpid())) {
+    ++b->held_unattached;
+    return 0;
+  }
+  if (b->busy) {
+    ++b->held_busy;
+    return 0;
+  }
   Py_ssize_t waiting = PyObject_Size(items);
-  if (waiting != 0) return waiting < 0 ? -1 : 0;
+  if (waiting != 0) {
+    if (waiting < 0) return -1;
+    ++b->held_queued;
+    return 0;
+  }
   int unread = 0;
-  if (ioctl(b->fd, FIONREAD, &unread) < 0 || b->pipe_capacity - unread < b->size) return 0;
+  if (ioctl(b->fd, FIONREAD, &unread) < 0 || b->pipe_capacity - unread < b->size) {
+    ++b->held_full_pipe;
+    return 0;
+  }
   batch_body(b);
   char* p = b->data;
   uint64_t body = static_cast<uint64_t>(b->size - kFrameRoom);
@@ -2137,10 +2170,19 @@ PyObject* batch_idle(PyObject* self, PyObject* arg) {
   {  // the lock is let go before the GIL is taken back: `wake` takes it holding the GIL
     std::unique_lock<std::mutex> held(s->lock);
     while (true) {
-      if (s->woken) break;
-      if (s->flagged.load(std::memory_order_acquire)) break;
+      if (s->woken) {
+        s->woken_returns.fetch_add(1, std::memory_order_relaxed);
+        break;
+      }
+      if (s->flagged.load(std::memory_order_acquire)) {
+        s->flagged_returns.fetch_add(1, std::memory_order_relaxed);
+        break;
+      }
       int64_t first = s->first_ns.load(std::memory_order_relaxed);
-      if (first != 0 && steady_ns() - first >= due) break;
+      if (first != 0 && steady_ns() - first >= due) {
+        s->aged_returns.fetch_add(1, std::memory_order_relaxed);
+        break;
+      }
       s->woke.wait_for(held, tick);
     }
     s->woken = false;
@@ -2201,6 +2243,33 @@ PyObject* batch_sent_batches(PyObject* self, void*) {
   return PyLong_FromLongLong(reinterpret_cast<Batch*>(self)->sent_batches);
 }
 
+// `stats`: how full batches went and why the feeder woke, as a dict of counts (see `Batch`, `BatchShared`).
+PyObject* batch_stats(PyObject* self, void*) {
+  Batch* b = reinterpret_cast<Batch*>(self);
+  BatchShared* s = b->shared;
+  return Py_BuildValue("{sLsLsLsLsLsLsLsLsL}", "sent_batches", b->sent_batches, "sent_launches", b->sent_launches,
+                       "held_busy", b->held_busy, "held_queued", b->held_queued, "held_full_pipe",
+                       b->held_full_pipe, "held_unattached", b->held_unattached, "idle_woken",
+                       s->woken_returns.load(std::memory_order_relaxed), "idle_flagged",
+                       s->flagged_returns.load(std::memory_order_relaxed), "idle_aged",
+                       s->aged_returns.load(std::memory_order_relaxed));
+}
+
+PyObject* batch_get_send_age(PyObject* self, void*) {
+  return PyFloat_FromDouble(reinterpret_cast<Batch*>(self)->send_age);
+}
+
+int batch_set_send_age(PyObject* self, PyObject* value, void*) {
+  double age = value == nullptr ? 0.0 : PyFloat_AsDouble(value);
+  if (age == -1.0 && PyErr_Occurred()) return -1;
+  if (!(age >= 0.0)) {
+    PyErr_SetString(PyExc_ValueError, "send_age: seconds, 0 or more");
+    return -1;
+  }
+  reinterpret_cast<Batch*>(self)->send_age = age;
+  return 0;
+}
+
 PyObject* batch_get_busy(PyObject* self, void*) { return PyBool_FromLong(reinterpret_cast<Batch*>(self)->busy); }
 
 int batch_set_busy(PyObject* self, PyObject* value, void*) {
@@ -2235,6 +2304,13 @@ PyGetSetDef batch_getset[] = {
     {"sent_launches", batch_sent_launches, nullptr, "Launches sent directly into the pipe so far.", nullptr},
     {"sent_batches", batch_sent_batches, nullptr, "Batches sent directly into the pipe so far.", nullptr},
     {"busy", batch_get_busy, batch_set_busy, "The writer's feeder is sending: no direct send meanwhile.", nullptr},
+    {"send_age", batch_get_send_age, batch_set_send_age,
+     "Seconds after which the launcher sends a batch not yet full (its oldest launch's age; 0: only full ones).",
+     nullptr},
+    {"stats", batch_stats, nullptr,
+     "Counts: batches and launches sent directly; full batches queued instead, by why (held_busy, held_queued,"
+     " held_full_pipe, held_unattached); idle's returns, by why (idle_woken, idle_flagged, idle_aged).",
+     nullptr},
     {nullptr, nullptr, nullptr, nullptr, nullptr}};
 
 // The item's bytes when the words were not packed (into the batch): packed from the list of values (`values`),
@@ -2295,7 +2371,14 @@ int queue_flat(PyObject* parts, PyObject* number, Stamp& started, Stamp& duratio
     if (batch_add(batch, head, started, duration, words) < 0) return -1;
     Py_ssize_t full = PyLong_AsSsize_t(PyTuple_GET_ITEM(parts, 7));
     if (full == -1 && PyErr_Occurred()) return -1;
-    if (batch->size - kFrameRoom < full) return 0;
+    if (batch->size - kFrameRoom < full) {
+      // Not full: sent only once its oldest launch has waited `send_age` (before the feeder's `idle` would
+      // return for it), and only directly; kept for later when it cannot be sent now.
+      if (!(batch->send_age > 0.0 && started.here && started.seconds - batch->first_started >= batch->send_age))
+        return 0;
+      int sent = batch_send(batch, items);
+      return sent < 0 ? -1 : 0;
+    }
     int sent = batch_send(batch, items);
     if (sent != 0) return sent < 0 ? -1 : 0;
     return batch_seal(batch, append, queued, true) < 0 ? -1 : wait_if_full(writer, items, limit);

@@ -8,8 +8,10 @@ GIL that is time a launch-bound program waits for, deferred or not. With ``snaps
   appends the bytes to a deque (atomic, wakes nobody): bytes, because a backlog of tuples would be walked by
   every garbage collection of the program; the compiled launcher packs a templated launch's item instead
   (``launch_pack``: fixed-width fields, a fraction of marshal's cost) when its values fit, into a batch
-  (``native.launch_batch``: no object a launch), which it writes into the child's stdin itself once full, as one parts frame (:data:`DIRECT_SEND`; when the queue is empty, the feeder is not
-  sending and the pipe has room, else the batch is queued as one item, sealed before anything else is queued);
+  (``native.launch_batch``: no object a launch), which it writes into the child's stdin itself as one parts
+  frame once full, or once its oldest launch has waited half of ``FEED_S`` (:data:`DIRECT_SEND`; when the
+  queue is empty, the feeder is not sending and the pipe has room; else a full batch is queued as one item,
+  and any batch is sealed before anything else is queued);
 * a feeder thread here sends what was queued, and launches left in a batch for most of ``FEED_S``, as one
   parts frame (``writer_child.frame_parts``) written with ``os.writev``, so the queued bytes go to the pipe as
   they are and the GIL is released while they do. It waits with the GIL released (``LaunchBatch.idle``) and
@@ -261,6 +263,9 @@ class ProcessWriter:
         batch = native.launch_batch()
         if batch is not None and DIRECT_SEND and self._local is None:
             batch.attach(self._to_child.fileno())
+            # A batch the program fills slower than the feeder's period is sent from the launching thread too,
+            # before the feeder would wake for it (``idle``: at 3/4 of FEED_S).
+            batch.send_age = FEED_S / 2
         self._batch = batch
 
     def _flag(self) -> None:
