@@ -2243,7 +2243,8 @@ PyObject* batch_sent_batches(PyObject* self, void*) {
   return PyLong_FromLongLong(reinterpret_cast<Batch*>(self)->sent_batches);
 }
 
-// `stats`: how full batches went and why the feeder woke, as a dict of counts (see `Batch`, `BatchShared`).
+// `stats`: how batches went (sent directly, or not and why) and why the feeder woke, as a dict of counts (see
+// `Batch`, `BatchShared`).
 PyObject* batch_stats(PyObject* self, void*) {
   Batch* b = reinterpret_cast<Batch*>(self);
   BatchShared* s = b->shared;
@@ -2308,8 +2309,9 @@ PyGetSetDef batch_getset[] = {
      "Seconds after which the launcher sends a batch not yet full (its oldest launch's age; 0: only full ones).",
      nullptr},
     {"stats", batch_stats, nullptr,
-     "Counts: batches and launches sent directly; full batches queued instead, by why (held_busy, held_queued,"
-     " held_full_pipe, held_unattached); idle's returns, by why (idle_woken, idle_flagged, idle_aged).",
+     "Counts: batches and launches sent directly; sends declined, by why (held_busy, held_queued,"
+     " held_full_pipe, held_unattached: a full batch is then queued); idle's returns, by why (idle_woken,"
+     " idle_flagged, idle_aged).",
      nullptr},
     {nullptr, nullptr, nullptr, nullptr, nullptr}};
 
