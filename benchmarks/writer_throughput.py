@@ -123,9 +123,8 @@ def sent_items(launches: int, folder: Path, step: str = "stand-in") -> list[Any]
         else:
             run_step, per_step, runner = co.stand_in_step(), 5, co.fake_runner
         stack.enter_context(attribute_replaced(wp.ProcessWriter, "_send", keep))
-        stack.enter_context(
-            attribute_replaced(wp, "DIRECT_SEND", False)
-        )  # so that ``_send`` sees every batch
+        # Every batch through the queue, so that ``_send`` sees it (a direct send bypasses it).
+        stack.enter_context(attribute_replaced(wp, "DIRECT_SEND", False))
         with tilelens.Recording(
             str(folder / "sent.db"),
             folder / "sent",
