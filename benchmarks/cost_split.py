@@ -1,9 +1,9 @@
 """Which part of a compiled recording's cost at the launch-bound step is whose (issue 15):
 :func:`benchmarks.compiled_step.interleaved` under four variants, alternating.
 
-* ``D`` (as recorded): the compiled launcher writes each full batch of launches into the writer process's
-  pipe itself, and the feeder thread sends what else was queued (and a batch left partly filled for most of
-  ``writer_process.FEED_S``, 10 ms); the writer process writes it into the history beside the program;
+* ``D`` (as recorded): the compiled launcher writes each batch of launches into the writer process's pipe
+  itself, once full or once its oldest launch has waited half of ``writer_process.FEED_S`` (10 ms), and the
+  feeder thread sends what else was queued; the writer process writes it into the history beside the program;
 * ``X`` (fed, nothing written): the same feeding, to a writer process that reads every message and writes
   nothing (:func:`discarding_child`): the feeding and the pipe stay, the writer's SQL goes;
 * ``F`` (fed late): every batch is queued (:func:`queued_only`) and the feeder wakes only every second
@@ -104,7 +104,7 @@ def no_tuner_interception() -> contextlib.AbstractContextManager[None]:
 
 def queued_only() -> contextlib.AbstractContextManager[None]:
     """Recordings begun in the block queue every batch for the feeder (``writer_process.DIRECT_SEND`` off),
-    as they did before the launcher wrote its full batches into the pipe itself."""
+    as they did before the launcher wrote its batches into the pipe itself."""
     from tilelens.core import writer_process as wp
     from tilelens.core.interpreter import attribute_replaced
 

@@ -125,7 +125,8 @@ BATCH_BYTES = 16384
 # Sealed batches (and other items) queued before the launcher waits for the feeder: the same bytes as
 # QUEUE_SIZE single launches of ~256 bytes.
 BATCHES_QUEUED = QUEUE_SIZE * 256 // BATCH_BYTES
-# Whether the compiled launcher writes its full batches into the child's stdin itself (``LaunchBatch.send``).
+# Whether the compiled launcher writes its batches (full, or aged ``LaunchBatch.send_age``) into the child's stdin
+# itself (``LaunchBatch.send``).
 # Off: every batch goes through the queue and the feeder (``benchmarks.cost_split``'s ``Q``, and tests of the
 # queue).
 DIRECT_SEND = True
@@ -257,9 +258,9 @@ class ProcessWriter:
         )
 
     def _make_batch(self) -> None:
-        """The batch the compiled launcher packs into (None while the compiled module cannot be loaded), its full
-        batches written into the child's stdin directly when :data:`DIRECT_SEND`. The feeder waits on it from
-        its next wake."""
+        """The batch the compiled launcher packs into (None while the compiled module cannot be loaded), written
+        into the child's stdin directly, full or aged, when :data:`DIRECT_SEND`. The feeder waits on it from its
+        next wake."""
         batch = native.launch_batch()
         if batch is not None and DIRECT_SEND and self._local is None:
             batch.attach(self._to_child.fileno())
@@ -418,10 +419,9 @@ class ProcessWriter:
                 self._wake.wait(FEED_S)
             self._wake.clear()
             items: list[Any] = []
+            # No direct send between taking the queue and writing it: the pipe keeps the program's order.
             if batch is not None:
-                batch.busy = (
-                    True  # no direct send between taking the queue and writing it: the pipe keeps order
-                )
+                batch.busy = True
             try:
                 self._seal()
                 queued, pop = self._items, self._items.popleft
