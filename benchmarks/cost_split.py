@@ -10,8 +10,12 @@
   (:func:`fed_late`), so during a round (~20 ms) nothing is sent or written; the flush before each untraced
   sample sends and writes it all, untimed;
 * ``T`` (fed late, no autotuner frames): as ``F``, and autotuners' calls are not intercepted
-  (:func:`no_tuner_interception`), so their launches carry no tuning key and no frame is made. Wrong records
-  on purpose: for timing only.
+  (:func:`no_tuner_interception`) nor their launches framed from the autotuner's own Python frame
+  (:func:`intercepted_tuner`), so their launches carry no tuning key and no frame is made. Wrong records on
+  purpose: for timing only.
+* ``A`` (autotuner calls intercepted): as ``D``, with every autotuner call intercepted and framed by the
+  compiled ``Tuner`` around Triton's ``Autotuner.run`` (:func:`intercepted_tuner`), as before the launches were
+  framed from the autotuner's Python frame: ``A - D`` is what that saves.
 * ``Q`` (queued): as ``D``, with every batch queued for the feeder (:func:`queued_only`), as before the
   launcher wrote its batches itself: ``Q - D`` is what that saves.
 
@@ -22,7 +26,7 @@ framing the autotuners' calls costs, and ``F`` the launching thread's own cost. 
 each, so that the host's drift falls on all of them alike. Benchmark-only: each replacement is installed for
 one estimate and undone after it, also on error.
 
-    python -m benchmarks.cost_split [--rounds N] [--reps N] [--variants D,X,F,T,Q]   # needs CUDA
+    python -m benchmarks.cost_split [--rounds N] [--reps N] [--variants D,X,F,T,Q,A]   # needs CUDA
     python -m benchmarks.cost_split --stand-in ...                                  # the CPU stand-in step
 """
 
@@ -37,7 +41,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-VARIANTS = ("D", "X", "F", "T", "Q")
+VARIANTS = ("D", "X", "F", "T", "Q", "A")
 LATE_FEED_S = 1.0
 
 
@@ -102,6 +106,15 @@ def no_tuner_interception() -> contextlib.AbstractContextManager[None]:
     return interpreter.attribute_replaced(interpreter._Patcher, "set", set_unless_tuner)
 
 
+def intercepted_tuner() -> contextlib.AbstractContextManager[None]:
+    """Recordings begun in the block intercept every autotuner call and frame it in the compiled ``Tuner``
+    (``compiled_native.CALLER_FRAMES`` off) instead of framing its launch from its Python frame."""
+    from tilelens.core import compiled_native
+    from tilelens.core.interpreter import attribute_replaced
+
+    return attribute_replaced(compiled_native, "CALLER_FRAMES", False)
+
+
 def queued_only() -> contextlib.AbstractContextManager[None]:
     """Recordings begun in the block queue every batch for the feeder (``writer_process.DIRECT_SEND`` off),
     as they did before the launcher wrote its batches into the pipe itself."""
@@ -142,6 +155,8 @@ def _variant(name: str) -> Iterator[None]:
             stack.enter_context(queued_only())
         if name == "T":
             stack.enter_context(no_tuner_interception())
+        if name in ("T", "A"):
+            stack.enter_context(intercepted_tuner())
         yield
 
 

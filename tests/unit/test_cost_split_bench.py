@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks import cost_split
-from tilelens.core import compat, interpreter, writer_process
+from tilelens.core import compat, compiled_native, interpreter, writer_process
 from tilelens.core.native_training import LAUNCHES_PER_STEP, stand_in_step, stand_in_triton_run
 
 
@@ -42,12 +42,13 @@ def test_each_variant_writes_what_it_says_and_is_undone_after() -> None:
         "F": [recorded],
         "T": [recorded],
         "Q": [recorded],
+        "A": [recorded],
     }
     assert feed == writer_process.FEED_S and direct == writer_process.DIRECT_SEND
     assert writer_process._writer_process is start
     assert writer_process.ProcessWriter._send is send
     text = cost_split.report(got)
-    assert [line.split(":")[0].strip() for line in text.splitlines()] == ["D", "X", "F", "T", "Q"]
+    assert [line.split(":")[0].strip() for line in text.splitlines()] == ["D", "X", "F", "T", "Q", "A"]
 
 
 def test_queued_sends_no_batch_directly_and_as_recorded_does(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -86,29 +87,42 @@ def _tuning_keys(folder: Path) -> list[str | None]:
         return [key for (key,) in db.execute("SELECT tuning_key FROM launches ORDER BY seq")]
 
 
-def test_without_tuner_interception_the_autotuned_launches_have_no_frame(tmp_path: Path) -> None:
+def test_without_tuner_interception_the_autotuned_launches_have_no_frame(
+    tmp_path: Path, native_module: object
+) -> None:
+    """``D`` frames an autotuner's launches from its Python frame, its ``run`` Triton's own; ``A`` intercepts
+    each autotuner call instead; ``T`` does neither: no tuning key."""
     import tilelens
 
     patcher_set, tuner_run = interpreter._Patcher.set, vars(compat.Autotuner)["run"]
+    frames = compiled_native.CALLER_FRAMES
     step = stand_in_step()
     with stand_in_triton_run():
-        for name, framed in (("framed", True), ("unframed", False)):
+        for name, framed in (("D", True), ("A", True), ("T", False)):
             folder = tmp_path / name
-            context = contextlib.nullcontext() if framed else cost_split.no_tuner_interception()
-            with (
-                context,
-                tilelens.Recording(str(folder / "h.db"), folder / "b", backend="compiled", snapshots="none"),
-            ):
+            with contextlib.ExitStack() as stack:
+                if name != "D":
+                    stack.enter_context(cost_split.intercepted_tuner())
+                if name == "T":
+                    stack.enter_context(cost_split.no_tuner_interception())
+                stack.enter_context(
+                    tilelens.Recording(
+                        str(folder / "h.db"), folder / "b", backend="compiled", snapshots="none"
+                    )
+                )
+                own_run = vars(compat.Autotuner)["run"] is tuner_run
                 step()
             keys = _tuning_keys(folder)
             # The stand-in step: four launches of the autotuned kernel (tuned: a tuning key), one plain launch.
             assert len(keys) == LAUNCHES_PER_STEP
             assert sum(key is not None for key in keys) == (4 if framed else 0)
-    # Afterwards Triton's autotuner and TileLens's patcher are as they were.
+            assert own_run is (name == "T" or (name == "D" and compat.AUTOTUNER_RUN_CODE is not None))
+    # Afterwards Triton's autotuner, TileLens's patcher and the switch are as they were.
     assert vars(compat.Autotuner)["run"] is tuner_run
     assert interpreter._Patcher.set is patcher_set
+    assert compiled_native.CALLER_FRAMES is frames
 
 
 def test_an_unknown_variant_is_refused_before_anything_runs() -> None:
-    with pytest.raises(ValueError, match="variants are D, X, F, T, Q, not M"):
+    with pytest.raises(ValueError, match="variants are D, X, F, T, Q, A, not M"):
         cost_split.run(lambda: None, 1, sync=lambda: None, variants=("D", "M"))

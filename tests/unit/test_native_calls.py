@@ -19,7 +19,7 @@ from sqlalchemy import select
 from triton import knobs
 
 import tilelens
-from tilelens.core import compat, interpreter
+from tilelens.core import compat, compiled_native, interpreter
 from tilelens.core.compiled import CompiledRouter
 from tilelens.core.compiled_frames import Frame, key_values
 from tilelens.core.compiled_kernel import RESERVED_SET
@@ -432,8 +432,11 @@ def test_tunings_and_launch_options_through_the_compiled_calls_store_the_python_
     tmp_path: Path, native_module: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     stored = {}
-    for native in ("1", "0"):
-        monkeypatch.setenv("TILELENS_NATIVE", native)
+    # "1": the autotuner's launches framed from its Python frame; "framed": every autotuner call intercepted
+    # and framed by the compiled tuner; "0": by the Python router.
+    for native in ("1", "framed", "0"):
+        monkeypatch.setenv("TILELENS_NATIVE", "0" if native == "0" else "1")
+        monkeypatch.setattr(compiled_native, "CALLER_FRAMES", native == "1")
         timings = {16: [3.0, 2.5, 3.5], 32: [1.0, 0.5, 1.5]}
         benched: list[int] = []
         tuned = _tuned_kernel(timings, benched)
@@ -459,14 +462,16 @@ def test_tunings_and_launch_options_through_the_compiled_calls_store_the_python_
                     scale_kernel[(3,)](x, y, 40, 2.0, BLOCK=16, **options)
             counts = (
                 (
+                    router._tuner.caller_framed,
                     router._tuner.steady,
                     router._tuner.fallbacks,
                     router._launcher.steady,
                     router._launcher.fallbacks,
                 )
-                if native == "1"
+                if native != "0"
                 else None
             )
+            caller_framed = compat.Autotuner.run is interpreter.original_run(compat.Autotuner)
         assert rec.write_failure is None and len(rec.launch_ids) == 11
         with History.open(str(db), blobs) as h, h.session() as s:
             events = [
@@ -474,13 +479,17 @@ def test_tunings_and_launch_options_through_the_compiled_calls_store_the_python_
                 for e in s.execute(select(AutotuneEventRow).order_by(AutotuneEventRow.id)).scalars()
             ]
             keys = s.execute(select(Launch.tuning_key).order_by(Launch.seq)).scalars().all()
-        stored[native] = (_all_rows(db, blobs), events, keys, benched, counts)
-    rows, events, keys, benched, counts = stored["1"]
-    assert (rows, events, keys, benched) == stored["0"][:4]
-    # The first call of the autotuner made its plan in Python; the four after it were framed in C++.
-    # The launcher finished each launch of a template already made (options included: one, two, another
-    # one); the first of each template and the four benchmark launches went to the router.
-    assert counts == (4, 1, 6, 9)
+        stored[native] = (_all_rows(db, blobs), events, keys, benched, counts, caller_framed)
+    rows, events, keys, benched, counts, caller_framed = stored["1"]
+    assert (rows, events, keys, benched) == stored["0"][:4] == stored["framed"][:4]
+    # Framed from its Python frame, every call of the autotuner ran Triton's own run, not intercepted; its
+    # five launches were framed in C++. The launcher finished each launch of a template already made
+    # (options included: one, two, another one); the first of each template and the four benchmark launches
+    # went to the router.
+    assert counts == (5, 0, 0, 6, 9) and caller_framed is (compat.AUTOTUNER_RUN_CODE is not None)
+    # Intercepted, the first call of the autotuner made its plan in Python; the four after it were framed
+    # in C++.
+    assert stored["framed"][4] == (0, 4, 1, 6, 9) and stored["framed"][5] is False
     assert [e[0] for e in events] == [
         "(64, 'torch.float32', 'torch.float32')",
         "(48, 'torch.float32', 'torch.float32')",

@@ -660,14 +660,16 @@ def test_a_kept_template_takes_a_launch_only_when_its_options_are_the_same_words
     tmp_path: Path, native_module: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A kernel's kept templates (``KeptTemplates``) compare a launch's options as words (``KeyWords``): an
-    int, a float and a bool by type and value, a str by identity, an int past 64 bits not at all. Equal words
-    imply an equal key; a value Python finds equal to a kept one but the words tell apart (1.0 and True for
-    1, an equal str made anew) or cannot hold takes the slower tests, which find the template Python's
-    lookup finds. The rows are the Python router's, and the counts say which launches the kept ones took."""
+    int, a float and a bool by type and value, a short ASCII str by its text, a longer str by identity, an int
+    past 64 bits not at all. Equal words imply an equal key; a value Python finds equal to a kept one but the
+    words tell apart (1.0 and True for 1, an equal long str made anew) or cannot hold takes the slower tests,
+    which find the template Python's lookup finds. The rows are the Python router's, and the counts say which
+    launches the kept ones took."""
     x = torch.arange(40, dtype=torch.float32)
-    same = "".join(["a", "b"])  # one str object, kept by the template its launch is kept under
+    same = "".join(["a", "b"])  # equal to the two made anew before it: found by its text
+    long = "x" * 40  # past the words' text: by identity
     values: list[Any] = [1, 1, 1, 1.0, True, 1, "".join(["a", "b"]), "".join(["a", "b"]), same, same]
-    values += [2**70, 2**70]
+    values += ["".join(["x"] * 40), "".join(["x"] * 40), long, long, 2**70, 2**70]
 
     def program(router: Any) -> None:
         out = torch.zeros(40)
@@ -676,13 +678,16 @@ def test_a_kept_template_takes_a_launch_only_when_its_options_are_the_same_words
 
     rows, py_rows, counts = _recorded_both_ways(tmp_path, monkeypatch, program, len(values))
     assert rows == py_rows
-    # Python's: the first launch with 1, the first "ab" (not equal to 1) and the first 2**70. The second
-    # launch with 1 has no words yet (its plan is filed under its names then); the third is kept; 1.0 and
-    # True are kept apart from it after the slower tests find 1's template; the fourth 1 and the second
-    # launch with `same` are found among the kept ones; 2**70 has no words.
-    assert counts[:2] == (len(values) - 3, 3)
-    assert counts[3] == 2
-    assert [r[0]["config"]["options"]["maxnreg"] for r in rows] == [1] * 6 + ["ab"] * 4 + [2**70] * 2
+    # Python's: the first launch with 1, the first "ab" (not equal to 1), the first long str and the first
+    # 2**70. The second launch with 1 has no words yet (its plan is filed under its names then); the third is
+    # kept; 1.0 and True are kept apart from it after the slower tests find 1's template; the fourth 1 is found
+    # among the kept ones, and so is every "ab" after the second (kept); of the long ones only the second
+    # `long` (the first was kept by its identity); 2**70 has no words.
+    assert counts[:2] == (len(values) - 4, 4)
+    assert counts[3] == 4
+    assert [r[0]["config"]["options"]["maxnreg"] for r in rows] == [1] * 6 + ["ab"] * 4 + [long] * 4 + [
+        2**70
+    ] * 2
 
 
 def test_tuning_keys_equal_in_value_are_the_same_frames_and_others_are_not(

@@ -5,6 +5,7 @@ Other modules import Triton internals only through here, so a new Triton release
 
 from __future__ import annotations
 
+import sys
 from typing import Any, cast
 
 # `X as X` and the `tl` assignment mark these as re-exported (mypy's no_implicit_reexport): other modules
@@ -358,3 +359,39 @@ def compile_metadata(kernel: Any) -> dict[str, Any]:
 
 
 AUTOTUNER_BENCH = "_bench"  # Autotuner's per-config benchmark method, same name in 3.6 through 3.9
+
+
+# ``Autotuner.run`` (3.6 through 3.9) keeps what a compiled recording needs of a call in its own locals: ``self``
+# (the autotuner), ``key`` (the tuning key tuple, bound only when it has more than one config), and, only when
+# the call did not find its key in the cache, ``pruned_configs``; ``used_cached_result`` is then True when
+# Triton's disk cache answered, and ``benchmark`` (the closure that benchmarks) is bound unless the call took
+# its single pruned config without benchmarking (3.8 and 3.9). A launch made by the autotuner's own
+# ``self.fn.run`` runs with that frame as its caller's: the compiled launcher reads these there instead of
+# intercepting every autotuner call (``native_calls.cpp``, ``Tuner``; Python 3.11 on, where a frame's
+# variables are read without running its code). Verified on the function itself, so a Triton that renames
+# them leaves autotuner calls intercepted as before.
+AUTOTUNER_RUN_LOCALS = ("self", "key", "pruned_configs", "used_cached_result", "benchmark")
+
+
+def _autotuner_run_code() -> Any:
+    run = vars(Autotuner).get("run")
+    code = getattr(getattr(run, "__wrapped__", run), "__code__", None)
+    if code is None:
+        return None
+    names = set(code.co_varnames) | set(code.co_cellvars)
+    return code if names.issuperset(AUTOTUNER_RUN_LOCALS) else None
+
+
+AUTOTUNER_RUN_CODE: Any = _autotuner_run_code() if sys.version_info >= (3, 11) else None
+
+
+def autotune_call_tuning(caller: Any) -> tuple[bool, bool] | None:
+    """What the ``Autotuner.run`` frame ``caller`` did to its key: None when it found the key in the cache,
+    else (whether it benchmarked or read Triton's disk cache: the timings are the autotuner's
+    ``configs_timings``; whether Triton's disk cache answered)."""
+    found = caller.f_locals
+    if "pruned_configs" not in found:
+        return None
+    if "benchmark" not in found:  # one pruned config, taken as it is
+        return False, False
+    return True, bool(found.get("used_cached_result"))

@@ -6,8 +6,8 @@ The user's own kernel objects run as they would without TileLens: ``JITFunction.
 benchmark launches marked) routes each of those calls through :class:`CompiledRouter`, which only watches:
 
 * an autotuner's call is framed, so the launch it makes gets the tuning key and the chosen config, and a fresh
-  tuning becomes an ``AutotuneEvent`` with Triton's real timings for every config;
-* a heuristics layer's call is framed, so the launch records which meta-parameters it computed;
+  tuning becomes an ``AutotuneEvent`` with Triton's real timings for every config; a heuristics layer's call
+  is framed, so the launch records which meta-parameters it computed (both in ``compiled_tuning``);
 * a ``JITFunction`` launch is recorded: identity, grid, arguments, config, launch options, what the compiled
   kernel says about itself (``compat.compile_metadata``), device and GPU name, and snapshots as the
   :class:`~tilelens.core.snapshots.SnapshotPolicy` decides. No access trace: ``tilelens trace`` derives one
@@ -17,7 +17,8 @@ The record goes to the recording's background writer (``tilelens.core.writer``);
 With the compiled module loaded (``tilelens.core.native``), interception is its ``Intercept`` and calls its
 ``Launcher`` for ``JITFunction`` launches instead of :meth:`CompiledRouter.launch`: it finishes a launch of a
 template already made in C++ and hands every other launch back here (``_launch`` before it runs, ``_after``
-once it ran); its ``Tuner`` frames autotuner calls as :meth:`CompiledRouter.tune` does.
+once it ran); its ``Tuner`` frames autotuner calls as :meth:`CompiledRouter.tune` does, or, where it reads
+Python frames, leaves ``Autotuner.run`` alone and frames the launch it makes from that call's own frame.
 The launch itself goes through ``runner`` (``compat.run_compiled``); tests without a GPU pass a stand-in.
 """
 
@@ -30,34 +31,30 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tilelens.core import compat, compiled_native, native, testid
-from tilelens.core.arguments import describe_arguments, kernel_params, resolve_grid
+from tilelens.core.arguments import describe_arguments, resolve_grid
 from tilelens.core.capture import snap_planned
 from tilelens.core.compiled_frames import (
     Frame,
-    Framed,
     GridProbe,
     RouterLocal,
-    floats,
     frame_key,
-    leaf,
 )
-from tilelens.core.compiled_kernel import RESERVED_SET, RoutedKernel
+from tilelens.core.compiled_kernel import RoutedKernel
 from tilelens.core.compiled_rows import first_device, record_of
 from tilelens.core.compiled_templates import Templates, body_of, capture, slots_of
-from tilelens.core.identity import known_identity
-from tilelens.core.interpreter import original_run
+from tilelens.core.compiled_tuning import TuningFrames
 from tilelens.core.launch import config_dict
 from tilelens.core.semantics import describe_failure
 from tilelens.core.snapshots import PendingSnapshots, SnapshotPolicy, copy_spans, record_event
 from tilelens.core.thread_state import LOCAL as _THREAD
-from tilelens.records import ArgumentRecord, AutotuneEvent, LaunchRecord
+from tilelens.records import ArgumentRecord, LaunchRecord
 
 Runner = Callable[[Any, tuple[Any, ...], Any, dict[str, Any]], Any]
 _NO_HEURISTICS: dict[str, Any] = {}  # shared by launches without heuristics: read, never changed
 
 
 @dataclass
-class CompiledRouter:
+class CompiledRouter(TuningFrames):
     """Routes a compiled recording's launches; ``sink`` has ``submit_launch``/``submit_event``."""
 
     sink: Any
@@ -155,117 +152,7 @@ class CompiledRouter:
         jit = self._launcher if self._launcher is not None else self.launch
         return {"jit": jit, "autotuner": self._tuner or self.tune, "heuristics": self.heuristics}
 
-    def heuristics(self, kernel: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        frame = Frame(kernel, heuristics=tuple(kernel.values))
-        with self._framed(frame):
-            return self._original(compat.Heuristics)(kernel, *args, **kwargs)
-
-    def _original(self, cls: type) -> Any:
-        run = self._originals.get(cls)
-        if run is None:
-            run = self._originals[cls] = original_run(cls)
-        return run
-
-    # -- frames ----------------------------------------------------------------------------------------
-
-    def _stack(self) -> list[Frame]:
-        stack = self._local.stack
-        if stack is None:
-            stack = self._local.stack = []
-        return stack
-
-    def _framed(self, frame: Frame) -> Framed:
-        return Framed(self._stack(), frame)
-
-    def tune(self, tuner: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        frame = Frame(tuner, None, (), 0, None, True)
-        cache = tuner.cache
-        size = len(cache)
-        timings_before = None
-        if len(tuner.configs) > 1:
-            self._key_later(frame, tuner, args, kwargs)
-            timings_before = getattr(tuner, "configs_timings", None)
-        stack = self._local.stack
-        if stack is None:
-            stack = self._local.stack = []
-        run = self._tuner_run
-        if run is None:
-            run = self._tuner_run = self._original(compat.Autotuner)
-        stack.append(frame)  # on this thread's stack while the tuner runs (runs for every autotuned launch)
-        try:
-            return run(tuner, *args, **kwargs)
-        finally:
-            stack.pop()
-            if frame.tuned and len(cache) != size:
-                self._tuned(tuner, frame, timings_before, cache)
-
-    def _tuned(self, tuner: Any, frame: Frame, timings_before: Any, cache: dict[Any, Any]) -> None:
-        """After a tuned call that grew the tuner's cache (``tune``, or the compiled module's ``Tuner``): a fresh
-        tuning (or Triton's disk cache) added this call's key. (Another thread tuning the same autotuner at
-        the same moment could make an already known key look fresh.)"""
-        if self._full_key(frame) in cache:
-            self._tuning_event(tuner, frame, timings_before)
-
-    def _key_later(self, frame: Frame, tuner: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        """Give a tuned call's frame its key (``compat.autotune_key``), or, for a call with positional
-        arguments only, what stands for it until it is needed: a launch of a template already made never
-        needs it (the key's dtype texts follow from the tensors' dtypes in the template key's signature)."""
-        frame.tuned = True
-        plan = self._tuner_plans.get(id(tuner))
-        if plan is None or plan[0] is not tuner:
-            positions = compat.autotune_key_plan(tuner)
-            plan = self._tuner_plans[id(tuner)] = (
-                tuner,
-                positions,
-                RESERVED_SET.isdisjoint(tuner.arg_names),
-                max(positions, default=-1),
-            )
-        # ``kernel[grid](...)`` calls the tuner with ``grid``/``warmup`` only, which the key leaves out (it
-        # keeps the names in ``arg_names``) unless the kernel has parameters of those names.
-        if kwargs and (not plan[2] or not kwargs.keys() <= RESERVED_SET):
-            frame.key = compat.autotune_key(tuner, args, kwargs)
-        elif len(args) > plan[3]:
-            frame.args = args
-            frame.positions = plan[1]  # the key values are made when needed (``compiled_frames.key_values``)
-        else:
-            frame.key = compat.autotune_key_positional(plan[1], tuner.arg_names, args)
-
-    def _full_key(self, frame: Frame) -> tuple[Any, ...]:
-        """A tuned frame's key, worked out now if it was left for later (``_key_later``)."""
-        if frame.key is None:
-            tuner = frame.layer
-            positions = compat.autotune_key_plan(tuner)
-            frame.key = compat.autotune_key_positional(positions, tuner.arg_names, frame.args or ())
-        return frame.key
-
-    def _tuning_event(self, tuner: Any, frame: Frame, timings_before: Any) -> None:
-        chosen = tuner.cache[frame.key]
-        timings = getattr(tuner, "configs_timings", None)
-        times: list[list[float] | None] | None
-        if timings is None or timings is timings_before:
-            configs, times = [chosen], None  # pruning left one config: nothing was benchmarked
-        else:
-            configs = list(timings)
-            times = [floats(timings[c]) for c in configs]
-        event = AutotuneEvent(
-            kernel=self._kernel(leaf(tuner)).identity,
-            tuning_key=str(frame.key),
-            configs=[config_dict(c) for c in configs],
-            chosen=config_dict(chosen),
-            timings=times,
-            cache_hit=times is not None and frame.trials == 0,  # Triton's disk cache answered
-        )
-        self.sink.submit_event(event, frame.launch)
-
     # -- launches --------------------------------------------------------------------------------------
-
-    def _kernel(self, jit: Any) -> RoutedKernel:
-        known = self._kernels.get(id(jit))
-        if known is None or known.jit is not jit:
-            known = self._kernels[id(jit)] = RoutedKernel(
-                jit, kernel_params(jit.fn), known_identity(jit), next(self._numbers)
-            )
-        return known
 
     def launch(self, jit: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         # ``kwargs`` is the dict the interception's ``run(**kwargs)`` made for this call: ours to change.

@@ -20,14 +20,25 @@ from tilelens.core.compiled_kernel import RESERVED_SET, RoutedKernel
 from tilelens.core.compiled_templates import FlatPlan
 from tilelens.core.thread_state import LOCAL as _THREAD
 
+# Whether a compiled recording leaves Triton's ``Autotuner.run`` as it is and frames the launches it makes from
+# its Python frame (``compat.AUTOTUNER_RUN_CODE``: Python 3.11 on, Triton's locals as expected). False keeps
+# every autotuner call intercepted and framed by the ``Tuner`` (what ``benchmarks.cost_split`` compares).
+CALLER_FRAMES = True
+
 
 def calls(router: Any, module: Any) -> tuple[Any, Any]:
     """The router's ``Launcher`` (unconfigured: see :func:`launcher_config`) and its ``Tuner`` (configured:
-    it frames what ``tune`` would, from the router's tuner plans and thread-local stack)."""
+    it frames what ``tune`` would, from the router's tuner plans and thread-local stack; and, where
+    :data:`CALLER_FRAMES` allows, the launches Triton's ``Autotuner.run`` makes, read from its frame)."""
     launcher = module.Launcher(router.launch)
     tuner = module.Tuner(router.tune)
     run = router._tuner_run = router._tuner_run or router._original(compat.Autotuner)
-    tuner.configure(router._tuner_plans, router._local, run, router._tuned, Frame, RESERVED_SET)
+    framed = (router._tuner_plans, router._local, run, router._tuned, Frame, RESERVED_SET)
+    code = compat.AUTOTUNER_RUN_CODE if CALLER_FRAMES else None
+    if code is None:
+        tuner.configure(*framed)
+    else:
+        tuner.configure(*framed, code, router._after_caller_tuner, router._stack)
     return launcher, tuner
 
 

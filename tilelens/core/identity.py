@@ -15,7 +15,8 @@ import weakref
 from typing import Any, cast
 
 from tilelens.core import compat
-from tilelens.core.interpreter import current_launch, shadow_jit
+from tilelens.core.interpreter import shadow_jit
+from tilelens.core.launch_context import current_launch
 from tilelens.errors import StateError
 from tilelens.records import KernelIdentity
 

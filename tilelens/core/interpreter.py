@@ -47,16 +47,16 @@ import functools
 import threading
 import types
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import Any, cast
 
 import numpy as np
 
-from tilelens.core import bounds, compat, fastbinary, fastmem, frontend, memhooks, native, semantics
+from tilelens.core import compat, fastbinary, frontend, memhooks, native, semantics
 from tilelens.core.access import BATCH_PROGRAM, AccessCollector
 from tilelens.core.batched import executor as batched_executor
 from tilelens.core.batched import plan as batched_plan
 from tilelens.core.batched.state import BatchState, Fallback
+from tilelens.core.launch_context import GluonLaunch, LaunchContext, current_launch
 from tilelens.core.thread_state import LOCAL as _local
 from tilelens.core.writelog import WriteLog
 from tilelens.errors import StateError
@@ -121,51 +121,6 @@ class _Patcher:
         self._seen.clear()
         if failure is not None:
             raise failure
-
-
-class LaunchContext:
-    """Per-launch state: the collector receiving accesses and interpreted stand-ins for nested helpers."""
-
-    def __init__(
-        self, collector: AccessCollector, patcher: _Patcher, reads: bounds.RecordedReads | None = None
-    ) -> None:
-        self.collector = collector
-        self.reads = reads  # a replay's recorded out-of-bounds reads, fed back to the same lanes
-        self.helpers: dict[int, Any] = {}
-        self.patcher = patcher  # for patches only known once the kernel runs (libdevice in its globals)
-        self.redirected: set[int] = set()  # ids of the code objects whose libdevice names are redirected
-        self.lang_patched: set[int] = set()  # ids of the tl modules the launch's language patching covered
-        self.gluon: GluonLaunch | None = None  # set for a simulated Gluon launch
-        self.writes: WriteLog | None = None  # when set, every write's old bytes are noted first
-        self.views = fastmem.StorageViews()  # typed views of the argument storages (large loads and stores)
-        # The grid-batched engine (tilelens.core.batched): the running attempt's state and the patches it
-        # re-installs after each helper's language patching; ``engine`` is the launch's outcome for its record.
-        self.batch: BatchState | None = None
-        self.batch_patcher: _Patcher | None = None
-        self.batch_lang: list[tuple[Any, str, Any]] = []
-        self.engine: dict[str, Any] | None = None
-
-    def interpreted_helper(self, fn: Any) -> Any:
-        # Keyed by id(): hashing a JITFunction computes its cache_key, which must not happen inside a launch.
-        helper = self.helpers.get(id(fn))
-        if helper is None:
-            helper = self.helpers[id(fn)] = (fn, make_interpreted(fn.fn))
-        return helper[1]
-
-
-def current_launch() -> LaunchContext | None:
-    return _local.launch
-
-
-@contextlib.contextmanager
-def recorded_reads(reads: bounds.RecordedReads | None) -> Iterator[None]:
-    """Interpreted launches started on this thread inside the block get ``reads`` fed back (a CPU replay)."""
-    before = _local.reads
-    _local.reads = reads
-    try:
-        yield
-    finally:
-        _local.reads = before
 
 
 def make_interpreted(pyfn: Callable[..., Any]) -> Any:
@@ -301,16 +256,13 @@ def _jit_call(original: Callable[..., Any]) -> Callable[..., Any]:
         launch = current_launch()
         if launch is None:
             return original(self, *args, **kwargs)
-        return launch.interpreted_helper(self)(*args, **kwargs)
+        # Keyed by id(): hashing a JITFunction computes its cache_key, which must not happen inside a launch.
+        helper = launch.helpers.get(id(self))
+        if helper is None:
+            helper = launch.helpers[id(self)] = (self, make_interpreted(self.fn))
+        return helper[1](*args, **kwargs)
 
     return __call__
-
-
-@dataclass(frozen=True)
-class GluonLaunch:
-    """Options of a simulated Gluon launch (what compiled Gluon reads from the launch's options)."""
-
-    num_warps: int = 4
 
 
 @contextlib.contextmanager
@@ -501,11 +453,20 @@ def in_autotune_bench() -> bool:
     return _local.bench_depth > 0
 
 
-def _marking_bench(original: Callable[..., Any]) -> Callable[..., Any]:
+def _marking_bench(
+    original: Callable[..., Any],
+    framed: Callable[[Any], contextlib.AbstractContextManager[Any]] | None = None,
+) -> Callable[..., Any]:
+    """``Autotuner._bench`` marking the thread as inside a benchmark; with ``framed``, also inside
+    ``framed(autotuner)`` (the autotuner's frame, when its ``run`` is not intercepted to make one)."""
+
     def _bench(self: Any, *args: Any, **kwargs: Any) -> Any:
         _local.bench_depth = _local.bench_depth + 1
         try:
-            return original(self, *args, **kwargs)
+            if framed is None:
+                return original(self, *args, **kwargs)
+            with framed(self):
+                return original(self, *args, **kwargs)
         finally:
             _local.bench_depth -= 1
 
@@ -514,7 +475,12 @@ def _marking_bench(original: Callable[..., Any]) -> Callable[..., Any]:
 
 @contextlib.contextmanager
 def interception_patches(
-    route: LaunchRouter, *, mark_trials: bool = False, direct: dict[str, KindRouter] | None = None
+    route: LaunchRouter,
+    *,
+    mark_trials: bool = False,
+    direct: dict[str, KindRouter] | None = None,
+    caller_tuner: Any = None,
+    bench_framed: Callable[[Any], contextlib.AbstractContextManager[Any]] | None = None,
 ) -> Iterator[None]:
     """Send every kernel launch to ``route(kernel, kind, args, kwargs)`` while the block runs.
 
@@ -523,15 +489,22 @@ def interception_patches(
     ``mark_trials`` (compiled recordings) wraps ``Autotuner._bench``: :func:`in_autotune_bench` tells benchmark
     launches from the program's; Triton's benchmark itself is unchanged. ``direct`` maps a kind ("jit",
     "autotuner", "heuristics") to ``fn(kernel, args, kwargs)`` called instead of ``route`` for that kind: one
-    Python call less per launch, which a compiled recording's launch-bound program feels."""
+    Python call less per launch, which a compiled recording's launch-bound program feels.
+
+    ``caller_tuner``: a compiled ``Tuner`` configured to frame the launches Triton's ``Autotuner.run`` makes
+    from that function's own Python frame (``native_calls.cpp``). When the compiled ``JITFunction.run``
+    interception takes it, ``Autotuner.run`` stays Triton's (no call of it is intercepted) and each benchmark
+    runs inside ``bench_framed(autotuner)``, the autotuner's frame its trial launches are counted on."""
     patcher = _Patcher()
     direct = direct or {}
 
-    def layered(cls: Any, kind: str) -> Callable[..., Any]:  # cls: one of Triton's (untyped) classes
+    def layered(
+        cls: Any, kind: str, caller: Any = None
+    ) -> Callable[..., Any]:  # cls: one of Triton's classes
         original = cls.run
         to = direct.get(kind)
 
-        if to is not None and (compiled_run := native.intercept(original, to)) is not None:
+        if to is not None and (compiled_run := native.intercept(original, to, caller)) is not None:
             return compiled_run  # run_direct below, in C++
         if to is not None:
 
@@ -557,13 +530,17 @@ def interception_patches(
         return run
 
     try:
-        patcher.set(compat.JITFunction, "run", layered(compat.JITFunction, "jit"))
+        jit_run = layered(compat.JITFunction, "jit", caller_tuner)
+        by_caller = caller_tuner is not None and getattr(jit_run, "caller", None) is caller_tuner
+        patcher.set(compat.JITFunction, "run", jit_run)
         patcher.set(compat.InterpretedFunction, "run", layered(compat.InterpretedFunction, "interpreted"))
-        patcher.set(compat.Autotuner, "run", layered(compat.Autotuner, "autotuner"))
+        if not by_caller:
+            patcher.set(compat.Autotuner, "run", layered(compat.Autotuner, "autotuner"))
         patcher.set(compat.Heuristics, "run", layered(compat.Heuristics, "heuristics"))
         if mark_trials:
             bench = compat.AUTOTUNER_BENCH
-            patcher.set(compat.Autotuner, bench, _marking_bench(getattr(compat.Autotuner, bench)))
+            framed = bench_framed if by_caller else None
+            patcher.set(compat.Autotuner, bench, _marking_bench(getattr(compat.Autotuner, bench), framed))
         yield
     finally:
         patcher.restore()

@@ -22,7 +22,8 @@ from tilelens.core.arguments import (
     jsonable,
     resolve_grid,
 )
-from tilelens.core.interpreter import LAUNCH_LOCK, GluonLaunch, attribute_replaced, launch_patches
+from tilelens.core.interpreter import LAUNCH_LOCK, attribute_replaced, launch_patches
+from tilelens.core.launch_context import GluonLaunch
 from tilelens.core.semantics import describe_failure
 from tilelens.core.touched import TouchedSnapshots, defer, forget_untouched
 from tilelens.core.writelog import WriteLog

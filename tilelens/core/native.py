@@ -366,16 +366,18 @@ def module_of(capture: Any) -> Any:
     return module if module is not None and capture is getattr(module, "capture", None) else None
 
 
-def intercept(original: Any, target: Any) -> Callable[..., Any] | None:
+def intercept(original: Any, target: Any, caller: Any = None) -> Callable[..., Any] | None:
     """``original`` (one of Triton's ``run`` methods) intercepted by the compiled module's ``Intercept``: what
     ``interception_patches``' Python ``run_direct`` does, ``target(obj, args, kwargs)`` for the calls it takes,
-    without a Python frame. None when the module is not loaded (the Python wrapper is used then)."""
+    without a Python frame. ``caller``: a ``Tuner`` that frames the launches Triton's ``Autotuner.run`` makes,
+    read from its Python frame (``native_calls.cpp``). None when the module is not loaded (the Python wrapper
+    is used then)."""
     module = loaded()
     if module is None:
         return None
     from tilelens.core.thread_state import LOCAL
 
-    run: Callable[..., Any] = module.Intercept(original, target, LOCAL)
+    run: Callable[..., Any] = module.Intercept(original, target, LOCAL, caller)
     return run
 
 

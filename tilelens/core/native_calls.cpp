@@ -19,7 +19,7 @@ namespace tilelens_native {
 namespace {
 
 struct CallNames {
-  PyObject *trace, *launch, *warmup, *configs, *cache, *stack, *configs_timings, *grid;
+  PyObject *trace, *launch, *warmup, *configs, *cache, *stack, *configs_timings, *grid, *self, *key;
 } g_call_names;
 
 // ---------------------------------------------------------------------------------------------------------
@@ -35,6 +35,9 @@ struct Intercept {
   PyObject* original;
   PyObject* target;
   PyObject* thread;
+  // A `Tuner` configured with Triton's `Autotuner.run` code (`caller_framed_launch`), or nullptr: the
+  // launches an autotuner makes get their frame here, from its Python frame, when its `run` is Triton's own.
+  PyObject* caller;
   LocalDict thread_dict;  // `thread`'s dict for the thread last asking
   // Layers found without a mark since `marks_seen` marks were added (owned, so that no other object takes
   // one's address meanwhile), by address: `getattr(obj, "_tilelens_trace", None)`, a miss through the
@@ -66,12 +69,15 @@ void forget_unmarked(Intercept* ic) {
 PyTypeObject InterceptType = {PyVarObject_HEAD_INIT(nullptr, 0)};
 extern PyTypeObject TunerType;
 PyObject* tune_vector(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames);
+PyObject* caller_framed_launch(PyObject* tuner, PyObject* launcher, PyObject* const* args, Py_ssize_t nargs,
+                               PyObject* kwnames);
 
 int intercept_traverse(PyObject* self, visitproc visit, void* arg) {
   Intercept* i = reinterpret_cast<Intercept*>(self);
   Py_VISIT(i->original);
   Py_VISIT(i->target);
   Py_VISIT(i->thread);
+  Py_VISIT(i->caller);
   if (int r = i->thread_dict.traverse(visit, arg)) return r;
   for (PyObject* p : i->unmarked) Py_VISIT(p);
   return 0;
@@ -82,6 +88,7 @@ int intercept_clear(PyObject* self) {
   Py_CLEAR(i->original);
   Py_CLEAR(i->target);
   Py_CLEAR(i->thread);
+  Py_CLEAR(i->caller);
   i->thread_dict.reset();
   forget_unmarked(i);
   return 0;
@@ -142,6 +149,7 @@ PyObject* intercept_vectorcall(PyObject* self, PyObject* const* args, size_t nar
   // The compiled targets take the call as it arrived (what calling them with a tuple and a dict does).
   if (is_launcher(ic->target)) {
     TL_PART(PART_INTERCEPT_LAUNCH, entered);
+    if (ic->caller != nullptr) return caller_framed_launch(ic->caller, ic->target, args, n, kwnames);
     return launch_vector(ic->target, args, n, kwnames);
   }
   if (Py_IS_TYPE(ic->target, &TunerType)) {
@@ -157,18 +165,23 @@ PyObject* intercept_get(PyObject* self, PyObject* obj, PyObject*) {
 }
 
 PyObject* intercept_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
-  PyObject *original, *target, *thread;
+  PyObject *original, *target, *thread, *caller = Py_None;
   if (kwargs != nullptr && PyDict_GET_SIZE(kwargs)) {
-    PyErr_SetString(PyExc_TypeError, "Intercept(original, target, thread) takes no keyword arguments");
+    PyErr_SetString(PyExc_TypeError, "Intercept(original, target, thread, caller=None) takes no keyword arguments");
     return nullptr;
   }
-  if (!PyArg_ParseTuple(args, "OOO:Intercept", &original, &target, &thread)) return nullptr;
+  if (!PyArg_ParseTuple(args, "OOO|O:Intercept", &original, &target, &thread, &caller)) return nullptr;
+  if (caller != Py_None && !Py_IS_TYPE(caller, &TunerType)) {
+    PyErr_SetString(PyExc_TypeError, "an interception's caller must be a Tuner or None");
+    return nullptr;
+  }
   Intercept* ic = PyObject_GC_New(Intercept, type);
   if (ic == nullptr) return nullptr;
   ic->vectorcall = intercept_vectorcall;
   ic->original = Py_NewRef(original);
   ic->target = Py_NewRef(target);
   ic->thread = Py_NewRef(thread);
+  ic->caller = caller == Py_None ? nullptr : Py_NewRef(caller);
   ic->thread_dict = LocalDict{0, nullptr};
   for (PyObject*& p : ic->unmarked) p = nullptr;
   ic->marks_seen = g_marks;
@@ -179,6 +192,7 @@ PyObject* intercept_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
 PyMemberDef intercept_members[] = {
     {"__wrapped__", T_OBJECT, offsetof(Intercept, original), READONLY, "Triton's own run"},
     {"target", T_OBJECT, offsetof(Intercept, target), READONLY, "what intercepted calls go to"},
+    {"caller", T_OBJECT, offsetof(Intercept, caller), READONLY, "the Tuner framing launches from their caller"},
     {nullptr, 0, 0, 0, nullptr}};
 
 // ---------------------------------------------------------------------------------------------------------
@@ -196,7 +210,8 @@ PyMemberDef intercept_members[] = {
 const char* kFrameFields[NFRAME] = {"layer",    "key",   "heuristics", "trials", "launch",
                                     "tuner",    "key_text", "tuned",   "args",   "key_values", "positions"};
 
-enum TunerField : int { PLANS, LOCAL, RUN, TUNED_AFTER, FRAME_TYPE, RESERVED, NTUNER };
+enum TunerField : int { PLANS, LOCAL, RUN, TUNED_AFTER, FRAME_TYPE, RESERVED, CALLER_CODE, CALLER_AFTER, STACK, NTUNER };
+constexpr int NTUNER_FRAMED = CALLER_CODE;  // `configure` without the last three: callers are not read
 
 struct Tuner {
   PyObject_HEAD
@@ -214,6 +229,17 @@ struct Tuner {
   static constexpr int kSeenBits = 4;
   static constexpr int kSeen = 1 << kSeenBits;
   PyObject* seen[kSeen];
+  // Autotuners whose launches were framed from their `run`'s Python frame lately, by address (owned: no other
+  // object takes a tuner's address meanwhile): the size of its cache at the last such launch, and whether it
+  // has more than one config (its frame then has a `key`). Cleared with the configuration.
+  struct CallerSeen {
+    PyObject* tuner;
+    Py_ssize_t cache_size;
+    bool tuned;
+  };
+  static constexpr int kCallerBits = 4;
+  CallerSeen callers[1 << kCallerBits];
+  Py_ssize_t caller_framed;
   // A frame of the last call, its slots emptied, when no one else held it as the call ended (`FrameLease`),
   // or nullptr. Owned; cleared with the configuration.
   PyObject* spare_frame;
@@ -227,6 +253,7 @@ int tuner_traverse(PyObject* self, visitproc visit, void* arg) {
   Py_VISIT(t->config);
   if (int r = t->local_dict.traverse(visit, arg)) return r;
   for (PyObject* p : t->seen) Py_VISIT(p);
+  for (const Tuner::CallerSeen& c : t->callers) Py_VISIT(c.tuner);
   Py_VISIT(t->spare_frame);
   return 0;
 }
@@ -237,6 +264,7 @@ int tuner_clear(PyObject* self) {
   Py_CLEAR(t->config);
   t->local_dict.reset();
   for (PyObject*& p : t->seen) Py_CLEAR(p);
+  for (Tuner::CallerSeen& c : t->callers) Py_CLEAR(c.tuner);
   Py_CLEAR(t->spare_frame);
   return 0;
 }
@@ -542,6 +570,126 @@ PyObject* tune_vector(PyObject* self, PyObject* const* args, Py_ssize_t nargs, P
   }
 }
 
+// ---------------------------------------------------------------------------------------------------------
+// Launches from a caller's frame: with Triton's `Autotuner.run` left as it is, the launch its `self.fn.run`
+// makes reaches the `Intercept` of `JITFunction.run` with that `run`'s Python frame as the running one. The
+// launch then gets the frame the tuner would have made (`Frame(tuner, key, (), 0, None, True)`, `tuned` when
+// the autotuner has more than one config), its values read from that Python frame (`self`, and `key`, the
+// tuning key Triton just made), on this thread's stack while the launcher runs. When the autotuner's cache
+// changed size since its last launch framed here (or it is new here), `caller_after(tuner, frame,
+// python_frame)` (the router's `_after_caller_tuner`) then tells whether this call tuned, also when the
+// launch raised. Every other launch goes to the launcher as it is. What this saves against intercepting the
+// autotuner: a C call into Python per autotuned call, with its frame, plan lookups and tuple of arguments.
+
+// The Tuner's remembered facts about `tuner` (made when it is new here; nullptr and an exception on failure).
+Tuner::CallerSeen* caller_seen(Tuner* t, PyObject* tuner) {
+  Tuner::CallerSeen& seen = t->callers[address_slot<Tuner::kCallerBits>(tuner)];
+  if (seen.tuner != tuner) {
+    Ref configs(PyObject_GetAttr(tuner, g_call_names.configs));
+    Py_ssize_t n = configs ? PyObject_Size(configs.get()) : -1;
+    if (n < 0) return nullptr;
+    Py_XSETREF(seen.tuner, Py_NewRef(tuner));
+    seen.cache_size = -1;
+    seen.tuned = n > 1;
+  }
+  return &seen;
+}
+
+// `len(tuner.cache)`, or -2 when it is not a dict (then never "changed").
+Py_ssize_t cache_size(PyObject* tuner) {
+  Ref cache(PyObject_GetAttr(tuner, g_call_names.cache));
+  if (!cache) {
+    PyErr_Clear();
+    return -2;
+  }
+  return PyDict_Check(cache.get()) ? PyDict_GET_SIZE(cache.get()) : -2;
+}
+
+TL_COLD PyObject* new_stack(PyObject* config) {
+  Ref stack(PyObject_CallNoArgs(PyTuple_GET_ITEM(config, STACK)));
+  if (stack && !PyList_CheckExact(stack.get())) {
+    PyErr_SetString(PyExc_TypeError, "a thread's frame stack must be a list");
+    return nullptr;
+  }
+  return stack.release();
+}
+
+PyObject* framed_from(Tuner* t, PyObject* config, PyFrameObject* caller, PyObject* launcher, PyObject* const* args,
+                      Py_ssize_t n, PyObject* kwnames) {
+  TL_STAMP(entered);
+  Ref tuner(frame_var(caller, g_call_names.self));
+  if (!tuner) {
+    if (PyErr_Occurred()) return nullptr;
+    return launch_vector(launcher, args, n, kwnames);
+  }
+  Tuner::CallerSeen* seen = caller_seen(t, tuner.get());
+  if (seen == nullptr) return nullptr;
+  Ref key(seen->tuned ? frame_var(caller, g_call_names.key) : nullptr);
+  if (!key && PyErr_Occurred()) return nullptr;
+  Py_ssize_t size = cache_size(tuner.get());
+  bool changed = size != seen->cache_size;
+  Ref stack(t->local_dict.get(PyTuple_GET_ITEM(config, LOCAL), g_call_names.stack));
+  if (!stack) return nullptr;
+  if (!PyList_CheckExact(stack.get())) {
+    stack.reset(new_stack(config));
+    if (!stack) return nullptr;
+  }
+  Ref empty(PyTuple_New(0));
+  Ref zero(PyLong_FromLong(0));
+  if (!empty || !zero) return nullptr;
+  PyObject* tuned = key ? Py_True : Py_False;
+  PyObject* values[NFRAME] = {tuner.get(), key ? key.get() : Py_None, empty.get(), zero.get(), Py_None, Py_True,
+                              Py_None,     tuned,                      Py_None,     Py_None,    Py_None};
+  PyTypeObject* frame_type = reinterpret_cast<PyTypeObject*>(PyTuple_GET_ITEM(config, FRAME_TYPE));
+  Py_ssize_t offsets[NFRAME];  // this call's: a configuration meanwhile may change the tuner's
+  std::memcpy(offsets, t->offsets, sizeof(offsets));
+  FrameLease lease(t, frame_type, offsets, values);
+  Ref& frame = lease.frame;
+  if (!frame) return nullptr;
+  if (PyList_Append(stack.get(), frame.get()) < 0) return nullptr;
+  ++t->caller_framed;
+  TL_PART(PART_CALLER_BEFORE, entered);
+  Ref result(launch_vector(launcher, args, n, kwnames));
+  TL_STAMP(ran);
+  // `finally`: off the stack, then whether this call tuned, also when the launch raised.
+  PyObject *type, *value, *tb;
+  PyErr_Fetch(&type, &value, &tb);
+  Py_ssize_t depth = PyList_GET_SIZE(stack.get());
+  int popped = depth > 0 ? PyList_SetSlice(stack.get(), depth - 1, depth, nullptr) : 0;
+  if (popped == 0 && changed) {
+    Tuner::CallerSeen& now = t->callers[address_slot<Tuner::kCallerBits>(tuner.get())];
+    if (now.tuner == tuner.get()) now.cache_size = cache_size(tuner.get());
+    Ref done(call_n(PyTuple_GET_ITEM(config, CALLER_AFTER),
+                    {tuner.get(), frame.get(), reinterpret_cast<PyObject*>(caller)}));
+    popped = done ? 0 : -1;
+  }
+  if (popped < 0) return finally_failed(type, value, tb);
+  if (type != nullptr) {
+    PyErr_Restore(type, value, tb);
+    return nullptr;
+  }
+  TL_PART(PART_CALLER_AFTER, ran);
+  return result.release();
+}
+
+PyObject* caller_framed_launch(PyObject* self, PyObject* launcher, PyObject* const* args, Py_ssize_t n,
+                               PyObject* kwnames) {
+  Tuner* t = reinterpret_cast<Tuner*>(self);
+  if (t->config == nullptr || PyTuple_GET_ITEM(t->config, CALLER_CODE) == Py_None)
+    return launch_vector(launcher, args, n, kwnames);
+  // Borrowed: the Python frame whose code called `run`, when that code is Triton's `Autotuner.run`.
+  PyFrameObject* caller = running_frame_of(PyTuple_GET_ITEM(t->config, CALLER_CODE));
+  if (caller == nullptr) return launch_vector(launcher, args, n, kwnames);
+  Ref config(Py_NewRef(t->config));
+  Ref held(Py_NewRef(reinterpret_cast<PyObject*>(caller)));
+  try {
+    return framed_from(t, config.get(), caller, launcher, args, n, kwnames);
+  } catch (...) {  // nothing here throws; a C++ exception must not cross into Python
+    PyErr_SetString(PyExc_RuntimeError, "TileLens's compiled tuner failed");
+    return nullptr;
+  }
+}
+
 PyObject* tuner_new(PyTypeObject* type, PyObject* args, PyObject*) {
   PyObject* slow;
   if (!PyArg_ParseTuple(args, "O:Tuner", &slow)) return nullptr;
@@ -555,20 +703,27 @@ PyObject* tuner_new(PyTypeObject* type, PyObject* args, PyObject*) {
   t->local_dict = LocalDict{0, nullptr};
   t->grid_warmup = false;
   for (PyObject*& p : t->seen) p = nullptr;
+  for (Tuner::CallerSeen& c : t->callers) c = Tuner::CallerSeen{nullptr, -1, false};
+  t->caller_framed = 0;
   t->spare_frame = nullptr;
   PyObject_GC_Track(t);
   return reinterpret_cast<PyObject*>(t);
 }
 
-// configure(plans, local, run, tuned, frame_type, reserved) enables; configure() disables.
+// configure(plans, local, run, tuned, frame_type, reserved[, caller_code, caller_after, stack]) enables;
+// configure() disables. With `caller_code` (Triton's `Autotuner.run.__code__`, or None), `caller_after` and
+// `stack` (the thread's frame stack, made when it has none), an `Intercept` given this tuner as its `caller`
+// frames the launches that code makes (`caller_framed_launch`).
 PyObject* tuner_configure(PyObject* self, PyObject* args) {
   Tuner* t = reinterpret_cast<Tuner*>(self);
   Py_ssize_t n = PyTuple_GET_SIZE(args);
-  if (n != 0 && n != NTUNER) {
-    PyErr_Format(PyExc_TypeError, "configure() takes 0 or %d arguments", static_cast<int>(NTUNER));
+  if (n != 0 && n != NTUNER_FRAMED && n != NTUNER) {
+    PyErr_Format(PyExc_TypeError, "configure() takes 0, %d or %d arguments", static_cast<int>(NTUNER_FRAMED),
+                 static_cast<int>(NTUNER));
     return nullptr;
   }
   t->local_dict.reset();  // another LOCAL, or none
+  for (Tuner::CallerSeen& c : t->callers) Py_CLEAR(c.tuner);
   for (PyObject*& p : t->seen) Py_CLEAR(p);  // another PLANS, or none
   Py_CLEAR(t->spare_frame);  // perhaps another frame class
   if (n == 0) {
@@ -586,7 +741,13 @@ PyObject* tuner_configure(PyObject* self, PyObject* args) {
   int has_warmup = has_grid < 0 ? -1 : PySet_Contains(PyTuple_GET_ITEM(args, RESERVED), g_call_names.warmup);
   if (has_warmup < 0) return nullptr;
   t->grid_warmup = has_grid == 1 && has_warmup == 1;
-  Py_XSETREF(t->config, Py_NewRef(args));
+  Ref config(n == NTUNER ? Py_NewRef(args) : PyTuple_New(NTUNER));
+  if (!config) return nullptr;
+  if (n != NTUNER) {
+    for (int i = 0; i < NTUNER; ++i)
+      PyTuple_SET_ITEM(config.get(), i, Py_NewRef(i < n ? PyTuple_GET_ITEM(args, i) : Py_None));
+  }
+  Py_XSETREF(t->config, config.release());
   Py_RETURN_NONE;
 }
 
@@ -595,12 +756,15 @@ PyObject* tuner_enabled(PyObject* self, void*) {
 }
 
 PyMethodDef tuner_methods[] = {
-    {"configure", tuner_configure, METH_VARARGS, "configure(plans, local, run, tuned, frame_type, reserved) or configure()"},
+    {"configure", tuner_configure, METH_VARARGS,
+     "configure(plans, local, run, tuned, frame_type, reserved[, caller_code, caller_after, stack]) or configure()"},
     {nullptr, nullptr, 0, nullptr}};
 
 PyMemberDef tuner_members[] = {
     {"steady", T_PYSSIZET, offsetof(Tuner, steady), READONLY, "calls framed here"},
     {"fallbacks", T_PYSSIZET, offsetof(Tuner, fallbacks), READONLY, "calls given to Python"},
+    {"caller_framed", T_PYSSIZET, offsetof(Tuner, caller_framed), READONLY,
+     "launches framed from their autotuner's Python frame"},
     {nullptr, 0, 0, 0, nullptr}};
 
 PyObject* tuner_spare(PyObject* self, void*) {
@@ -661,10 +825,11 @@ bool frame_offsets(PyObject* type_object, Py_ssize_t* offsets) {
 
 int add_call_types(PyObject* module) {
   const char* names[] = {"_tilelens_trace", "launch", "warmup", "configs", "cache", "stack", "configs_timings",
-                         "grid"};
+                         "grid", "self", "key"};
   PyObject** slots[] = {&g_call_names.trace,  &g_call_names.launch, &g_call_names.warmup,
                         &g_call_names.configs, &g_call_names.cache, &g_call_names.stack,
-                        &g_call_names.configs_timings, &g_call_names.grid};
+                        &g_call_names.configs_timings, &g_call_names.grid, &g_call_names.self,
+                        &g_call_names.key};
   for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); ++i) {
     *slots[i] = PyUnicode_InternFromString(names[i]);
     if (*slots[i] == nullptr) return -1;

@@ -786,11 +786,16 @@ struct MetaCache {
 // strs, differ here; such a launch is found by the slower tests). Anything else, or more than fits: not `ok`.
 // Built on the launch's stack; reading it runs no Python code.
 struct KeyWords {
-  static constexpr int kWords = 48;
+  static constexpr int kWords = 64;
   static constexpr int kObjs = 8;
   enum Tag : uint64_t {
-    W_NONE = 1, W_INT, W_BOOL, W_FLOAT, W_STR, W_TUPLE, W_NO_OPTIONS, W_OPTIONS, W_FRAMES, W_TUNER, W_HEURISTICS
+    W_NONE = 1, W_INT, W_BOOL, W_FLOAT, W_STR, W_TUPLE, W_NO_OPTIONS, W_OPTIONS, W_FRAMES, W_TUNER, W_HEURISTICS,
+    W_TEXT
   };
+  // An ASCII string this short is put as its text (`W_TEXT`, its length, its bytes in words), longer or other
+  // strings by identity (`W_STR`): a tuning key's dtype names are made anew by each call of Triton's
+  // autotuner, and equal texts are `==`.
+  static constexpr Py_ssize_t kTextBytes = 32;
   uint64_t w[kWords];
   int n = 0;
   PyObject* objs[kObjs];  // borrowed from the launch's objects
@@ -827,6 +832,16 @@ struct KeyWords {
       if (d != d) ok = false;  // NaN: equal bits, yet not `==`
       put(W_FLOAT);
       put(bits);
+    } else if (PyUnicode_CheckExact(v) && PyUnicode_IS_COMPACT_ASCII(v) && PyUnicode_GET_LENGTH(v) <= kTextBytes) {
+      Py_ssize_t length = PyUnicode_GET_LENGTH(v);
+      const char* text = reinterpret_cast<const char*>(PyUnicode_DATA(v));
+      put(W_TEXT);
+      put(static_cast<uint64_t>(length));
+      for (Py_ssize_t at = 0; at < length; at += 8) {
+        uint64_t word = 0;
+        std::memcpy(&word, text + at, static_cast<size_t>(length - at < 8 ? length - at : 8));
+        put(word);
+      }
     } else if (PyUnicode_CheckExact(v)) {
       put(W_STR);
       obj(v);
@@ -2782,7 +2797,8 @@ PyGetSetDef launcher_getset[] = {
 const char* const PART_NAMES[tilelens_native::NPARTS] = {
     "intercept_launch", "intercept_tune", "tune_before", "tune_run", "tune_after", "launch_before",
     "run",              "after_run",      "capture",     "metadata", "node",      "kept",
-    "last",             "lookup",         "grid",        "queue",    "attach"};
+    "last",             "lookup",         "grid",        "queue",    "attach",    "caller_before",
+    "caller_after"};
 
 // `profile(reset)`: None in an ordinary build; in a profiling build a dict part name -> (ticks, calls) of the
 // time-stamp counter summed since the last reset, and the counts set to zero when `reset` is true.

@@ -53,6 +53,8 @@ enum Part : int {
   PART_GRID,              // the grid resolved
   PART_QUEUE,             // the launch queued for the writer (`queue_flat`)
   PART_ATTACH,            // its handle given to the innermost tuner frame, until the launcher returns
+  PART_CALLER_BEFORE,     // an autotuner's launch framed from its Python frame: the frame read and pushed
+  PART_CALLER_AFTER,      // the same after the launch: the frame popped, the cache's size compared
   NPARTS
 };
 
@@ -216,6 +218,55 @@ struct LocalDict {
     return Py_NewRef(found);
   }
 };
+
+// The Python frame running now on this thread when its code is `code` (borrowed, its frame object made if it
+// had none), else nullptr (no exception). Python 3.12 on compare the code without making a frame object
+// (`PyUnstable_InterpreterFrame_GetCode`), so a launch whose caller is some other code makes none; 3.11 makes
+// the running frame's object first (`PyEval_GetFrame`).
+inline PyFrameObject* running_frame_of(PyObject* code) {
+#if PY_VERSION_HEX >= 0x030C0000
+  PyThreadState* ts = PyThreadState_Get();
+#if PY_VERSION_HEX >= 0x030D0000
+  struct _PyInterpreterFrame* running = ts->current_frame;
+#else
+  struct _PyInterpreterFrame* running = ts->cframe != nullptr ? ts->cframe->current_frame : nullptr;
+#endif
+  if (running == nullptr) return nullptr;
+  PyObject* now = PyUnstable_InterpreterFrame_GetCode(running);
+  Py_XDECREF(now);  // the frame holds it
+  if (now != code) return nullptr;
+  return PyEval_GetFrame();
+#else
+  PyFrameObject* frame = PyEval_GetFrame();
+  if (frame == nullptr) return nullptr;
+  PyCodeObject* now = PyFrame_GetCode(frame);
+  Py_DECREF(now);
+  return reinterpret_cast<PyObject*>(now) == code ? frame : nullptr;
+#endif
+}
+
+// The variable `name` of the Python frame `frame` as its code sees it now (a cell's content), as a new
+// reference; nullptr without an exception when it is unbound, with one when reading failed. Python 3.12 on
+// read it in place (`PyFrame_GetVar`); 3.11 through the frame's locals dict, brought up to date first. Not
+// called before 3.11 (`compat.AUTOTUNER_RUN_CODE` is None there).
+inline PyObject* frame_var(PyFrameObject* frame, PyObject* name) {
+#if PY_VERSION_HEX >= 0x030C0000
+  PyObject* value = PyFrame_GetVar(frame, name);
+  if (value == nullptr && PyErr_ExceptionMatches(PyExc_NameError)) PyErr_Clear();
+  return value;
+#elif PY_VERSION_HEX >= 0x030B0000
+  PyObject* locals = PyFrame_GetLocals(frame);
+  if (locals == nullptr) return nullptr;
+  PyObject* value = PyDict_Check(locals) ? PyDict_GetItemWithError(locals, name) : nullptr;
+  Py_XINCREF(value);
+  Py_DECREF(locals);
+  return value;
+#else
+  (void)frame;
+  (void)name;
+  return nullptr;
+#endif
+}
 
 // `compiled_frames.Frame`'s eleven slots, in this order (native_calls.cpp makes frames, the launcher reads them).
 constexpr int NFRAME = 11;

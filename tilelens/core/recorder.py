@@ -149,8 +149,16 @@ class Recording:
     def _interception(self) -> Any:
         if self._compiled is None:
             return interception_patches(self._route)
-        # A compiled recording's launches go straight to its router (one call less per launch).
-        return interception_patches(self._route, mark_trials=True, direct=self._compiled.direct_routes())
+        # A compiled recording's launches go straight to its router (one call less per launch), and the
+        # launches of an autotuner get their frame from its Python frame when the compiled module can read it.
+        compiled = self._compiled
+        return interception_patches(
+            self._route,
+            mark_trials=True,
+            direct=compiled.direct_routes(),
+            caller_tuner=compiled.caller_tuner(),
+            bench_framed=compiled.bench_framed,
+        )
 
     def _begin_run(self) -> None:
         argv = self._argv if self._argv else list(sys.argv)

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from tilelens.core.bounds import RecordedReads
-    from tilelens.core.interpreter import LaunchContext
+    from tilelens.core.launch_context import LaunchContext
 
 
 # Called after a ``NotifyingLocal`` attribute is set or deleted: the compiled module's ``locals_changed``

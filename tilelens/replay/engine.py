@@ -21,7 +21,8 @@ import torch
 
 from tilelens.core import session
 from tilelens.core.arguments import span_copy
-from tilelens.core.interpreter import compiled_mode, recorded_reads
+from tilelens.core.interpreter import compiled_mode
+from tilelens.core.launch_context import recorded_reads
 from tilelens.errors import StateError, UsageError
 from tilelens.records import LaunchRecord
 from tilelens.replay import oobreads
