@@ -116,7 +116,7 @@ def test_without_tuner_interception_the_autotuned_launches_have_no_frame(
             # The stand-in step: four launches of the autotuned kernel (tuned: a tuning key), one plain launch.
             assert len(keys) == LAUNCHES_PER_STEP
             assert sum(key is not None for key in keys) == (4 if framed else 0)
-            assert own_run is (name == "T" or (name == "D" and compat.AUTOTUNER_RUN_CODE is not None))
+            assert own_run is (name == "T" or (name == "D" and compiled_native.CALLER_FRAMES))
     # Afterwards Triton's autotuner, TileLens's patcher and the switch are as they were.
     assert vars(compat.Autotuner)["run"] is tuner_run
     assert interpreter._Patcher.set is patcher_set

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tilelens.core import compat, native
+from tilelens.core import compat, compiled_native, native
 
 ROOT = Path(__file__).resolve().parents[2]
 STEPS = 30
@@ -46,7 +46,7 @@ def test_every_part_of_the_steady_launch_is_counted_once_a_launch(native_module:
     assert result["launches"] == STEPS * PER_STEP["launch"]
     parts = result["parts"]
     assert len(parts) == 19 and list(parts)[:2] == ["intercept_launch", "intercept_tune"]
-    by_caller = compat.AUTOTUNER_RUN_CODE is not None
+    by_caller = compiled_native.CALLER_FRAMES and compat.AUTOTUNER_RUN_CODE is not None
     unused = TUNER_PARTS if by_caller else CALLER_PARTS
     for name, (ticks, calls) in parts.items():
         if name in unused:

@@ -94,6 +94,7 @@ class CompiledRouter(TuningFrames):
     # is loaded, configured by :meth:`_configure_launcher`.
     _launcher: Any = None
     _tuner: Any = None  # and its ``Tuner``, which frames an autotuner's call as :meth:`tune` does
+    _tuner_callers: bool = False  # set with it: it frames the launches from the autotuner's Python frame
 
     def use_templates(self, writer: Any) -> None:
         """Send templated launches (``compiled_templates``) to ``writer`` from now on; None: raw launches only.

@@ -16,7 +16,7 @@ import itertools
 import sys
 from typing import Any
 
-from tilelens.core import compat, compiled_native
+from tilelens.core import compat
 from tilelens.core.arguments import kernel_params
 from tilelens.core.compiled_frames import Frame, Framed, RouterLocal, floats, leaf
 from tilelens.core.compiled_kernel import RESERVED_SET, RoutedKernel
@@ -37,15 +37,13 @@ class TuningFrames:
     _tuner_plans: dict[int, tuple[Any, tuple[int, ...], bool, int]]
     _tuner_run: Any
     _tuner: Any
+    _tuner_callers: bool  # ``_tuner`` was configured to frame launches from their autotuner's Python frame
 
     def caller_tuner(self) -> Any:
         """The compiled ``Tuner`` when it frames the launches Triton's ``Autotuner.run`` makes from that call's
         own Python frame (``compiled_native.CALLER_FRAMES``), so that autotuner calls need no interception;
         else None. ``direct_routes`` makes it."""
-        tuner = self._tuner
-        if tuner is None or not compiled_native.CALLER_FRAMES or compat.AUTOTUNER_RUN_CODE is None:
-            return None
-        return tuner
+        return self._tuner if self._tuner_callers else None
 
     def bench_framed(self, tuner: Any) -> Framed:
         """The autotuner's frame while it benchmarks one config, when its calls are not intercepted: the
