@@ -265,3 +265,49 @@ def test_each_thread_launches_with_its_own_key(
         n = next(a["value"] for a in r[1] if a["name"] == "n")
         assert r[0]["tuning_key"] == f"({n}, 'torch.float32', 'torch.float32')"
         assert r[0]["config"]["constexprs"]["BLOCK"] == (32 if n == 48 else 16)
+
+
+@triton.jit
+def _zero(y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(y_ptr + offs, tl.zeros([BLOCK], dtype=tl.float32), mask=offs < n)
+
+
+def test_a_launch_made_by_a_configs_pre_hook_is_the_hooks_not_the_autotuners(
+    tmp_path: Path, native_module: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A config's ``pre_hook`` runs inside ``Autotuner.run`` just before the autotuner's own launch. A kernel it
+    launches (here one zeroing the output) is framed by nothing, so it is recorded with no tuning key or
+    config of the autotuner's; the autotuner's launch has both, and the tuning event is linked to it. (An
+    intercepted autotuner call has its frame on the stack for the hook's launch too.)"""
+    monkeypatch.setenv("TILELENS_NATIVE", "1")
+    monkeypatch.setattr(compiled_native, "CALLER_FRAMES", True)
+    with knobs.runtime.scope():
+        knobs.runtime.interpret = False
+        zero = triton.JITFunction(_zero.fn)
+
+        def zeroed(nargs: dict[str, Any]) -> None:
+            zero[(1,)](nargs["y_ptr"], nargs["n"], BLOCK=64)
+
+        kernel = triton.autotune(
+            configs=[
+                triton.Config({"BLOCK": 16}, pre_hook=zeroed),
+                triton.Config({"BLOCK": 32}, pre_hook=zeroed),
+            ],
+            key=["n"],
+            do_bench=lambda call, quantiles=None: (call(), 1.0)[1],
+        )(triton.JITFunction(_add_one.fn))
+    db, blobs = tmp_path / "h.db", tmp_path / "b"
+    with tilelens.Recording(str(db), blobs, backend="compiled", snapshots="none", runner=StableTritonLike()):
+        for _ in range(3):
+            _call(kernel, 64)
+    rows, events = _all_rows(db, blobs), _events(db, blobs)
+    # The trials' hook and kernel launches are the benchmark's (not recorded); then per call the hook's zeroing
+    # launch, then the autotuner's.
+    assert [r[0]["tuning_key"] for r in rows] == [None, "(64, 'torch.float32', 'torch.float32')"] * 3
+    assert ["autotune" in r[0]["config"] for r in rows] == [False, True] * 3
+    with History.open(str(db), blobs) as h, h.session() as s:
+        from tilelens.store.models import Launch
+
+        ids = s.execute(select(Launch.id).order_by(Launch.seq)).scalars().all()
+    assert len(events) == 1 and events[0][5] == ids[1]
