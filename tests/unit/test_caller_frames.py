@@ -273,15 +273,17 @@ def _zero(y_ptr, n, BLOCK: tl.constexpr):
     tl.store(y_ptr + offs, tl.zeros([BLOCK], dtype=tl.float32), mask=offs < n)
 
 
+@pytest.mark.parametrize("mode", MODES)
 def test_a_launch_made_by_a_configs_pre_hook_is_the_hooks_not_the_autotuners(
-    tmp_path: Path, native_module: Any, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, native_module: Any, monkeypatch: pytest.MonkeyPatch, mode: str
 ) -> None:
     """A config's ``pre_hook`` runs inside ``Autotuner.run`` just before the autotuner's own launch. A kernel it
-    launches (here one zeroing the output) is framed by nothing, so it is recorded with no tuning key or
-    config of the autotuner's; the autotuner's launch has both, and the tuning event is linked to it. (An
-    intercepted autotuner call has its frame on the stack for the hook's launch too.)"""
-    monkeypatch.setenv("TILELENS_NATIVE", "1")
-    monkeypatch.setattr(compiled_native, "CALLER_FRAMES", True)
+    launches (here one zeroing the output) is not the autotuner's: it is recorded with no tuning key or
+    config of the autotuner's (framed from the autotuner's frame, nothing frames it; intercepted, the
+    autotuner's frame is on the stack for it too, and the router leaves it out: ``_frames_of``); the
+    autotuner's launch has both, and the tuning event is linked to it."""
+    monkeypatch.setenv("TILELENS_NATIVE", "0" if mode == "python" else "1")
+    monkeypatch.setattr(compiled_native, "CALLER_FRAMES", mode == "caller")
     with knobs.runtime.scope():
         knobs.runtime.interpret = False
         zero = triton.JITFunction(_zero.fn)

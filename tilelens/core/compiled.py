@@ -171,6 +171,8 @@ class CompiledRouter(TuningFrames):
             if tuner is not None:
                 tuner.trials += 1
             return self.runner(jit, args, grid, kwargs)
+        if stack:
+            stack = self._frames_of(stack, jit)
         k = self._kernels.get(id(jit))
         if k is None or k.jit is not jit:
             k = self._kernel(jit)
@@ -255,6 +257,8 @@ class CompiledRouter(TuningFrames):
         compiled launcher's own, or None): queue it templated or raw, give its handle to the tuner's frame, and
         return its result or raise its exception. The compiled launcher calls this for every launch it does
         not finish itself."""
+        if stack:
+            stack = self._frames_of(stack, jit)
         bound = None if probe is None else probe.bound
         if bound is not None and error is None and self.flat is not None:
             handle = self._templated(k, bound, probe, kwargs, stack, result, started, duration)

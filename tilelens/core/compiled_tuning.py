@@ -45,6 +45,17 @@ class TuningFrames:
         else None. ``direct_routes`` makes it."""
         return self._tuner if self._tuner_callers else None
 
+    @staticmethod
+    def _frames_of(stack: list[Frame], jit: Any) -> list[Frame]:
+        """The frames on ``stack`` of ``jit``'s own layers. An intercepted autotuner call keeps its frame on the
+        stack for the whole call, so a kernel launched by a config's ``pre_hook`` (or anything else the call
+        runs before its own launch) would otherwise carry its tuning key and config. A launch whose frames
+        are filtered so gets no template the compiled launcher could match with the whole stack: each one
+        comes back here."""
+        if leaf(stack[-1].layer) is jit:
+            return stack
+        return [f for f in stack if leaf(f.layer) is jit]
+
     def bench_framed(self, tuner: Any) -> Framed:
         """The autotuner's frame while it benchmarks one config, when its calls are not intercepted: the
         trial launches find it there, are not recorded, and are counted on it (as inside ``tune``)."""
