@@ -475,6 +475,24 @@ TL_COLD PyObject* finally_failed(PyObject* type, PyObject* value, PyObject* tb) 
   return nullptr;
 }
 
+// The last frame off `stack` (0, or -1 and an exception).
+int pop_frame(PyObject* stack) {
+  Py_ssize_t depth = PyList_GET_SIZE(stack);
+  return depth > 0 ? PyList_SetSlice(stack, depth - 1, depth, nullptr) : 0;
+}
+
+// The end of a call's `finally` (the run's exception `type`, `value`, `tb` fetched, owned): when the block
+// failed (`popped` -1, its exception set), that one chained to the run's; else the run's exception, or its
+// `result`.
+PyObject* end_finally(int popped, Ref& result, PyObject* type, PyObject* value, PyObject* tb) {
+  if (popped < 0) return finally_failed(type, value, tb);
+  if (type != nullptr) {
+    PyErr_Restore(type, value, tb);
+    return nullptr;
+  }
+  return result.release();
+}
+
 PyObject* tune(Tuner* t, PyObject* tuner, TuneArgs& a) {
   if (t->slow == nullptr) {
     PyErr_SetString(PyExc_RuntimeError, "a cleared tuner");
@@ -518,20 +536,14 @@ PyObject* tune(Tuner* t, PyObject* tuner, TuneArgs& a) {
   // `finally`: off the stack, then a fresh tuning's event, also when the run raised.
   PyObject *type, *value, *tb;
   PyErr_Fetch(&type, &value, &tb);
-  Py_ssize_t depth = PyList_GET_SIZE(stack);
-  int popped = depth > 0 ? PyList_SetSlice(stack, depth - 1, depth, nullptr) : 0;
+  int popped = pop_frame(stack);
   if (popped == 0 && plan.tuned && PyDict_GET_SIZE(cache) != size) {
     Ref done(call_n(PyTuple_GET_ITEM(config.get(), TUNED_AFTER),
                     {tuner, frame.get(), plan.timings_before.get(), cache}));
     popped = done ? 0 : -1;
   }
-  if (popped < 0) return finally_failed(type, value, tb);
-  if (type != nullptr) {
-    PyErr_Restore(type, value, tb);
-    return nullptr;
-  }
   TL_PART(PART_TUNE_AFTER, ran);
-  return result.release();
+  return end_finally(popped, result, type, value, tb);
 }
 
 PyObject* tuner_vectorcall(PyObject* self, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
@@ -654,8 +666,7 @@ PyObject* framed_from(Tuner* t, PyObject* config, PyFrameObject* caller, PyObjec
   // `finally`: off the stack, then whether this call tuned, also when the launch raised.
   PyObject *type, *value, *tb;
   PyErr_Fetch(&type, &value, &tb);
-  Py_ssize_t depth = PyList_GET_SIZE(stack.get());
-  int popped = depth > 0 ? PyList_SetSlice(stack.get(), depth - 1, depth, nullptr) : 0;
+  int popped = pop_frame(stack.get());
   if (popped == 0 && changed) {
     Tuner::CallerSeen& now = t->callers[address_slot<Tuner::kCallerBits>(tuner.get())];
     if (now.tuner == tuner.get()) now.cache_size = cache_size(tuner.get());
@@ -663,13 +674,8 @@ PyObject* framed_from(Tuner* t, PyObject* config, PyFrameObject* caller, PyObjec
                     {tuner.get(), frame.get(), reinterpret_cast<PyObject*>(caller)}));
     popped = done ? 0 : -1;
   }
-  if (popped < 0) return finally_failed(type, value, tb);
-  if (type != nullptr) {
-    PyErr_Restore(type, value, tb);
-    return nullptr;
-  }
   TL_PART(PART_CALLER_AFTER, ran);
-  return result.release();
+  return end_finally(popped, result, type, value, tb);
 }
 
 PyObject* caller_framed_launch(PyObject* self, PyObject* launcher, PyObject* const* args, Py_ssize_t n,
