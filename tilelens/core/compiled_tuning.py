@@ -65,23 +65,32 @@ class TuningFrames:
         frame = Frame(kernel, heuristics=tuple(kernel.values))
         run = self._original(compat.Heuristics)
         caller = sys._getframe(1) if self.caller_tuner() is not None else None
-        if caller is None or caller.f_code is not compat.AUTOTUNER_RUN_CODE:
+        outer = None if caller is None else self._caller_frame(caller)
+        if outer is None:
             with self._framed(frame):
                 return run(kernel, *args, **kwargs)
-        # An autotuner over this heuristics layer, its run Triton's own: its frame, as the compiled tuner
-        # makes it for a launch, below this layer's (``native_calls.cpp``, ``caller_framed_launch``).
-        found = caller.f_locals
-        tuner = found["self"]
-        key = found.get("key") if len(tuner.configs) > 1 else None
-        outer = Frame(tuner, key, (), 0, None, True, tuned=key is not None)
         stack = self._stack()
-        stack.append(outer)
+        stack.append(outer)  # below this layer's, as the compiled tuner puts it for a launch
         try:
             with self._framed(frame):
                 return run(kernel, *args, **kwargs)
         finally:
             stack.pop()
-            self._after_caller_tuner(tuner, outer, caller)
+            self._after_caller_tuner(outer.layer, outer, caller)
+
+    @staticmethod
+    def _caller_frame(caller: Any) -> Frame | None:
+        """The frame of the autotuner whose Triton ``run`` is the Python frame ``caller`` (this heuristics
+        layer's caller), made from its locals as ``native_calls.cpp``'s ``caller_framed_launch`` makes it for a
+        launch; None when ``caller`` is other code."""
+        if caller.f_code is not compat.AUTOTUNER_RUN_CODE:
+            return None
+        found = caller.f_locals
+        tuner = found.get("self")
+        if tuner is None:  # never seen: Triton's own frame
+            return None
+        key = found.get("key") if len(tuner.configs) > 1 else None
+        return Frame(tuner, key, (), 0, None, True, tuned=key is not None)
 
     def _original(self, cls: type) -> Any:
         run = self._originals.get(cls)

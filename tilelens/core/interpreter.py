@@ -498,10 +498,8 @@ def interception_patches(
     patcher = _Patcher()
     direct = direct or {}
 
-    def layered(
-        cls: Any, kind: str, caller: Any = None
-    ) -> Callable[..., Any]:  # cls: one of Triton's classes
-        original = cls.run
+    def layered(cls: Any, kind: str, caller: Any = None) -> Callable[..., Any]:
+        original = cls.run  # cls: one of Triton's (untyped) classes
         to = direct.get(kind)
 
         if to is not None and (compiled_run := native.intercept(original, to, caller)) is not None:

@@ -1,5 +1,7 @@
 // The calls around a compiled recording's launch, in C++ (issue 15): interception of Triton's `run` methods
-// (`Intercept`) and the autotuner's frame (`Tuner`). Part of TileLens's compiled module (built with
+// (`Intercept`) and the autotuner's frame (`Tuner`), the latter also read from the autotuner's own Python
+// frame for the launch it makes (`caller_framed_launch`: no Python counterpart; its rows are compared with
+// the intercepted path's and the Python router's). Part of TileLens's compiled module (built with
 // native_capture.cpp by tilelens/core/native.py); what they do is the Python they stand for, described below.
 //
 // Invariant: each does exactly what its Python counterpart does (`interpreter.interception_patches`'
@@ -230,12 +232,11 @@ struct Tuner {
   static constexpr int kSeen = 1 << kSeenBits;
   PyObject* seen[kSeen];
   // Autotuners whose launches were framed from their `run`'s Python frame lately, by address (owned: no other
-  // object takes a tuner's address meanwhile): the size of its cache at the last such launch, and whether it
-  // has more than one config (its frame then has a `key`). Cleared with the configuration.
+  // object takes a tuner's address meanwhile): the size of its cache at the last such launch. Cleared with the
+  // configuration.
   struct CallerSeen {
     PyObject* tuner;
     Py_ssize_t cache_size;
-    bool tuned;
   };
   static constexpr int kCallerBits = 4;
   CallerSeen callers[1 << kCallerBits];
@@ -593,18 +594,22 @@ PyObject* tune_vector(PyObject* self, PyObject* const* args, Py_ssize_t nargs, P
 // launch raised. Every other launch goes to the launcher as it is. What this saves against intercepting the
 // autotuner: a C call into Python per autotuned call, with its frame, plan lookups and tuple of arguments.
 
-// The Tuner's remembered facts about `tuner` (made when it is new here; nullptr and an exception on failure).
-Tuner::CallerSeen* caller_seen(Tuner* t, PyObject* tuner) {
+// The Tuner's remembered cache size of `tuner` (-1 when it is new here).
+Tuner::CallerSeen& caller_seen(Tuner* t, PyObject* tuner) {
   Tuner::CallerSeen& seen = t->callers[address_slot<Tuner::kCallerBits>(tuner)];
   if (seen.tuner != tuner) {
-    Ref configs(PyObject_GetAttr(tuner, g_call_names.configs));
-    Py_ssize_t n = configs ? PyObject_Size(configs.get()) : -1;
-    if (n < 0) return nullptr;
     Py_XSETREF(seen.tuner, Py_NewRef(tuner));
     seen.cache_size = -1;
-    seen.tuned = n > 1;
   }
-  return &seen;
+  return seen;
+}
+
+// Whether `tuner` has more than one config now, as `Autotuner.run` asks (`key` is bound then).
+bool has_key(PyObject* tuner) {
+  Ref configs(PyObject_GetAttr(tuner, g_call_names.configs));
+  Py_ssize_t n = configs ? PyObject_Size(configs.get()) : -1;
+  if (n < 0) PyErr_Clear();
+  return n > 1;
 }
 
 // `len(tuner.cache)`, or -2 when it is not a dict (then never "changed").
@@ -629,17 +634,17 @@ TL_COLD PyObject* new_stack(PyObject* config) {
 PyObject* framed_from(Tuner* t, PyObject* config, PyFrameObject* caller, PyObject* launcher, PyObject* const* args,
                       Py_ssize_t n, PyObject* kwnames) {
   TL_STAMP(entered);
+  // What cannot be read here (never seen: Triton's own frame) leaves the launch unframed rather than failing
+  // the program's call.
   Ref tuner(frame_var(caller, g_call_names.self));
   if (!tuner) {
-    if (PyErr_Occurred()) return nullptr;
+    PyErr_Clear();
     return launch_vector(launcher, args, n, kwnames);
   }
-  Tuner::CallerSeen* seen = caller_seen(t, tuner.get());
-  if (seen == nullptr) return nullptr;
-  Ref key(seen->tuned ? frame_var(caller, g_call_names.key) : nullptr);
-  if (!key && PyErr_Occurred()) return nullptr;
+  Ref key(has_key(tuner.get()) ? frame_var(caller, g_call_names.key) : nullptr);
+  if (!key) PyErr_Clear();
   Py_ssize_t size = cache_size(tuner.get());
-  bool changed = size != seen->cache_size;
+  bool changed = size != caller_seen(t, tuner.get()).cache_size;
   Ref stack(t->local_dict.get(PyTuple_GET_ITEM(config, LOCAL), g_call_names.stack));
   if (!stack) return nullptr;
   if (!PyList_CheckExact(stack.get())) {
@@ -668,8 +673,7 @@ PyObject* framed_from(Tuner* t, PyObject* config, PyFrameObject* caller, PyObjec
   PyErr_Fetch(&type, &value, &tb);
   int popped = pop_frame(stack.get());
   if (popped == 0 && changed) {
-    Tuner::CallerSeen& now = t->callers[address_slot<Tuner::kCallerBits>(tuner.get())];
-    if (now.tuner == tuner.get()) now.cache_size = cache_size(tuner.get());
+    caller_seen(t, tuner.get()).cache_size = cache_size(tuner.get());
     Ref done(call_n(PyTuple_GET_ITEM(config, CALLER_AFTER),
                     {tuner.get(), frame.get(), reinterpret_cast<PyObject*>(caller)}));
     popped = done ? 0 : -1;
@@ -709,7 +713,7 @@ PyObject* tuner_new(PyTypeObject* type, PyObject* args, PyObject*) {
   t->local_dict = LocalDict{0, nullptr};
   t->grid_warmup = false;
   for (PyObject*& p : t->seen) p = nullptr;
-  for (Tuner::CallerSeen& c : t->callers) c = Tuner::CallerSeen{nullptr, -1, false};
+  for (Tuner::CallerSeen& c : t->callers) c = Tuner::CallerSeen{nullptr, -1};
   t->caller_framed = 0;
   t->spare_frame = nullptr;
   PyObject_GC_Track(t);
