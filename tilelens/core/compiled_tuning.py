@@ -7,7 +7,9 @@ with Triton's ``Autotuner.run`` called inside), or, where the compiled module re
 (``caller_tuner``), leave ``Autotuner.run`` as it is and frame the launch it makes from that call's own
 locals (``native_calls.cpp``, ``caller_framed_launch``; ``heuristics`` below for a heuristics layer under
 it), with its tuning told afterwards (``_after_caller_tuner``). Both store the same rows
-(``tests/unit/test_native_calls.py``). Invariant: a frame is on the stack only while its call runs.
+(``tests/unit/test_caller_frames.py``, ``tests/unit/test_native_calls.py``). Invariants: a frame is on the
+stack only while its call runs; a launch is recorded with the frames of its own kernel's layers only
+(``_frames_of``).
 """
 
 from __future__ import annotations
