@@ -22,7 +22,7 @@ from triton import knobs
 import tilelens
 from tilelens.core import compat, compiled_native, interpreter
 from tilelens.store import History
-from tilelens.store.models import AutotuneEventRow
+from tilelens.store.models import AutotuneEventRow, Launch
 
 from .test_compiled_templates import StableTritonLike, _all_rows
 
@@ -36,6 +36,11 @@ def _events(db: Path, blobs: Path) -> list[tuple[Any, ...]]:
     with History.open(str(db), blobs) as h, h.session() as s:
         rows = s.execute(select(AutotuneEventRow).order_by(AutotuneEventRow.id)).scalars()
         return [(e.tuning_key, e.timings, e.configs, e.chosen, e.cache_hit, e.launch_id) for e in rows]
+
+
+def _launch_ids(db: Path, blobs: Path) -> list[int]:
+    with History.open(str(db), blobs) as h, h.session() as s:
+        return list(s.execute(select(Launch.id).order_by(Launch.seq)).scalars())
 
 
 def _record_each_way(
@@ -117,6 +122,8 @@ def test_keys_alternating_store_the_same_launches_and_events_every_way(
     assert [e[0] for e in events] == [f"({n}, 'torch.float32', 'torch.float32')" for n in (64, 48, 40)]
     assert all(e[1] == [[2.0], [1.0]] and e[3]["kwargs"] == {"BLOCK": 32} and e[4] is False for e in events)
     # Each event is linked to the launch its tuning chose the config for: the 1st, 3rd and 7th.
+    ids = _launch_ids(tmp_path / "caller.db", tmp_path / "caller")
+    assert [e[5] for e in events] == [ids[0], ids[2], ids[6]]
     assert [r[0]["config"]["autotune"]["chosen"]["kwargs"]["BLOCK"] for r in rows] == [32] * 7
 
 
@@ -308,8 +315,4 @@ def test_a_launch_made_by_a_configs_pre_hook_is_the_hooks_not_the_autotuners(
     # launch, then the autotuner's.
     assert [r[0]["tuning_key"] for r in rows] == [None, "(64, 'torch.float32', 'torch.float32')"] * 3
     assert ["autotune" in r[0]["config"] for r in rows] == [False, True] * 3
-    with History.open(str(db), blobs) as h, h.session() as s:
-        from tilelens.store.models import Launch
-
-        ids = s.execute(select(Launch.id).order_by(Launch.seq)).scalars().all()
-    assert len(events) == 1 and events[0][5] == ids[1]
+    assert len(events) == 1 and events[0][5] == _launch_ids(db, blobs)[1]

@@ -171,13 +171,13 @@ class CompiledRouter(TuningFrames):
             if tuner is not None:
                 tuner.trials += 1
             return self.runner(jit, args, grid, kwargs)
-        if stack:
-            stack = self._frames_of(stack, jit)
         k = self._kernels.get(id(jit))
         if k is None or k.jit is not jit:
             k = self._kernel(jit)
         if self.policy.mode == "none":
-            return self._launch_unsnapshotted(k, jit, args, grid, kwargs, stack)
+            return self._launch_unsnapshotted(k, jit, args, grid, kwargs, stack)  # `_after` keeps its frames
+        if stack:
+            stack = self._frames_of(stack, jit)
         bound, options = k.bind(args, kwargs)
         try:
             resolved = resolve_grid(grid, bound)
