@@ -7,6 +7,7 @@ same, field for field. The runner is a CPU stand-in for Triton's compiled launch
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -27,6 +28,9 @@ from tilelens.store.models import AutotuneEventRow, Launch
 from .test_compiled_templates import StableTritonLike, _all_rows
 
 MODES = ("caller", "framed", "python")
+# Where the compiled tuner reads an autotuner's ``self`` and ``key`` in its running interpreter frame, without
+# making the frame's object (``native_common.h``, ``var_in_place``), checked against ``PyFrame_GetVar`` once.
+IN_PLACE = (3, 12) <= sys.version_info[:2] <= (3, 13)
 pytestmark = pytest.mark.skipif(
     compat.AUTOTUNER_RUN_CODE is None, reason="Python 3.10: autotuners intercepted"
 )
@@ -48,7 +52,8 @@ def _record_each_way(
 ) -> dict[str, tuple[Any, ...]]:
     """``program(kernel)`` recorded each way, each with a fresh ``make()`` (its autotuner's cache empty): per
     mode the rows, the events, whether ``Autotuner.run`` was Triton's own while recording, and the
-    tuner's (caller-framed, framed) counts."""
+    tuner's counts: (caller-framed, framed), the first of them also the caller-framed launches whose
+    autotuner's variables were read in its running frame (:data:`IN_PLACE`: Python 3.12 and 3.13)."""
     out = {}
     for mode in MODES:
         monkeypatch.setenv("TILELENS_NATIVE", "0" if mode == "python" else "1")
@@ -61,6 +66,8 @@ def _record_each_way(
             program(kernel)
             tuner = rec._compiled._tuner if rec._compiled is not None else None
             counts = None if tuner is None else (tuner.caller_framed, tuner.steady + tuner.fallbacks)
+            if tuner is not None:
+                assert tuner.caller_in_place == (tuner.caller_framed if IN_PLACE else 0)
         assert rec.write_failure is None
         assert compat.Autotuner.run is interpreter.original_run(compat.Autotuner)  # put back
         out[mode] = (_all_rows(db, blobs), _events(db, blobs), own_run, counts)
@@ -266,6 +273,7 @@ def test_each_thread_launches_with_its_own_key(
         for t in threads:
             t.join()
         assert rec._compiled is not None and rec._compiled._tuner.caller_framed == 40
+        assert rec._compiled._tuner.caller_in_place == (40 if IN_PLACE else 0)
     rows = _all_rows(db, blobs)
     assert len(rows) == 40
     for r in rows:

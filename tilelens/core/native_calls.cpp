@@ -241,6 +241,12 @@ struct Tuner {
   static constexpr int kCallerBits = 4;
   CallerSeen callers[1 << kCallerBits];
   Py_ssize_t caller_framed;
+  // Where `Autotuner.run`'s `self` and `key` lie in its running frames (`var_place`), and whether they are
+  // read there: 1 yes (the first such read matched `PyFrame_GetVar`'s), 0 not yet checked, -1 no (through the
+  // frame's object). Set by each configuration.
+  VarPlace self_place, key_place;
+  int in_place;
+  Py_ssize_t caller_in_place;  // launches whose autotuner's variables were read in place
   // A frame of the last call, its slots emptied, when no one else held it as the call ended (`FrameLease`),
   // or nullptr. Owned; cleared with the configuration.
   PyObject* spare_frame;
@@ -604,14 +610,6 @@ Tuner::CallerSeen& caller_seen(Tuner* t, PyObject* tuner) {
   return seen;
 }
 
-// Whether `tuner` has more than one config now, as `Autotuner.run` asks (`key` is bound then).
-bool has_key(PyObject* tuner) {
-  Ref configs(PyObject_GetAttr(tuner, g_call_names.configs));
-  Py_ssize_t n = configs ? PyObject_Size(configs.get()) : -1;
-  if (n < 0) PyErr_Clear();
-  return n > 1;
-}
-
 // `len(tuner.cache)`, or -2 when it is not a dict (then never "changed").
 Py_ssize_t cache_size(PyObject* tuner) {
   Ref cache(PyObject_GetAttr(tuner, g_call_names.cache));
@@ -631,20 +629,13 @@ TL_COLD PyObject* new_stack(PyObject* config) {
   return stack.release();
 }
 
-PyObject* framed_from(Tuner* t, PyObject* config, PyFrameObject* caller, PyObject* launcher, PyObject* const* args,
-                      Py_ssize_t n, PyObject* kwnames) {
+// The launch with `tuner`'s frame (`key`: its tuning key, or nullptr when unbound) on this thread's stack.
+// `code` is `Autotuner.run`'s: its running frame's object is made only when this call may have tuned.
+PyObject* framed_from(Tuner* t, PyObject* config, PyObject* code, PyObject* tuner, PyObject* key,
+                      PyObject* launcher, PyObject* const* args, Py_ssize_t n, PyObject* kwnames) {
   TL_STAMP(entered);
-  // What cannot be read here (never seen: Triton's own frame) leaves the launch unframed rather than failing
-  // the program's call.
-  Ref tuner(frame_var(caller, g_call_names.self));
-  if (!tuner) {
-    PyErr_Clear();
-    return launch_vector(launcher, args, n, kwnames);
-  }
-  Ref key(has_key(tuner.get()) ? frame_var(caller, g_call_names.key) : nullptr);
-  if (!key) PyErr_Clear();
-  Py_ssize_t size = cache_size(tuner.get());
-  bool changed = size != caller_seen(t, tuner.get()).cache_size;
+  Py_ssize_t size = cache_size(tuner);
+  bool changed = size != caller_seen(t, tuner).cache_size;
   Ref stack(t->local_dict.get(PyTuple_GET_ITEM(config, LOCAL), g_call_names.stack));
   if (!stack) return nullptr;
   if (!PyList_CheckExact(stack.get())) {
@@ -654,9 +645,9 @@ PyObject* framed_from(Tuner* t, PyObject* config, PyFrameObject* caller, PyObjec
   Ref empty(PyTuple_New(0));
   Ref zero(PyLong_FromLong(0));
   if (!empty || !zero) return nullptr;
-  PyObject* tuned = key ? Py_True : Py_False;
-  PyObject* values[NFRAME] = {tuner.get(), key ? key.get() : Py_None, empty.get(), zero.get(), Py_None, Py_True,
-                              Py_None,     tuned,                      Py_None,     Py_None,    Py_None};
+  PyObject* tuned = key != nullptr ? Py_True : Py_False;
+  PyObject* values[NFRAME] = {tuner,   key != nullptr ? key : Py_None, empty.get(), zero.get(), Py_None, Py_True,
+                              Py_None, tuned,                          Py_None,     Py_None,    Py_None};
   PyTypeObject* frame_type = reinterpret_cast<PyTypeObject*>(PyTuple_GET_ITEM(config, FRAME_TYPE));
   Py_ssize_t offsets[NFRAME];  // this call's: a configuration meanwhile may change the tuner's
   std::memcpy(offsets, t->offsets, sizeof(offsets));
@@ -673,13 +664,30 @@ PyObject* framed_from(Tuner* t, PyObject* config, PyFrameObject* caller, PyObjec
   PyErr_Fetch(&type, &value, &tb);
   int popped = pop_frame(stack.get());
   if (popped == 0 && changed) {
-    caller_seen(t, tuner.get()).cache_size = cache_size(tuner.get());
-    Ref done(call_n(PyTuple_GET_ITEM(config, CALLER_AFTER),
-                    {tuner.get(), frame.get(), reinterpret_cast<PyObject*>(caller)}));
+    caller_seen(t, tuner).cache_size = cache_size(tuner);
+    PyFrameObject* caller = running_frame_of(code);  // still the autotuner's: this C call is its
+    Ref done(caller != nullptr ? call_n(PyTuple_GET_ITEM(config, CALLER_AFTER),
+                                        {tuner, frame.get(), reinterpret_cast<PyObject*>(caller)})
+                               : nullptr);
     popped = done ? 0 : -1;
+    if (caller == nullptr && !PyErr_Occurred())
+      PyErr_SetString(PyExc_RuntimeError, "the autotuner's frame was not running after its launch");
   }
   TL_PART(PART_CALLER_AFTER, ran);
   return end_finally(popped, result, type, value, tb);
+}
+
+// Whether the variables read in place (`tuner`, `key`) are those `PyFrame_GetVar` reads in the running frame
+// (`code`'s): asked of a tuner's first launch read in place after each configuration. The frame's object is
+// made for it once; nullptr and an exception when reading failed.
+TL_COLD int same_as_frame_reads(PyObject* code, PyObject* tuner, PyObject* key) {
+  PyFrameObject* caller = running_frame_of(code);
+  if (caller == nullptr) return PyErr_Occurred() ? -1 : 0;
+  Ref self_read(frame_var(caller, g_call_names.self));
+  if (!self_read && PyErr_Occurred()) return -1;
+  Ref key_read(frame_var(caller, g_call_names.key));
+  if (!key_read && PyErr_Occurred()) return -1;
+  return self_read.get() == tuner && key_read.get() == key;
 }
 
 PyObject* caller_framed_launch(PyObject* self, PyObject* launcher, PyObject* const* args, Py_ssize_t n,
@@ -687,13 +695,34 @@ PyObject* caller_framed_launch(PyObject* self, PyObject* launcher, PyObject* con
   Tuner* t = reinterpret_cast<Tuner*>(self);
   if (t->config == nullptr || PyTuple_GET_ITEM(t->config, CALLER_CODE) == Py_None)
     return launch_vector(launcher, args, n, kwnames);
-  // Borrowed: the Python frame whose code called `run`, when that code is Triton's `Autotuner.run`.
-  PyFrameObject* caller = running_frame_of(PyTuple_GET_ITEM(t->config, CALLER_CODE));
-  if (caller == nullptr) return launch_vector(launcher, args, n, kwnames);
   Ref config(Py_NewRef(t->config));
-  Ref held(Py_NewRef(reinterpret_cast<PyObject*>(caller)));
+  PyObject* code = PyTuple_GET_ITEM(config.get(), CALLER_CODE);
+  Ref tuner, key;
+  if (t->in_place >= 0) {
+    // Only when the running Python code is Triton's `Autotuner.run`: its `self` and its tuning `key`.
+    InterpreterFrameHead* head = running_head_of(code);
+    if (head == nullptr) return launch_vector(launcher, args, n, kwnames);
+    tuner.reset(Py_XNewRef(var_in_place(head, t->self_place)));
+    key.reset(Py_XNewRef(var_in_place(head, t->key_place)));
+    if (t->in_place == 0) {
+      int same = same_as_frame_reads(code, tuner.get(), key.get());
+      if (same < 0) return nullptr;
+      t->in_place = same ? 1 : -1;
+    }
+    if (t->in_place > 0) ++t->caller_in_place;
+  }
+  if (t->in_place < 0) {
+    // The same through the frame's object (made if it had none): Python 3.11, or what was read in place
+    // differed from it.
+    PyFrameObject* caller = running_frame_of(code);
+    if (caller == nullptr) return launch_vector(launcher, args, n, kwnames);
+    tuner.reset(frame_var(caller, g_call_names.self));
+    key.reset(tuner ? frame_var(caller, g_call_names.key) : nullptr);
+    PyErr_Clear();  // what cannot be read here (never seen) leaves the launch unframed rather than failing it
+  }
+  if (!tuner) return launch_vector(launcher, args, n, kwnames);
   try {
-    return framed_from(t, config.get(), caller, launcher, args, n, kwnames);
+    return framed_from(t, config.get(), code, tuner.get(), key.get(), launcher, args, n, kwnames);
   } catch (...) {  // nothing here throws; a C++ exception must not cross into Python
     PyErr_SetString(PyExc_RuntimeError, "TileLens's compiled tuner failed");
     return nullptr;
@@ -715,6 +744,9 @@ PyObject* tuner_new(PyTypeObject* type, PyObject* args, PyObject*) {
   for (PyObject*& p : t->seen) p = nullptr;
   for (Tuner::CallerSeen& c : t->callers) c = Tuner::CallerSeen{nullptr, -1};
   t->caller_framed = 0;
+  t->self_place = t->key_place = VarPlace{};
+  t->in_place = -1;
+  t->caller_in_place = 0;
   t->spare_frame = nullptr;
   PyObject_GC_Track(t);
   return reinterpret_cast<PyObject*>(t);
@@ -757,6 +789,10 @@ PyObject* tuner_configure(PyObject* self, PyObject* args) {
     for (int i = 0; i < NTUNER; ++i)
       PyTuple_SET_ITEM(config.get(), i, Py_NewRef(i < n ? PyTuple_GET_ITEM(args, i) : Py_None));
   }
+  PyObject* code = PyTuple_GET_ITEM(config.get(), CALLER_CODE);
+  t->self_place = var_place(code, g_call_names.self);
+  t->key_place = var_place(code, g_call_names.key);
+  t->in_place = t->self_place.at >= 0 && t->key_place.at >= 0 ? 0 : -1;
   Py_XSETREF(t->config, config.release());
   Py_RETURN_NONE;
 }
@@ -775,6 +811,8 @@ PyMemberDef tuner_members[] = {
     {"fallbacks", T_PYSSIZET, offsetof(Tuner, fallbacks), READONLY, "calls given to Python"},
     {"caller_framed", T_PYSSIZET, offsetof(Tuner, caller_framed), READONLY,
      "launches framed from their autotuner's Python frame"},
+    {"caller_in_place", T_PYSSIZET, offsetof(Tuner, caller_in_place), READONLY,
+     "of those, launches whose autotuner's variables were read in its running frame, without its frame object"},
     {nullptr, 0, 0, 0, nullptr}};
 
 PyObject* tuner_spare(PyObject* self, void*) {

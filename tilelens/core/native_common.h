@@ -245,6 +245,105 @@ inline PyFrameObject* running_frame_of(PyObject* code) {
 #endif
 }
 
+// Reading a running frame's variables in place (Python 3.12 and 3.13, the default build): a launch framed from
+// its autotuner's frame reads two variables there, and asking CPython for them (`PyFrame_GetVar`) first makes
+// that frame's object (an allocation, tracked by the collector and freed when the call returns) and then
+// finds each name among the code's. The running interpreter frame's variables lie in its `localsplus` array,
+// one slot per local, cell and free variable in the order of the code's `co_localsplusnames` (a public field
+// of `PyCodeObject` in these versions); a cell variable's slot holds its cell. `InterpreterFrameHead` is the
+// head of CPython's internal `_PyInterpreterFrame` (Include/internal/pycore_frame.h), the same in 3.12 and
+// 3.13: eight pointers, an int, a uint16 and a char before `localsplus`. Being internal, it is never trusted
+// unchecked: native_calls.cpp compares its first reads with `PyFrame_GetVar`'s and stops reading in place
+// when they differ. Elsewhere (`TL_FRAMES_IN_PLACE` 0) nothing is found in place and the frame's object is read.
+#if PY_VERSION_HEX >= 0x030C0000 && PY_VERSION_HEX < 0x030E0000 && !defined(Py_GIL_DISABLED)
+#define TL_FRAMES_IN_PLACE 1
+#else
+#define TL_FRAMES_IN_PLACE 0
+#endif
+constexpr bool kFramesInPlace = TL_FRAMES_IN_PLACE;
+struct InterpreterFrameHead {
+  PyObject* code;
+  void* previous;
+  PyObject* funcobj;
+  PyObject* globals;
+  PyObject* builtins;
+  PyObject* locals;
+  PyObject* frame_obj;
+  void* instr;
+  int stacktop;
+  uint16_t return_offset;
+  char owner;
+  PyObject* localsplus[1];
+};
+
+// Where the variable `name` of `code`'s frames lies among their `localsplus` slots (`at`; -1 when it is not
+// one of the code's own locals or cells, or frames are not read in place here) and whether that slot holds
+// its cell. The same for every frame of the code.
+struct VarPlace {
+  Py_ssize_t at = -1;
+  bool cell = false;
+};
+
+inline VarPlace var_place(PyObject* code, PyObject* name) {
+  VarPlace place;
+#if TL_FRAMES_IN_PLACE
+  if (code == nullptr || !PyCode_Check(code)) return place;
+  PyCodeObject* co = reinterpret_cast<PyCodeObject*>(code);
+  PyObject* names = co->co_localsplusnames;
+  PyObject* kinds = co->co_localspluskinds;
+  if (!PyTuple_Check(names) || !PyBytes_Check(kinds) || PyBytes_GET_SIZE(kinds) != PyTuple_GET_SIZE(names) ||
+      PyTuple_GET_SIZE(names) != co->co_nlocalsplus)
+    return place;
+  constexpr unsigned char kCell = 0x40, kFree = 0x80;  // CO_FAST_CELL, CO_FAST_FREE (pycore_code.h)
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(names); ++i) {
+    int equal = PyUnicode_Compare(PyTuple_GET_ITEM(names, i), name);
+    if (equal == -1 && PyErr_Occurred()) {
+      PyErr_Clear();
+      return place;
+    }
+    if (equal != 0) continue;
+    unsigned char kind = static_cast<unsigned char>(PyBytes_AS_STRING(kinds)[i]);
+    if (kind & kFree) return place;  // a free variable's cell is the enclosing function's: not read here
+    place.at = i;
+    place.cell = (kind & kCell) != 0;
+    return place;
+  }
+#else
+  (void)code;
+  (void)name;
+#endif
+  return place;
+}
+
+// The running interpreter frame when its code is `code` (compared through CPython's own accessor), else
+// nullptr (no exception, no frame object made).
+inline InterpreterFrameHead* running_head_of(PyObject* code) {
+#if TL_FRAMES_IN_PLACE
+  PyThreadState* ts = PyThreadState_Get();
+#if PY_VERSION_HEX >= 0x030D0000
+  struct _PyInterpreterFrame* running = ts->current_frame;
+#else
+  struct _PyInterpreterFrame* running = ts->cframe != nullptr ? ts->cframe->current_frame : nullptr;
+#endif
+  if (running == nullptr) return nullptr;
+  PyObject* now = PyUnstable_InterpreterFrame_GetCode(running);
+  Py_XDECREF(now);  // the frame holds it
+  return now == code ? reinterpret_cast<InterpreterFrameHead*>(running) : nullptr;
+#else
+  (void)code;
+  return nullptr;
+#endif
+}
+
+// The value of the variable at `place` in the running frame `head` (borrowed; nullptr when unbound, or when
+// the slot does not hold what `place` says: a cell where a cell should be).
+inline PyObject* var_in_place(InterpreterFrameHead* head, VarPlace place) {
+  if (place.at < 0) return nullptr;
+  PyObject* slot = head->localsplus[place.at];
+  if (!place.cell) return slot;
+  return slot != nullptr && PyCell_Check(slot) ? PyCell_GET(slot) : nullptr;
+}
+
 // The variable `name` of the Python frame `frame` as its code sees it now (a cell's content), as a new
 // reference; nullptr without an exception when it is unbound, with one when reading failed. Python 3.12 on
 // read it in place (`PyFrame_GetVar`); 3.11 through the frame's locals dict, brought up to date first. Not
