@@ -165,14 +165,17 @@ def run(
     launches_per_step: int,
     *,
     sync: Callable[[], Any],
-    rounds: int = 120,
+    rounds: int | None = None,
     reps: int = 4,
     variants: tuple[str, ...] = VARIANTS,
     steps: int = 4,
     lead: int = 4,
 ) -> dict[str, list[dict[str, Any]]]:
-    """``interleaved``'s figures per variant, ``reps`` of each, the variants alternating."""
-    from benchmarks.compiled_step import interleaved
+    """``interleaved``'s figures per variant, ``reps`` of each, the variants alternating (``rounds``: the
+    bench's ``INTERLEAVED_ROUNDS`` when None)."""
+    from benchmarks.compiled_step import INTERLEAVED_ROUNDS, interleaved
+
+    rounds = INTERLEAVED_ROUNDS if rounds is None else rounds
 
     unknown = set(variants) - set(VARIANTS)
     if unknown:
@@ -212,7 +215,9 @@ def main(argv: list[str]) -> int:
         return child_main()
     parser = argparse.ArgumentParser(prog="python -m benchmarks.cost_split")
     parser.add_argument("--stand-in", action="store_true", help="the CPU stand-in step (no GPU)")
-    parser.add_argument("--rounds", type=int, default=120)
+    parser.add_argument(
+        "--rounds", type=int, default=None, help="rounds per estimate (default: the bench's, 480)"
+    )
     parser.add_argument("--reps", type=int, default=4)
     parser.add_argument("--variants", default=",".join(VARIANTS))
     args = parser.parse_args(argv)
