@@ -464,9 +464,12 @@ class CompiledRouter(TuningFrames):
         return text
 
     def _attach(self, stack: list[Frame], handle: Any) -> None:
+        """The innermost tuner frame gets the launch's handle, unless its ``launch`` is False (no handle
+        wanted: a call framed from its autotuner's frame that did not tune)."""
         for f in reversed(stack):
             if f.tuner:
-                f.launch = handle
+                if f.launch is not False:
+                    f.launch = handle
                 return
 
     def _record(

@@ -21,7 +21,7 @@ namespace tilelens_native {
 namespace {
 
 struct CallNames {
-  PyObject *trace, *launch, *warmup, *configs, *cache, *stack, *configs_timings, *grid, *self, *key;
+  PyObject *trace, *launch, *warmup, *configs, *cache, *stack, *configs_timings, *grid, *self, *key, *pruned_configs;
 } g_call_names;
 
 // ---------------------------------------------------------------------------------------------------------
@@ -241,10 +241,10 @@ struct Tuner {
   static constexpr int kCallerBits = 4;
   CallerSeen callers[1 << kCallerBits];
   Py_ssize_t caller_framed;
-  // Where `Autotuner.run`'s `self` and `key` lie in its running frames (`var_place`), and whether they are
-  // read there: 1 yes (the first such read matched `PyFrame_GetVar`'s), 0 not yet checked, -1 no (through the
-  // frame's object). Set by each configuration.
-  VarPlace self_place, key_place;
+  // Where `Autotuner.run`'s `self`, `key` and `pruned_configs` lie in its running frames (`var_place`), and
+  // whether they are read there: 1 yes (the first such read matched `PyFrame_GetVar`'s), 0 not yet checked,
+  // -1 no (through the frame's object). Set by each configuration.
+  VarPlace self_place, key_place, pruned_place;
   int in_place;
   Py_ssize_t caller_in_place;  // launches whose autotuner's variables were read in place
   // A frame of the last call, its slots emptied, when no one else held it as the call ended (`FrameLease`),
@@ -594,11 +594,13 @@ PyObject* tune_vector(PyObject* self, PyObject* const* args, Py_ssize_t nargs, P
 // makes reaches the `Intercept` of `JITFunction.run` with that `run`'s Python frame as the running one. The
 // launch then gets the frame the tuner would have made (`Frame(tuner, key, (), 0, None, True)`, `tuned` when
 // the autotuner has more than one config), its values read from that Python frame (`self`, and `key`, the
-// tuning key Triton just made), on this thread's stack while the launcher runs. When the autotuner's cache
-// changed size since its last launch framed here (or it is new here), `caller_after(tuner, frame,
-// python_frame)` (the router's `_after_caller_tuner`) then tells whether this call tuned, also when the
-// launch raised. Every other launch goes to the launcher as it is. What this saves against intercepting the
-// autotuner: a C call into Python per autotuned call, with its frame, plan lookups and tuple of arguments.
+// tuning key Triton just made), on this thread's stack while the launcher runs. When the call may have tuned
+// (read in place: `pruned_configs` is bound in that frame; else: the autotuner's cache changed size since its
+// last launch framed here, or it is new here), `caller_after(tuner, frame, python_frame)` (the router's
+// `_after_caller_tuner`) then tells whether it did, also when the launch raised; any other call's frame has
+// `launch` False, so that no launch handle is made for it. Every other launch goes to the launcher as it is.
+// What this saves against intercepting the autotuner: a C call into Python per autotuned call, with its
+// frame, plan lookups and tuple of arguments.
 
 // The Tuner's remembered cache size of `tuner` (-1 when it is new here).
 Tuner::CallerSeen& caller_seen(Tuner* t, PyObject* tuner) {
@@ -630,12 +632,18 @@ TL_COLD PyObject* new_stack(PyObject* config) {
 }
 
 // The launch with `tuner`'s frame (`key`: its tuning key, or nullptr when unbound) on this thread's stack.
-// `code` is `Autotuner.run`'s: its running frame's object is made only when this call may have tuned.
-PyObject* framed_from(Tuner* t, PyObject* config, PyObject* code, PyObject* tuner, PyObject* key,
+// `code` is `Autotuner.run`'s: its running frame's object is made only when this call may have tuned, which
+// `may_have_tuned` tells (1 or 0: `pruned_configs` was bound in that frame, read in place) or, when -1, the
+// autotuner's cache having changed size since its last launch framed here. A call that cannot have tuned
+// wants no launch handle on its frame (`launch` False: the launcher attaches none).
+PyObject* framed_from(Tuner* t, PyObject* config, PyObject* code, PyObject* tuner, PyObject* key, int may_have_tuned,
                       PyObject* launcher, PyObject* const* args, Py_ssize_t n, PyObject* kwnames) {
   TL_STAMP(entered);
-  Py_ssize_t size = cache_size(tuner);
-  bool changed = size != caller_seen(t, tuner).cache_size;
+  bool changed = may_have_tuned > 0;
+  if (may_have_tuned < 0) {
+    Py_ssize_t size = cache_size(tuner);
+    changed = size != caller_seen(t, tuner).cache_size;
+  }
   Ref stack(t->local_dict.get(PyTuple_GET_ITEM(config, LOCAL), g_call_names.stack));
   if (!stack) return nullptr;
   if (!PyList_CheckExact(stack.get())) {
@@ -646,7 +654,8 @@ PyObject* framed_from(Tuner* t, PyObject* config, PyObject* code, PyObject* tune
   Ref zero(PyLong_FromLong(0));
   if (!empty || !zero) return nullptr;
   PyObject* tuned = key != nullptr ? Py_True : Py_False;
-  PyObject* values[NFRAME] = {tuner,   key != nullptr ? key : Py_None, empty.get(), zero.get(), Py_None, Py_True,
+  PyObject* handle = changed ? Py_None : Py_False;
+  PyObject* values[NFRAME] = {tuner,   key != nullptr ? key : Py_None, empty.get(), zero.get(), handle, Py_True,
                               Py_None, tuned,                          Py_None,     Py_None,    Py_None};
   PyTypeObject* frame_type = reinterpret_cast<PyTypeObject*>(PyTuple_GET_ITEM(config, FRAME_TYPE));
   Py_ssize_t offsets[NFRAME];  // this call's: a configuration meanwhile may change the tuner's
@@ -664,7 +673,7 @@ PyObject* framed_from(Tuner* t, PyObject* config, PyObject* code, PyObject* tune
   PyErr_Fetch(&type, &value, &tb);
   int popped = pop_frame(stack.get());
   if (popped == 0 && changed) {
-    caller_seen(t, tuner).cache_size = cache_size(tuner);
+    if (may_have_tuned < 0) caller_seen(t, tuner).cache_size = cache_size(tuner);
     PyFrameObject* caller = running_frame_of(code);  // still the autotuner's: this C call is its
     Ref done(caller != nullptr ? call_n(PyTuple_GET_ITEM(config, CALLER_AFTER),
                                         {tuner, frame.get(), reinterpret_cast<PyObject*>(caller)})
@@ -677,17 +686,19 @@ PyObject* framed_from(Tuner* t, PyObject* config, PyObject* code, PyObject* tune
   return end_finally(popped, result, type, value, tb);
 }
 
-// Whether the variables read in place (`tuner`, `key`) are those `PyFrame_GetVar` reads in the running frame
-// (`code`'s): asked of a tuner's first launch read in place after each configuration. The frame's object is
-// made for it once; nullptr and an exception when reading failed.
-TL_COLD int same_as_frame_reads(PyObject* code, PyObject* tuner, PyObject* key) {
+// Whether the variables read in place (`tuner`, `key`, `pruned`) are those `PyFrame_GetVar` reads in the
+// running frame (`code`'s): asked of a tuner's first launch read in place after each configuration. The frame's
+// object is made for it once; -1 and an exception when reading failed.
+TL_COLD int same_as_frame_reads(PyObject* code, PyObject* tuner, PyObject* key, PyObject* pruned) {
   PyFrameObject* caller = running_frame_of(code);
   if (caller == nullptr) return PyErr_Occurred() ? -1 : 0;
   Ref self_read(frame_var(caller, g_call_names.self));
   if (!self_read && PyErr_Occurred()) return -1;
   Ref key_read(frame_var(caller, g_call_names.key));
   if (!key_read && PyErr_Occurred()) return -1;
-  return self_read.get() == tuner && key_read.get() == key;
+  Ref pruned_read(frame_var(caller, g_call_names.pruned_configs));
+  if (!pruned_read && PyErr_Occurred()) return -1;
+  return self_read.get() == tuner && key_read.get() == key && pruned_read.get() == pruned;
 }
 
 PyObject* caller_framed_launch(PyObject* self, PyObject* launcher, PyObject* const* args, Py_ssize_t n,
@@ -698,18 +709,24 @@ PyObject* caller_framed_launch(PyObject* self, PyObject* launcher, PyObject* con
   Ref config(Py_NewRef(t->config));
   PyObject* code = PyTuple_GET_ITEM(config.get(), CALLER_CODE);
   Ref tuner, key;
+  int may_have_tuned = -1;
   if (t->in_place >= 0) {
-    // Only when the running Python code is Triton's `Autotuner.run`: its `self` and its tuning `key`.
+    // Only when the running Python code is Triton's `Autotuner.run`: its `self`, its tuning `key`, and
+    // `pruned_configs`, bound only when the call did not find its key in the cache (`compat.AUTOTUNER_RUN_LOCALS`).
     InterpreterFrameHead* head = running_head_of(code);
     if (head == nullptr) return launch_vector(launcher, args, n, kwnames);
     tuner.reset(Py_XNewRef(var_in_place(head, t->self_place)));
     key.reset(Py_XNewRef(var_in_place(head, t->key_place)));
+    PyObject* pruned = var_in_place(head, t->pruned_place);
     if (t->in_place == 0) {
-      int same = same_as_frame_reads(code, tuner.get(), key.get());
+      int same = same_as_frame_reads(code, tuner.get(), key.get(), pruned);
       if (same < 0) return nullptr;
       t->in_place = same ? 1 : -1;
     }
-    if (t->in_place > 0) ++t->caller_in_place;
+    if (t->in_place > 0) {
+      ++t->caller_in_place;
+      may_have_tuned = pruned != nullptr;
+    }
   }
   if (t->in_place < 0) {
     // The same through the frame's object (made if it had none): Python 3.11, or what was read in place
@@ -722,7 +739,7 @@ PyObject* caller_framed_launch(PyObject* self, PyObject* launcher, PyObject* con
   }
   if (!tuner) return launch_vector(launcher, args, n, kwnames);
   try {
-    return framed_from(t, config.get(), code, tuner.get(), key.get(), launcher, args, n, kwnames);
+    return framed_from(t, config.get(), code, tuner.get(), key.get(), may_have_tuned, launcher, args, n, kwnames);
   } catch (...) {  // nothing here throws; a C++ exception must not cross into Python
     PyErr_SetString(PyExc_RuntimeError, "TileLens's compiled tuner failed");
     return nullptr;
@@ -744,7 +761,7 @@ PyObject* tuner_new(PyTypeObject* type, PyObject* args, PyObject*) {
   for (PyObject*& p : t->seen) p = nullptr;
   for (Tuner::CallerSeen& c : t->callers) c = Tuner::CallerSeen{nullptr, -1};
   t->caller_framed = 0;
-  t->self_place = t->key_place = VarPlace{};
+  t->self_place = t->key_place = t->pruned_place = VarPlace{};
   t->in_place = -1;
   t->caller_in_place = 0;
   t->spare_frame = nullptr;
@@ -792,7 +809,8 @@ PyObject* tuner_configure(PyObject* self, PyObject* args) {
   PyObject* code = PyTuple_GET_ITEM(config.get(), CALLER_CODE);
   t->self_place = var_place(code, g_call_names.self);
   t->key_place = var_place(code, g_call_names.key);
-  t->in_place = t->self_place.at >= 0 && t->key_place.at >= 0 ? 0 : -1;
+  t->pruned_place = var_place(code, g_call_names.pruned_configs);
+  t->in_place = t->self_place.at >= 0 && t->key_place.at >= 0 && t->pruned_place.at >= 0 ? 0 : -1;
   Py_XSETREF(t->config, config.release());
   Py_RETURN_NONE;
 }
@@ -873,11 +891,11 @@ bool frame_offsets(PyObject* type_object, Py_ssize_t* offsets) {
 
 int add_call_types(PyObject* module) {
   const char* names[] = {"_tilelens_trace", "launch", "warmup", "configs", "cache", "stack", "configs_timings",
-                         "grid", "self", "key"};
+                         "grid", "self", "key", "pruned_configs"};
   PyObject** slots[] = {&g_call_names.trace,  &g_call_names.launch, &g_call_names.warmup,
                         &g_call_names.configs, &g_call_names.cache, &g_call_names.stack,
                         &g_call_names.configs_timings, &g_call_names.grid, &g_call_names.self,
-                        &g_call_names.key};
+                        &g_call_names.key, &g_call_names.pruned_configs};
   for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); ++i) {
     *slots[i] = PyUnicode_InternFromString(names[i]);
     if (*slots[i] == nullptr) return -1;

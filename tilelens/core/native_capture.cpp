@@ -1144,15 +1144,23 @@ struct Frames {
   }
 };
 
-// The router's `_attach`: the innermost tuner frame on `stack` gets the launch's handle.
-int attach(const Frames& frames, PyObject* stack, PyObject* handle) {
+// The router's `_attach`: the innermost tuner frame on `stack` gets the launch's handle (`handle()` makes it),
+// unless that frame's `launch` is False (a call that did not tune: no handle wanted, none made).
+template <typename Handle>
+int attach(const Frames& frames, PyObject* stack, Handle&& handle) {
   for (Py_ssize_t i = PyList_GET_SIZE(stack) - 1; i >= 0; --i) {
     PyObject* frame = PyList_GET_ITEM(stack, i);
     Ref tuner(frames.get(frame, tilelens_native::FRAME_TUNER, g_names.tuner));
     if (!tuner) return -1;
     int is = PyObject_IsTrue(tuner.get());
     if (is < 0) return -1;
-    if (is) return frames.set(frame, tilelens_native::FRAME_LAUNCH, g_names.launch, handle);
+    if (!is) continue;
+    if (Py_TYPE(frame) == frames.type &&
+        tilelens_native::frame_slot(frame, frames.offsets, tilelens_native::FRAME_LAUNCH) == Py_False)
+      return 0;
+    PyObject* made = handle();
+    if (made == nullptr) return -1;
+    return frames.set(frame, tilelens_native::FRAME_LAUNCH, g_names.launch, made);
   }
   return 0;
 }
@@ -2662,10 +2670,7 @@ PyObject* launch(Launcher* l, LaunchArgs& a) {
       }
       TL_PART(PART_QUEUE, queueing);
       TL_STAMP(attaching);
-      if (PyList_GET_SIZE(stack.get())) {
-        PyObject* handle = n.get();
-        if (handle == nullptr || attach(frames, stack.get(), handle) < 0) return nullptr;
-      }
+      if (PyList_GET_SIZE(stack.get()) && attach(frames, stack.get(), [&n] { return n.get(); }) < 0) return nullptr;
       ++l->steady;
       TL_PART(PART_ATTACH, attaching);
       return result.release();
