@@ -27,7 +27,9 @@ class Frame:
     key: tuple[Any, ...] | None = None
     heuristics: tuple[str, ...] = ()
     trials: int = 0
-    launch: Any = None  # the handle of the launch this tuning made; False: none wanted (a call that did not tune)
+    # The handle of the launch this tuning made; False: none wanted (a call framed from its autotuner's frame
+    # that did not tune).
+    launch: Any = None
     tuner: bool = False  # ``layer`` is an Autotuner
     key_text: str | None = None  # ``str(key)``, made by the first launch that needs it
     tuned: bool = False  # an Autotuner with more than one config: its launches have a tuning key
