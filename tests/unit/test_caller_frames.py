@@ -52,8 +52,9 @@ def _record_each_way(
 ) -> dict[str, tuple[Any, ...]]:
     """``program(kernel)`` recorded each way, each with a fresh ``make()`` (its autotuner's cache empty): per
     mode the rows, the events, whether ``Autotuner.run`` was Triton's own while recording, and the
-    tuner's counts: (caller-framed, framed), the first of them also the caller-framed launches whose
-    autotuner's variables were read in its running frame (:data:`IN_PLACE`: Python 3.12 and 3.13)."""
+    tuner's counts: (caller-framed, of those whose frame the launcher needed made, framed); the caller-framed
+    are also the launches whose autotuner's variables were read in its running frame (:data:`IN_PLACE`:
+    Python 3.12 and 3.13)."""
     out = {}
     for mode in MODES:
         monkeypatch.setenv("TILELENS_NATIVE", "0" if mode == "python" else "1")
@@ -65,7 +66,11 @@ def _record_each_way(
             own_run = compat.Autotuner.run is interpreter.original_run(compat.Autotuner)
             program(kernel)
             tuner = rec._compiled._tuner if rec._compiled is not None else None
-            counts = None if tuner is None else (tuner.caller_framed, tuner.steady + tuner.fallbacks)
+            counts = (
+                None
+                if tuner is None
+                else (tuner.caller_framed, tuner.caller_made, tuner.steady + tuner.fallbacks)
+            )
             if tuner is not None:
                 assert tuner.caller_in_place == (tuner.caller_framed if IN_PLACE else 0)
         assert rec.write_failure is None
@@ -121,8 +126,10 @@ def test_keys_alternating_store_the_same_launches_and_events_every_way(
     assert (rows, events) == got["framed"][:2] == got["python"][:2]
     assert own_run is True and got["framed"][2] is False and got["python"][2] is False
     # Seven launches framed from the autotuner's frame, none of its calls intercepted; framed, all seven
-    # calls went through the compiled tuner.
-    assert counts == (7, 0) and got["framed"][3] == (0, 7)
+    # calls went through the compiled tuner. Of the four calls that did not tune, three (the 2nd, 4th and 5th
+    # launches) missed the launcher's kept templates and had their frame made for its slower tests; the 6th
+    # found its kept template with the frame read where the tuner left it, and none was made.
+    assert counts == (7, 3, 0) and got["framed"][3] == (0, 0, 7)
     assert [r[0]["tuning_key"] for r in rows] == [
         f"({n}, 'torch.float32', 'torch.float32')" for n in (64, 64, 48, 64, 48, 48, 40)
     ]
@@ -324,3 +331,24 @@ def test_a_launch_made_by_a_configs_pre_hook_is_the_hooks_not_the_autotuners(
     assert [r[0]["tuning_key"] for r in rows] == [None, "(64, 'torch.float32', 'torch.float32')"] * 3
     assert ["autotune" in r[0]["config"] for r in rows] == [False, True] * 3
     assert len(events) == 1 and events[0][5] == _launch_ids(db, blobs)[1]
+
+
+def test_a_steady_launch_of_an_autotuner_makes_no_frame(
+    tmp_path: Path, native_module: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A call that found its key in the cache hands its frame to the launcher unmade; a launch found among
+    the kept templates reads it there, and only the launches the slower tests see have it made. The records
+    are those of the intercepted path, field for field."""
+
+    def program(kernel: Any) -> None:
+        for _ in range(12):
+            _call(kernel, 64)
+
+    got = _record_each_way(tmp_path, monkeypatch, _autotuned, program)
+    rows, events, _own_run, counts = got["caller"]
+    assert (rows, events) == got["framed"][:2]
+    assert len(rows) == 12 and len(events) == 1
+    # The 1st call tuned (its frame made by the tuner, as always); the 2nd and 3rd launches missed the
+    # launcher's kept templates and had their frames made for its slower tests; the nine after them made none.
+    assert counts == (12, 2, 0)
+    assert {r[0]["tuning_key"] for r in rows} == {"(64, 'torch.float32', 'torch.float32')"}

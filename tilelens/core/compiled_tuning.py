@@ -6,10 +6,12 @@ routed there. Two ways to frame an autotuner's call: intercept it (``tune``, or 
 with Triton's ``Autotuner.run`` called inside), or, where the compiled module reads Python frames
 (``caller_tuner``), leave ``Autotuner.run`` as it is and frame the launch it makes from that call's own
 locals (``native_calls.cpp``, ``caller_framed_launch``; ``heuristics`` below for a heuristics layer under
-it), with its tuning told afterwards (``_after_caller_tuner``). Both store the same rows
+it), with its tuning told afterwards (``_after_caller_tuner``). A call that did not tune hands its frame to
+the compiled launcher unmade; Python never sees such a frame until the launcher, leaving its steady path,
+has it made and put on the stack (``native_common.h``, ``CallerFrame``). Both ways store the same rows
 (``tests/unit/test_caller_frames.py``, ``tests/unit/test_native_calls.py``). Invariants: a frame is on the
-stack only while its call runs; a launch is recorded with the frames of its own kernel's layers only
-(``_frames_of``).
+stack only while its call runs (an unmade caller frame: from when it is made to the call's end); a launch is
+recorded with the frames of its own kernel's layers only (``_frames_of``).
 """
 
 from __future__ import annotations
@@ -143,8 +145,9 @@ class TuningFrames:
             self._tuning_event(tuner, frame, timed, timed and frame.trials == 0)
 
     def _after_caller_tuner(self, tuner: Any, frame: Frame, caller: Any) -> None:
-        """After a launch framed from its autotuner's Python frame ``caller`` (``caller_tuner``), whose cache
-        changed size since: when this very call did not find its key in the cache, its tuning's event
+        """After a launch framed from its autotuner's Python frame ``caller`` (``caller_tuner``) by a call that
+        may have tuned (``pruned_configs`` bound there, or the autotuner's cache changed size since its last
+        such launch): when this very call did not find its key in the cache, its tuning's event
         (``compat.autotune_call_tuning``: benchmarked or read from Triton's disk cache, or one pruned config
         taken as it is)."""
         tuning = compat.autotune_call_tuning(caller)

@@ -247,6 +247,7 @@ struct Tuner {
   VarPlace self_place, key_place, pruned_place;
   int in_place;
   Py_ssize_t caller_in_place;  // launches whose autotuner's variables were read in place
+  Py_ssize_t caller_made;  // launches of calls that did not tune whose frame the launcher had made (`PendingCaller`)
   // A frame of the last call, its slots emptied, when no one else held it as the call ended (`FrameLease`),
   // or nullptr. Owned; cleared with the configuration.
   PyObject* spare_frame;
@@ -631,11 +632,39 @@ TL_COLD PyObject* new_stack(PyObject* config) {
   return stack.release();
 }
 
+// A caller frame (`CallerFrame`) as `framed_from` hands it to the launcher: `push` makes it the `Frame` a
+// tuned call's would be, `launch` False (no handle wanted), and appends it to the stack. Its frame, once
+// made, is dropped with it.
+struct PendingCaller : CallerFrame {
+  PyTypeObject* type;
+  const Py_ssize_t* offsets;
+
+  PendingCaller(PyObject* tuner_, PyObject* key_, PyObject* stack_, PyTypeObject* type_, const Py_ssize_t* offsets_)
+      : CallerFrame{tuner_, key_, stack_, &PendingCaller::make, nullptr}, type(type_), offsets(offsets_) {}
+  ~PendingCaller() { Py_CLEAR(frame); }
+  PendingCaller(const PendingCaller&) = delete;
+  PendingCaller& operator=(const PendingCaller&) = delete;
+
+  static int make(CallerFrame* c) {
+    PendingCaller* p = static_cast<PendingCaller*>(c);
+    Ref empty(PyTuple_New(0));
+    Ref zero(PyLong_FromLong(0));
+    if (!empty || !zero) return -1;
+    PyObject* tuned = p->key != nullptr ? Py_True : Py_False;
+    PyObject* values[NFRAME] = {p->tuner, p->key != nullptr ? p->key : Py_None, empty.get(), zero.get(), Py_False,
+                                Py_True,  Py_None, tuned, Py_None, Py_None, Py_None};
+    Ref made(new_frame(p->type, p->offsets, values));
+    if (!made || PyList_Append(p->stack, made.get()) < 0) return -1;
+    p->frame = made.release();
+    return 0;
+  }
+};
+
 // The launch with `tuner`'s frame (`key`: its tuning key, or nullptr when unbound) on this thread's stack.
 // `code` is `Autotuner.run`'s: its running frame's object is made only when this call may have tuned, which
 // `may_have_tuned` tells (1 or 0: `pruned_configs` was bound in that frame, read in place) or, when -1, the
-// autotuner's cache having changed size since its last launch framed here. A call that cannot have tuned
-// wants no launch handle on its frame (`launch` False: the launcher attaches none).
+// autotuner's cache having changed size since its last launch framed here. A call that cannot have tuned has
+// its frame handed to the launcher instead (`PendingCaller`), made and pushed only if the launch needs it.
 PyObject* framed_from(Tuner* t, PyObject* config, PyObject* code, PyObject* tuner, PyObject* key, int may_have_tuned,
                       PyObject* launcher, PyObject* const* args, Py_ssize_t n, PyObject* kwnames) {
   TL_STAMP(entered);
@@ -650,16 +679,33 @@ PyObject* framed_from(Tuner* t, PyObject* config, PyObject* code, PyObject* tune
     stack.reset(new_stack(config));
     if (!stack) return nullptr;
   }
+  PyTypeObject* frame_type = reinterpret_cast<PyTypeObject*>(PyTuple_GET_ITEM(config, FRAME_TYPE));
+  Py_ssize_t offsets[NFRAME];  // this call's: a configuration meanwhile may change the tuner's
+  std::memcpy(offsets, t->offsets, sizeof(offsets));
+  if (!changed) {
+    // The launch's frame handed to the launcher, made only if the launch is not steady (`CallerFrame`).
+    PendingCaller pending(tuner, key, stack.get(), frame_type, offsets);
+    ++t->caller_framed;
+    TL_PART(PART_CALLER_BEFORE, entered);
+    Ref result(launch_vector(launcher, args, n, kwnames, &pending));
+    TL_STAMP(ran);
+    if (pending.frame == nullptr) {
+      TL_PART(PART_CALLER_AFTER, ran);
+      return result.release();
+    }
+    ++t->caller_made;
+    PyObject *type, *value, *tb;  // `finally`: off the stack, also when the launch raised
+    PyErr_Fetch(&type, &value, &tb);
+    int popped = pop_frame(stack.get());
+    TL_PART(PART_CALLER_AFTER, ran);
+    return end_finally(popped, result, type, value, tb);
+  }
   Ref empty(PyTuple_New(0));
   Ref zero(PyLong_FromLong(0));
   if (!empty || !zero) return nullptr;
   PyObject* tuned = key != nullptr ? Py_True : Py_False;
-  PyObject* handle = changed ? Py_None : Py_False;
-  PyObject* values[NFRAME] = {tuner,   key != nullptr ? key : Py_None, empty.get(), zero.get(), handle, Py_True,
+  PyObject* values[NFRAME] = {tuner,   key != nullptr ? key : Py_None, empty.get(), zero.get(), Py_None, Py_True,
                               Py_None, tuned,                          Py_None,     Py_None,    Py_None};
-  PyTypeObject* frame_type = reinterpret_cast<PyTypeObject*>(PyTuple_GET_ITEM(config, FRAME_TYPE));
-  Py_ssize_t offsets[NFRAME];  // this call's: a configuration meanwhile may change the tuner's
-  std::memcpy(offsets, t->offsets, sizeof(offsets));
   FrameLease lease(t, frame_type, offsets, values);
   Ref& frame = lease.frame;
   if (!frame) return nullptr;
@@ -764,6 +810,7 @@ PyObject* tuner_new(PyTypeObject* type, PyObject* args, PyObject*) {
   t->self_place = t->key_place = t->pruned_place = VarPlace{};
   t->in_place = -1;
   t->caller_in_place = 0;
+  t->caller_made = 0;
   t->spare_frame = nullptr;
   PyObject_GC_Track(t);
   return reinterpret_cast<PyObject*>(t);
@@ -831,6 +878,8 @@ PyMemberDef tuner_members[] = {
      "launches framed from their autotuner's Python frame"},
     {"caller_in_place", T_PYSSIZET, offsetof(Tuner, caller_in_place), READONLY,
      "of those, launches whose autotuner's variables were read in its running frame, without its frame object"},
+    {"caller_made", T_PYSSIZET, offsetof(Tuner, caller_made), READONLY,
+     "of those, launches of calls that did not tune whose frame the launcher needed made (not steady)"},
     {nullptr, 0, 0, 0, nullptr}};
 
 PyObject* tuner_spare(PyObject* self, void*) {

@@ -54,6 +54,8 @@
 namespace {
 
 using tilelens_native::call_n;
+using tilelens_native::caller_pushed;
+using tilelens_native::CallerFrame;
 using tilelens_native::Ref;
 
 PyObject* g_tensor_type = nullptr;  // torch.Tensor (exact type only, as `type(v) is torch.Tensor`)
@@ -1428,11 +1430,14 @@ void options_words(PyObject* k, const LaunchArgs& a, const Slots& slots, PlanCac
 // The frames of `frames_key(frames, stack)` as words: per frame its layer (by identity) and, for an
 // autotuner's, its tuning key and key values (made from `args` and `positions` as `key_values` makes them,
 // without making them), for a heuristics layer's, its values. Not `ok` for a frame of another class or
-// anything a frame's slots hold that `KeyWords` does not take.
-void frames_words(const Frames& frames, PyObject* stack, KeyWords& words) {
+// anything a frame's slots hold that `KeyWords` does not take. `caller`, when not yet pushed, is the innermost
+// frame: its words are put as the `Frame` it would be made into (`CallerFrame`) puts them.
+void frames_words(const Frames& frames, PyObject* stack, KeyWords& words, const CallerFrame* caller) {
   Py_ssize_t n = PyList_GET_SIZE(stack);
+  bool pending = caller != nullptr && caller->frame == nullptr;
   words.put(KeyWords::W_FRAMES);
-  words.put(static_cast<uint64_t>(n));
+  words.put(static_cast<uint64_t>(n + pending));
+
   for (Py_ssize_t i = 0; words.ok && i < n; ++i) {
     PyObject* frame = PyList_GET_ITEM(stack, i);
     if (Py_TYPE(frame) != frames.type) {
@@ -1490,6 +1495,12 @@ void frames_words(const Frames& frames, PyObject* stack, KeyWords& words) {
       }
       words.value(PyTuple_GET_ITEM(args, at));
     }
+  }
+  if (pending && words.ok) {
+    words.put(KeyWords::W_TUNER);
+    words.obj(caller->tuner);
+    words.value(caller->key != nullptr ? caller->key : Py_None);
+    words.value(Py_None);  // its key values: None, with its args and positions
   }
 }
 
@@ -1564,7 +1575,7 @@ TL_COLD int slower_tests(const Config& f, const Frames& frame_slots, const Slots
   KeyWords now_words;
   Py_ssize_t again = 0;  // counted once a launch, above
   options_words(k, a, slots, kept.plan, now_words, again);
-  if (now_words.ok) frames_words(frame_slots, stack, now_words);
+  if (now_words.ok) frames_words(frame_slots, stack, now_words, nullptr);
   if (now_words.ok && key_words.ok && now_words.n == key_words.n &&
       std::memcmp(now_words.w, key_words.w, sizeof(uint64_t) * key_words.n) == 0) {
     std::vector<PyObject*> dropped;
@@ -1595,7 +1606,7 @@ TL_COLD PyObject* table_metadata(PyObject* table, PyObject* result) {
 // `words` when they fit it and the launcher queues (`QUEUE`), else as the list `values`. 0: a new template, or
 // anything unusual, or a failure (any exception is cleared by the caller): Python decides, from the same facts.
 int steady(const Config& f, const Frames& frame_slots, const Slots& slots, PyObject* k, PyObject* last, PyObject* bound,
-           PyObject* result, LaunchArgs& a, PyObject* stack, Probe* probe, Ref& number, Words& words,
+           PyObject* result, LaunchArgs& a, PyObject* stack, CallerFrame* caller, Probe* probe, Ref& number, Words& words,
            Ref& values, Grid& resolved, KernelKept& kept, Py_ssize_t& plans_kept, Py_ssize_t& kept_hits) {
   TL_STAMP(capturing);
   Ref plan(slot_or_attr(k, slots.kernel, slots.kernel_at[K_FLAT_PLAN], g_names.flat_plan));
@@ -1647,7 +1658,7 @@ int steady(const Config& f, const Frames& frame_slots, const Slots& slots, PyObj
   TL_STAMP(testing_kept);
   KeyWords key_words;  // the launch's options and frames
   options_words(k, a, slots, kept.plan, key_words, plans_kept);
-  if (key_words.ok) frames_words(frame_slots, stack, key_words);
+  if (key_words.ok) frames_words(frame_slots, stack, key_words, caller);
   PyObject* found = kept.templates.find(k, f[TEMPLATES], sig, hash, metadata.get(), node.get(), key_words);
   if (found != nullptr) {
     number.reset(Py_NewRef(found));
@@ -1655,6 +1666,7 @@ int steady(const Config& f, const Frames& frame_slots, const Slots& slots, PyObj
   }
   TL_PART(PART_KEPT, testing_kept);
   if (!number) {
+    if (!caller_pushed(caller)) return -1;  // the slower tests read the stack
     int found_slower = slower_tests(f, frame_slots, slots, k, last, a, stack, sig, hash, metadata.get(), node.get(),
                                     result, key_words, kept, number);
     if (found_slower <= 0) return found_slower;
@@ -2547,13 +2559,16 @@ struct ProbeLease {
   ProbeLease& operator=(const ProbeLease&) = delete;
 };
 
-PyObject* launch(Launcher* l, LaunchArgs& a) {
+// `caller`: the launch's frame not yet on the thread's stack (`CallerFrame`), pushed before any path but the
+// steady one reads the stack; nullptr for every other launch.
+PyObject* launch(Launcher* l, LaunchArgs& a, CallerFrame* caller) {
   TL_STAMP(entered);
   if (l->slow == nullptr) {
     PyErr_SetString(PyExc_RuntimeError, "a cleared launcher");
     return nullptr;
   }
-  if (l->config == nullptr || (!a.vector() && !PyDict_CheckExact(a.kwargs.get()))) return to_slow(l->slow, a);
+  if (l->config == nullptr || (!a.vector() && !PyDict_CheckExact(a.kwargs.get())))
+    return caller_pushed(caller) ? to_slow(l->slow, a) : nullptr;
   Ref config(Py_NewRef(l->config));
   const Config f{config.get()};
   Frames frames{reinterpret_cast<PyTypeObject*>(f[FRAME_CLASS]), {}};
@@ -2585,7 +2600,7 @@ PyObject* launch(Launcher* l, LaunchArgs& a) {
   Ref stack(l->local_dict.get(f[LOCAL], g_names.stack));
   Ref k, last;
   bool mine = stack && PyList_CheckExact(stack.get());
-  if (mine && PyList_GET_SIZE(stack.get())) {  // inside a tuning: a benchmark launch is Python's
+  if (mine && (PyList_GET_SIZE(stack.get()) || caller != nullptr)) {  // inside a tuning: a benchmark launch is Python's
     Ref depth(l->thread_dict.get(f[THREAD], g_names.bench_depth));
     long d = depth ? PyLong_AsLong(depth.get()) : -1;
     mine = d == 0;
@@ -2617,7 +2632,7 @@ PyObject* launch(Launcher* l, LaunchArgs& a) {
   if (!mine) {
     PyErr_Clear();
     ++l->fallbacks;
-    return to_rest(f[REST], a, grid.get());
+    return caller_pushed(caller) ? to_rest(f[REST], a, grid.get()) : nullptr;
   }
   ProbeLease lease(l, grid.get());
   Probe* probe = lease.probe;
@@ -2654,8 +2669,8 @@ PyObject* launch(Launcher* l, LaunchArgs& a) {
     Grid resolved;
     Words words;  // on this call's stack: a finalizer run meanwhile may launch (and capture) too
     TL_PART(PART_AFTER_RUN, ran);
-    int ok = steady(f, frames, slots, k.get(), last.get(), probe->bound, result.get(), a, stack.get(), probe, number,
-                    words, values, resolved, l->kept[place], l->plans_kept, l->kept_hits);
+    int ok = steady(f, frames, slots, k.get(), last.get(), probe->bound, result.get(), a, stack.get(), caller, probe,
+                    number, words, values, resolved, l->kept[place], l->plans_kept, l->kept_hits);
     if (ok == 1) {
       TL_STAMP(queueing);
       Launched n;  // the launch's number: its handle
@@ -2670,7 +2685,10 @@ PyObject* launch(Launcher* l, LaunchArgs& a) {
       }
       TL_PART(PART_QUEUE, queueing);
       TL_STAMP(attaching);
-      if (PyList_GET_SIZE(stack.get()) && attach(frames, stack.get(), [&n] { return n.get(); }) < 0) return nullptr;
+      // A caller frame wants no handle (`CallerFrame`): not pushed, it is the innermost frame, so none is attached.
+      bool pending = caller != nullptr && caller->frame == nullptr;
+      if (!pending && PyList_GET_SIZE(stack.get()) && attach(frames, stack.get(), [&n] { return n.get(); }) < 0)
+        return nullptr;
       ++l->steady;
       TL_PART(PART_ATTACH, attaching);
       return result.release();
@@ -2678,6 +2696,7 @@ PyObject* launch(Launcher* l, LaunchArgs& a) {
     PyErr_Clear();
   }
   ++l->fallbacks;
+  if (!caller_pushed(caller)) return nullptr;
   return to_after(f[AFTER], k.get(), a, grid.get(), probe_obj, stack.get(), result.get(), error.get(), started,
                   duration);
 }
@@ -2697,7 +2716,7 @@ PyObject* launcher_vectorcall(PyObject* self, PyObject* const* args, size_t narg
       PyErr_SetString(PyExc_TypeError, "a launcher takes (jit, args tuple, kwargs dict)");
       return nullptr;
     }
-    return launch(reinterpret_cast<Launcher*>(self), a);
+    return launch(reinterpret_cast<Launcher*>(self), a, nullptr);
   } catch (...) {  // nothing here throws; a C++ exception must not cross into Python
     PyErr_SetString(PyExc_RuntimeError, "TileLens's compiled launcher failed");
     return nullptr;
@@ -2865,7 +2884,7 @@ PyModuleDef module = {PyModuleDef_HEAD_INIT, "_tilelens_capture", "TileLens's co
 bool tilelens_native::is_launcher(PyObject* o) { return Py_IS_TYPE(o, &LauncherType); }
 
 PyObject* tilelens_native::launch_vector(PyObject* launcher, PyObject* const* args, Py_ssize_t nargs,
-                                         PyObject* kwnames) {
+                                         PyObject* kwnames, CallerFrame* caller) {
   try {
     LaunchArgs a;
     a.jit = args[0];
@@ -2884,7 +2903,7 @@ PyObject* tilelens_native::launch_vector(PyObject* launcher, PyObject* const* ar
       if (dict == nullptr) return nullptr;
       a.vec = nullptr;
     }
-    return launch(reinterpret_cast<Launcher*>(launcher), a);
+    return launch(reinterpret_cast<Launcher*>(launcher), a, caller);
   } catch (...) {  // nothing here throws; a C++ exception must not cross into Python
     PyErr_SetString(PyExc_RuntimeError, "TileLens's compiled launcher failed");
     return nullptr;

@@ -393,12 +393,35 @@ inline PyObject*& frame_slot(PyObject* frame, const Py_ssize_t* offsets, int fie
 // Adds the types of native_calls.cpp (`Intercept`, `Tuner`) to the module; -1 and an exception on failure.
 int add_call_types(PyObject* module);
 
+// The frame of a launch an autotuner's own `run` makes, framed from that call's Python frame when the call
+// found its key in the cache (native_calls.cpp, `framed_from`), handed to the launcher by `launch_vector`
+// instead of a `Frame` on the thread's stack. A steady launch reads it in place (`frames_words`: the frame's
+// words are those of `Frame(tuner, key, (), 0, False, True, tuned=key is not None)`); before anything else reads
+// the stack (a slower test, Python's paths), the launcher has it made into that `Frame` and appended to the
+// stack (`push`), and the framing call takes it off after. Only the launch it was handed to sees it: a launch
+// nested in that one (a hook's, a finalizer's) does not.
+struct CallerFrame {
+  PyObject* tuner;  // borrowed: the autotuner's running frame holds it
+  PyObject* key;    // borrowed; nullptr when unbound (an autotuner of one config)
+  PyObject* stack;  // the thread's frame stack, a list (borrowed: the framing call holds it)
+  int (*push)(CallerFrame*);  // makes `frame` and appends it to `stack`: 0, or -1 and an exception
+  void* maker;  // what `push` makes the frame with (native_calls.cpp's `Tuner`)
+  PyObject* frame = nullptr;  // once pushed (owned)
+};
+
+// Whether `caller` (if any) is on the thread's stack as a `Frame`, pushing it now if not: false and an
+// exception when that failed.
+inline bool caller_pushed(CallerFrame* caller) {
+  return caller == nullptr || caller->frame != nullptr || caller->push(caller) == 0;
+}
+
 // native_capture.cpp's `Launcher`: whether `o` is one, and its launch from the vectorcall arguments an
 // `Intercept` received (`args[0]` the kernel, then the positional arguments, then the values named by
 // `kwnames`): what calling it with (kernel, tuple, dict) does, without making the tuple and the dict when the
-// launch is steady.
+// launch is steady. `caller`: the launch's frame not yet on the stack (`CallerFrame`), or nullptr.
 bool is_launcher(PyObject* o);
-PyObject* launch_vector(PyObject* launcher, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames);
+PyObject* launch_vector(PyObject* launcher, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames,
+                        CallerFrame* caller = nullptr);
 
 }  // namespace tilelens_native
 
