@@ -342,7 +342,7 @@ def run(
 
 # Rounds of the interleaved estimate. The verdict is its 95 % interval's upper end, so the interval's width
 # counts against the target as much as the estimate does: at 120 rounds its half-width on the lent H200 was
-# 0.02-0.03, at 480 (four times the samples) 0.008-0.012, for ~20 s more of the bench's time.
+# 0.02-0.03, at 480 (four times the samples) 0.004-0.012, for ~20-40 s more of the bench's time.
 INTERLEAVED_ROUNDS = 480
 
 

@@ -8,6 +8,7 @@ same, field for field. The runner is a CPU stand-in for Triton's compiled launch
 from __future__ import annotations
 
 import sys
+import sysconfig
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -30,7 +31,7 @@ from .test_compiled_templates import StableTritonLike, _all_rows
 MODES = ("caller", "framed", "python")
 # Where the compiled tuner reads an autotuner's ``self`` and ``key`` in its running interpreter frame, without
 # making the frame's object (``native_common.h``, ``var_in_place``), checked against ``PyFrame_GetVar`` once.
-IN_PLACE = (3, 12) <= sys.version_info[:2] <= (3, 13)
+IN_PLACE = (3, 12) <= sys.version_info[:2] <= (3, 13) and not sysconfig.get_config_var("Py_GIL_DISABLED")
 pytestmark = pytest.mark.skipif(
     compat.AUTOTUNER_RUN_CODE is None, reason="Python 3.10: autotuners intercepted"
 )

@@ -640,7 +640,7 @@ struct PendingCaller : CallerFrame {
   const Py_ssize_t* offsets;
 
   PendingCaller(PyObject* tuner_, PyObject* key_, PyObject* stack_, PyTypeObject* type_, const Py_ssize_t* offsets_)
-      : CallerFrame{tuner_, key_, stack_, &PendingCaller::make, nullptr}, type(type_), offsets(offsets_) {}
+      : CallerFrame{tuner_, key_, stack_, &PendingCaller::make}, type(type_), offsets(offsets_) {}
   ~PendingCaller() { Py_CLEAR(frame); }
   PendingCaller(const PendingCaller&) = delete;
   PendingCaller& operator=(const PendingCaller&) = delete;
@@ -697,6 +697,7 @@ PyObject* framed_from(Tuner* t, PyObject* config, PyObject* code, PyObject* tune
     PyObject *type, *value, *tb;  // `finally`: off the stack, also when the launch raised
     PyErr_Fetch(&type, &value, &tb);
     int popped = pop_frame(stack.get());
+    Py_CLEAR(pending.frame);  // before the run's exception is restored
     TL_PART(PART_CALLER_AFTER, ran);
     return end_finally(popped, result, type, value, tb);
   }

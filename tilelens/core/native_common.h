@@ -260,7 +260,6 @@ inline PyFrameObject* running_frame_of(PyObject* code) {
 #else
 #define TL_FRAMES_IN_PLACE 0
 #endif
-constexpr bool kFramesInPlace = TL_FRAMES_IN_PLACE;
 struct InterpreterFrameHead {
   PyObject* code;
   void* previous;
@@ -346,7 +345,7 @@ inline PyObject* var_in_place(InterpreterFrameHead* head, VarPlace place) {
 
 // The variable `name` of the Python frame `frame` as its code sees it now (a cell's content), as a new
 // reference; nullptr without an exception when it is unbound, with one when reading failed. Python 3.12 on
-// read it in place (`PyFrame_GetVar`); 3.11 through the frame's locals dict, brought up to date first. Not
+// ask `PyFrame_GetVar`; 3.11 reads the frame's locals dict, brought up to date first. Not
 // called before 3.11 (`compat.AUTOTUNER_RUN_CODE` is None there).
 inline PyObject* frame_var(PyFrameObject* frame, PyObject* name) {
 #if PY_VERSION_HEX >= 0x030C0000
@@ -394,7 +393,7 @@ inline PyObject*& frame_slot(PyObject* frame, const Py_ssize_t* offsets, int fie
 int add_call_types(PyObject* module);
 
 // The frame of a launch an autotuner's own `run` makes, framed from that call's Python frame when the call
-// found its key in the cache (native_calls.cpp, `framed_from`), handed to the launcher by `launch_vector`
+// cannot have tuned (native_calls.cpp, `framed_from`), handed to the launcher by `launch_vector`
 // instead of a `Frame` on the thread's stack. A steady launch reads it in place (`frames_words`: the frame's
 // words are those of `Frame(tuner, key, (), 0, False, True, tuned=key is not None)`); before anything else reads
 // the stack (a slower test, Python's paths), the launcher has it made into that `Frame` and appended to the
@@ -405,8 +404,7 @@ struct CallerFrame {
   PyObject* key;    // borrowed; nullptr when unbound (an autotuner of one config)
   PyObject* stack;  // the thread's frame stack, a list (borrowed: the framing call holds it)
   int (*push)(CallerFrame*);  // makes `frame` and appends it to `stack`: 0, or -1 and an exception
-  void* maker;  // what `push` makes the frame with (native_calls.cpp's `Tuner`)
-  PyObject* frame = nullptr;  // once pushed (owned)
+  PyObject* frame = nullptr;  // once pushed (owned by the framing call)
 };
 
 // Whether `caller` (if any) is on the thread's stack as a `Frame`, pushing it now if not: false and an
