@@ -219,12 +219,10 @@ struct LocalDict {
   }
 };
 
-// The Python frame running now on this thread when its code is `code` (borrowed, its frame object made if it
-// had none), else nullptr (no exception). Python 3.12 on compare the code without making a frame object
-// (`PyUnstable_InterpreterFrame_GetCode`), so a launch whose caller is some other code makes none; 3.11 makes
-// the running frame's object first (`PyEval_GetFrame`).
-inline PyFrameObject* running_frame_of(PyObject* code) {
 #if PY_VERSION_HEX >= 0x030C0000
+// The running interpreter frame when its code is `code` (compared through CPython's own accessor), else
+// nullptr (no exception, no frame object made).
+inline struct _PyInterpreterFrame* running_interpreter_frame_of(PyObject* code) {
   PyThreadState* ts = PyThreadState_Get();
 #if PY_VERSION_HEX >= 0x030D0000
   struct _PyInterpreterFrame* running = ts->current_frame;
@@ -234,8 +232,17 @@ inline PyFrameObject* running_frame_of(PyObject* code) {
   if (running == nullptr) return nullptr;
   PyObject* now = PyUnstable_InterpreterFrame_GetCode(running);
   Py_XDECREF(now);  // the frame holds it
-  if (now != code) return nullptr;
-  return PyEval_GetFrame();
+  return now == code ? running : nullptr;
+}
+#endif
+
+// The Python frame running now on this thread when its code is `code` (borrowed, its frame object made if it
+// had none), else nullptr (no exception). Python 3.12 on compare the code without making a frame object
+// (`PyUnstable_InterpreterFrame_GetCode`), so a launch whose caller is some other code makes none; 3.11 makes
+// the running frame's object first (`PyEval_GetFrame`).
+inline PyFrameObject* running_frame_of(PyObject* code) {
+#if PY_VERSION_HEX >= 0x030C0000
+  return running_interpreter_frame_of(code) != nullptr ? PyEval_GetFrame() : nullptr;
 #else
   PyFrameObject* frame = PyEval_GetFrame();
   if (frame == nullptr) return nullptr;
@@ -314,20 +321,10 @@ inline VarPlace var_place(PyObject* code, PyObject* name) {
   return place;
 }
 
-// The running interpreter frame when its code is `code` (compared through CPython's own accessor), else
-// nullptr (no exception, no frame object made).
+// The running interpreter frame's head when its code is `code`, else nullptr (no frame object made).
 inline InterpreterFrameHead* running_head_of(PyObject* code) {
 #if TL_FRAMES_IN_PLACE
-  PyThreadState* ts = PyThreadState_Get();
-#if PY_VERSION_HEX >= 0x030D0000
-  struct _PyInterpreterFrame* running = ts->current_frame;
-#else
-  struct _PyInterpreterFrame* running = ts->cframe != nullptr ? ts->cframe->current_frame : nullptr;
-#endif
-  if (running == nullptr) return nullptr;
-  PyObject* now = PyUnstable_InterpreterFrame_GetCode(running);
-  Py_XDECREF(now);  // the frame holds it
-  return now == code ? reinterpret_cast<InterpreterFrameHead*>(running) : nullptr;
+  return reinterpret_cast<InterpreterFrameHead*>(running_interpreter_frame_of(code));
 #else
   (void)code;
   return nullptr;
