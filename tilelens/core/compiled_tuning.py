@@ -93,7 +93,7 @@ class TuningFrames:
         tuner = found.get("self")
         if tuner is None:  # never seen: Triton's own frame
             return None
-        key = found.get("key") if len(tuner.configs) > 1 else None
+        key = found.get("key")  # bound only for an autotuner of more than one config
         return Frame(tuner, key, (), 0, None, True, tuned=key is not None)
 
     def _original(self, cls: type) -> Any:

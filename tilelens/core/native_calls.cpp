@@ -632,6 +632,16 @@ TL_COLD PyObject* new_stack(PyObject* config) {
   return stack.release();
 }
 
+// The slots of a frame made from an autotuner's Python frame, `Frame(tuner, key, (), 0, launch, True,
+// tuned=key is not None)` (`key` nullptr: unbound, None in the frame; `empty` and `zero`: () and 0).
+void caller_frame_values(PyObject* tuner, PyObject* key, PyObject* launch, PyObject* empty, PyObject* zero,
+                         PyObject* (&values)[NFRAME]) {
+  PyObject* tuned = key != nullptr ? Py_True : Py_False;
+  PyObject* made[NFRAME] = {tuner,   key != nullptr ? key : Py_None, empty,   zero,    launch, Py_True,
+                            Py_None, tuned,                          Py_None, Py_None, Py_None};
+  std::memcpy(values, made, sizeof(made));
+}
+
 // A caller frame (`CallerFrame`) as `framed_from` hands it to the launcher: `push` makes it the `Frame` a
 // tuned call's would be, `launch` False (no handle wanted), and appends it to the stack. Its frame, once
 // made, is dropped with it.
@@ -650,9 +660,8 @@ struct PendingCaller : CallerFrame {
     Ref empty(PyTuple_New(0));
     Ref zero(PyLong_FromLong(0));
     if (!empty || !zero) return -1;
-    PyObject* tuned = p->key != nullptr ? Py_True : Py_False;
-    PyObject* values[NFRAME] = {p->tuner, p->key != nullptr ? p->key : Py_None, empty.get(), zero.get(), Py_False,
-                                Py_True,  Py_None, tuned, Py_None, Py_None, Py_None};
+    PyObject* values[NFRAME];
+    caller_frame_values(p->tuner, p->key, Py_False, empty.get(), zero.get(), values);
     Ref made(new_frame(p->type, p->offsets, values));
     if (!made || PyList_Append(p->stack, made.get()) < 0) return -1;
     p->frame = made.release();
@@ -704,9 +713,8 @@ PyObject* framed_from(Tuner* t, PyObject* config, PyObject* code, PyObject* tune
   Ref empty(PyTuple_New(0));
   Ref zero(PyLong_FromLong(0));
   if (!empty || !zero) return nullptr;
-  PyObject* tuned = key != nullptr ? Py_True : Py_False;
-  PyObject* values[NFRAME] = {tuner,   key != nullptr ? key : Py_None, empty.get(), zero.get(), Py_None, Py_True,
-                              Py_None, tuned,                          Py_None,     Py_None,    Py_None};
+  PyObject* values[NFRAME];
+  caller_frame_values(tuner, key, Py_None, empty.get(), zero.get(), values);
   FrameLease lease(t, frame_type, offsets, values);
   Ref& frame = lease.frame;
   if (!frame) return nullptr;
