@@ -5,7 +5,7 @@ start-up; a wheel's root is site-packages, so build_py writes the file into the 
 editable wheel is assembled apart from build_py's output, so editable_wheel puts the file into it too (through
 a setuptools method that is not public API: where it changes, an editable install lacks the .pth and
 ``tilelens record`` falls back to its PYTHONPATH hook). Its one line does nothing unless TILELENS_FOLLOW is
-set (see tilelens/core/children.py).
+set (see tilelens/core/recording/child.py).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from setuptools.command.build_py import build_py
 PTH = "tilelens_startup.pth"
 LINE = (
     "import os; os.environ.get('TILELENS_FOLLOW') and "
-    "__import__('tilelens.core.children', fromlist=['start']).start()\n"
+    "__import__('tilelens.core.recording.child', fromlist=['start']).start()\n"
 )
 
 

@@ -1,4 +1,4 @@
-"""CPU-side cost of recording one compiled launch (issue 15), measured without a GPU.
+"""CPU-side cost of recording one compiled launch, measured without a GPU.
 
 A fake compiled kernel stands in for ``compat.run_compiled``: it does nothing and returns a
 ``CompiledKernel`` look-alike, so what is timed is TileLens's own path: interception, the router's capture on
@@ -17,15 +17,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tilelens.core.native_training import (  # noqa: F401 - the stand-in step lives in the package
-    MM_KEY,
-    fake_runner,
-    mm_like,
-    rms_like,
-    stand_in_step,
-)
-from tilelens.core.native_training import stand_in_run as _untraced_run  # noqa: F401
-from tilelens.core.native_training import stand_in_triton_run as untraced_launches
+from benchmarks.standin import fake_runner, stand_in_step
+from benchmarks.standin import stand_in_triton_run as untraced_launches
 
 
 def run(launches: int = 4000) -> dict[str, float]:
@@ -68,7 +61,7 @@ def breakdown(launches: int = 3000) -> list[tuple[str, float]]:
     """Where the launch thread's time goes: the recorded loop with stages of the router cut off one by one
     (program-thread CPU µs per launch, best of 3). Benchmark-only monkeypatching of TileLens's router."""
     import tilelens
-    from tilelens.core import compiled as C
+    from tilelens.core.compiled import router as C
 
     step = stand_in_step()
 

@@ -20,7 +20,7 @@ from typing import Any
 from sqlalchemy import func, select
 
 from tilelens.store import History
-from tilelens.store.models import Launch, Run
+from tilelens.store.sql.models import Launch, Run
 
 ROOT = Path(__file__).resolve().parents[1]
 LOCK_WORDS = ("locked", "deadlock", "could not serialize", "busy")

@@ -37,7 +37,7 @@ def _size(path: Path) -> int:
 
 def _postgres_bytes(url: str) -> int:
     from tilelens.config import resolve_location
-    from tilelens.store.readonly import open_reader
+    from tilelens.store.sql.readonly import open_reader
 
     with open_reader(resolve_location(url, env={})) as reader:
         ((size,),) = reader.execute("SELECT pg_database_size(current_database())").rows

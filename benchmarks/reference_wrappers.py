@@ -1,6 +1,6 @@
-"""Reference interpositions that calibrate the compiled-recording ratio (issue 15).
+"""Reference interpositions that calibrate the compiled-recording ratio.
 
-``snapshots="none"`` must cost at most 1.05× the untraced step. At a launch-bound step (the GPU waits on the
+``snapshots="none"`` must cost little beside the untraced step. At a launch-bound step (the GPU waits on the
 program's CPU, ~100 µs of Python, torch and Triton a launch on the H200) that leaves ~5 µs a launch for
 everything a recorder does. To show how much of that any recorder of launches spends before recording
 anything, the bench measures two stand-ins beside TileLens, in the same run and paired the same way:
@@ -11,9 +11,6 @@ anything, the bench measures two stand-ins beside TileLens, in the same run and 
 * ``"capture"``: the same, plus the least a launch record needs, in plain Python: each tensor argument's data
   pointer, shape, strides and dtype, every other argument as it is, the grid, and the autotuner's chosen
   config; kept in a bounded list, never sent or stored, no template, no check.
-* ``"native"``: the same capture written in C (``benchmarks.reference_native``), set as ``JITFunction.run``
-  only (autotuners and heuristics pass the chosen config and values to it as keyword arguments, which it
-  records): the least a C recorder pays, against which TileLens's own C launch path is measured.
 
 Invariant: :func:`installed` restores the three methods to the objects they were on entry, also when the
 body raises; a wrapper passes every argument and the result (or the exception) through unchanged.
@@ -29,7 +26,7 @@ import torch
 from triton.runtime.autotuner import Autotuner, Heuristics
 from triton.runtime.jit import JITFunction
 
-KINDS = ("wrapper", "capture", "native")
+KINDS = ("wrapper", "capture")
 KEPT = 4096  # rows the capture reference keeps before it starts over (bounded memory, as a recorder's queue)
 
 
@@ -84,8 +81,7 @@ def _capturing_tuner(original: Callable[..., Any], sink: CaptureSink) -> Callabl
 @contextmanager
 def installed(kind: str) -> Iterator[CaptureSink]:
     """Install the ``kind`` reference (one of :data:`KINDS`) for the block; yields the capture's sink (left
-    empty by ``"wrapper"``; ``"native"`` keeps its records in C, read by ``reference_native.records()``, and
-    sets the sink's ``launches`` on leaving)."""
+    empty by ``"wrapper"``)."""
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}")
     sink = CaptureSink()
@@ -93,11 +89,6 @@ def installed(kind: str) -> Iterator[CaptureSink]:
     jit_run, tuner_run, heuristics_run = saved
     if kind == "wrapper":
         new = (_pass_through(jit_run), _pass_through(tuner_run), _pass_through(heuristics_run))
-    elif kind == "native":
-        from benchmarks import reference_native
-
-        reference_native.reset()
-        new = (reference_native.load().wrap(jit_run), tuner_run, heuristics_run)
     else:
         new = (
             _capturing_jit(jit_run, sink),
@@ -109,5 +100,3 @@ def installed(kind: str) -> Iterator[CaptureSink]:
         yield sink
     finally:
         JITFunction.run, Autotuner.run, Heuristics.run = saved  # type: ignore[method-assign]
-        if kind == "native":
-            sink.launches = reference_native.count()

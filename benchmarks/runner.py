@@ -17,10 +17,10 @@ from typing import Any
 from sqlalchemy import select
 
 from benchmarks.workloads import Case
-from tilelens.core.interpreter import compiled_semantics
-from tilelens.core.recorder import Recording
+from tilelens.core.patches import compiled_semantics
+from tilelens.core.recording.recording import Recording
 from tilelens.store import History
-from tilelens.store.models import Launch
+from tilelens.store.sql.models import Launch
 
 
 @dataclass

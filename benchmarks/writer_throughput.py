@@ -1,18 +1,18 @@
-"""How fast the writer process writes a compiled recording's launches (issue 15), measured without a GPU.
+"""How fast the writer process writes a compiled recording's launches, measured without a GPU.
 
 A launch-bound program launches every ~60 µs on the H200 host. The writer process must write faster than that
 or its queue fills, and past ``writer_process.QUEUE_SIZE`` launches the program runs at the writer's speed.
 This records ``launches`` launches through the writer process, keeps the messages the program sent it, and writes
 them again in this process into a fresh history, in the child's batches (``RawWriter.handle``), two ways:
 
-* rows from templates (``tilelens.store.templated_rows``), what the child does after a template's first launch;
+* rows from templates (``tilelens.store.write.templated_rows``), what the child does after a template's first launch;
 * the usual rows (every launch built into a ``LaunchRecord`` and written by ``History.write_launches``).
 
 Reported per launch: wall and CPU time, and the SQLite statements' own share of the template path.
 
 The launches are one of two steps' (``--step``):
 
-* ``stand-in`` (the default): ``benchmarks.capture_overhead``'s step, four launches of an autotuned kernel and
+* ``stand-in`` (the default): ``benchmarks.standin``'s step, four launches of an autotuned kernel and
   one plain launch, ~7 argument rows a launch;
 * ``bench``: the GPU bench's own step (``benchmarks.compiled_step.Step``: Liger RMSNorm, SwiGLU and cross
   entropy, the autotuned bf16 matmul) on small CPU tensors, its launches reaching a stand-in for Triton's run
@@ -41,14 +41,13 @@ STEPS = ("stand-in", "bench")
 def bench_step_on_cpu(layers: int = 8) -> Iterator[tuple[Callable[[], Any], int]]:
     """The GPU bench's step and its launches per step (``5 * layers + 2``: a layer's five, then the vocabulary's
     matmul and the cross entropy), runnable on the CPU for the block: small CPU tensors, ``JITFunction.run``
-    replaced by ``native_training``'s stand-in (TileLens's compiled launcher calls it as it calls Triton's
-    run), and the matmul's autotuner benchmarking through a stand-in that times every config alike (Triton
+    replaced by ``benchmarks.standin``'s stand-in (TileLens's router calls it as it calls Triton's run), and the matmul's autotuner benchmarking through a stand-in that times every config alike (Triton
     keeps the first). The autotuner tunes at the step's first call: call it once before recording, as the GPU
     bench warms up. Both replacements are undone after the block, also on error."""
     import inspect
 
-    from tilelens.core.interpreter import attribute_replaced
-    from tilelens.core.native_training import stand_in_triton_run
+    from benchmarks.standin import stand_in_triton_run
+    from tilelens.core.patches import attribute_replaced
 
     _import_compiled_mode()
     from benchmarks.compiled_step import Step, bf16_matmul_kernel
@@ -101,10 +100,12 @@ def _import_compiled_mode() -> None:
 def sent_items(launches: int, folder: Path, step: str = "stand-in") -> list[Any]:
     """What a recording of about ``launches`` launches of ``step`` (one of :data:`STEPS`) sent its writer
     process: kernels, templates, launches."""
+    import marshal
+
     import tilelens
-    from benchmarks import capture_overhead as co
-    from tilelens.core import writer_process as wp
-    from tilelens.core.interpreter import attribute_replaced
+    from benchmarks import standin
+    from tilelens.core.compiled.writer import process as wp
+    from tilelens.core.patches import attribute_replaced
 
     if step not in STEPS:
         raise ValueError(f"step must be one of {', '.join(STEPS)}, not {step!r}")
@@ -121,10 +122,8 @@ def sent_items(launches: int, folder: Path, step: str = "stand-in") -> list[Any]
             run_step()  # tunes the matmul's autotuner, unrecorded
             runner: Any = None  # the default: Triton's run, here the stand-in
         else:
-            run_step, per_step, runner = co.stand_in_step(), 5, co.fake_runner
+            run_step, per_step, runner = standin.stand_in_step(), 5, standin.fake_runner
         stack.enter_context(attribute_replaced(wp.ProcessWriter, "_send", keep))
-        # Every batch through the queue, so that ``_send`` sees it (a direct send bypasses it).
-        stack.enter_context(attribute_replaced(wp, "DIRECT_SEND", False))
         with tilelens.Recording(
             str(folder / "sent.db"),
             folder / "sent",
@@ -134,9 +133,7 @@ def sent_items(launches: int, folder: Path, step: str = "stand-in") -> list[Any]
         ):
             for _ in range(max(1, launches // per_step)):
                 run_step()
-    from tilelens.core.launch_pack import decode_items
-
-    items = decode_items(sent)  # batches, packed or marshalled launches, as the child reads them
+    items = [marshal.loads(i) if type(i) is bytes else i for i in sent]  # as the child reads them
     return [i for i in items if i[0] not in ("o", "f", "x")]
 
 
@@ -145,7 +142,7 @@ def warmed_writer(items: list[Any], folder: Path, name: str) -> Iterator[Any]:
     """A ``RawWriter`` on a fresh history ``name`` in ``folder`` that has written the first batch of ``items``
     (the kernels, each template's first launch: what the child writes before any template's rows are known)."""
     from tilelens.config import Location
-    from tilelens.core.writer_child import RawWriter
+    from tilelens.core.compiled.writer.child import RawWriter
     from tilelens.records import RunInfo
     from tilelens.store import History
 
@@ -192,7 +189,7 @@ def sql_share(items: list[Any], folder: Path) -> float:
             rows.append(t.launch_varying(10**6 + k, 10**6 + k, item[5], item[3], item[4], created))
             if t.args is not None:
                 args.append(t.arg_varying(10**6 + k, item[6]))
-        raw = writer.history._rows.engine.raw_connection()
+        raw = writer.history.cursor_writer.engine.raw_connection()
         try:
             cur = raw.driver_connection.cursor()
             t0 = time.perf_counter()

@@ -12,8 +12,8 @@ from alembic import context
 from sqlalchemy import Connection
 
 from tilelens.config import resolve_location
-from tilelens.store.database import create_history_engine
-from tilelens.store.models import Base
+from tilelens.store.sql.database import create_history_engine
+from tilelens.store.sql.models import Base
 
 config = context.config
 target_metadata = Base.metadata

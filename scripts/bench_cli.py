@@ -49,7 +49,7 @@ def pick_launch(db: Path | str) -> int:
     """A recent launch with a real trace and out-of-bounds lanes: the most work ``show`` ever does here."""
     sys.path.insert(0, str(ROOT))
     from tilelens.config import resolve_location
-    from tilelens.store.readonly import open_reader
+    from tilelens.store.sql.readonly import open_reader
 
     with open_reader(resolve_location(str(db), env={})) as reader:
         ((found,),) = reader.execute(

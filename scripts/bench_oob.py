@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 @contextlib.contextmanager
 def guard_off():
     """Record with the storages unknown to the guard (what recording cost before the guard existed)."""
-    from tilelens.core import launch
+    from tilelens.core.interpreted import launch
 
     original = launch.host_spans
 

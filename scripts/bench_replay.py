@@ -68,7 +68,7 @@ def launches(where: dict[str, str]) -> list[tuple[int, str, str, float]]:
     from sqlalchemy import select
 
     from tilelens.store import History
-    from tilelens.store.models import Launch
+    from tilelens.store.sql.models import Launch
 
     with History.open(**where) as h, h.session() as s:
         rows = s.scalars(select(Launch).where(Launch.role == "launch").order_by(Launch.id)).all()

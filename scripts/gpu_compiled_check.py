@@ -27,7 +27,7 @@ import tilelens  # noqa: E402
 from tilelens.replay import replay_launch, select_launches  # noqa: E402
 from tilelens.replay.traces import first_difference  # noqa: E402
 from tilelens.store import History  # noqa: E402
-from tilelens.store.launches import load_launch  # noqa: E402
+from tilelens.store.read.launches import load_launch  # noqa: E402
 
 
 def workload(dev: str = "cuda") -> list[torch.Tensor]:
@@ -97,7 +97,7 @@ def main() -> int:
         with h.session() as s:
             from sqlalchemy import select
 
-            from tilelens.store.models import AutotuneEventRow, Launch
+            from tilelens.store.sql.models import AutotuneEventRow, Launch
 
             gpus = {r for r in s.scalars(select(Launch.gpu_name).where(Launch.run_id == compiled_run))}
             meta = [r for r in s.scalars(select(Launch.config).where(Launch.run_id == compiled_run))]

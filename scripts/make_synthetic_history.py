@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 from sqlalchemy import JSON, func, insert, select  # noqa: E402
 
 from tilelens.store import History  # noqa: E402
-from tilelens.store.models import AutotuneEventRow, Kernel, Launch, LaunchArg, Run  # noqa: E402
+from tilelens.store.sql.models import AutotuneEventRow, Kernel, Launch, LaunchArg, Run  # noqa: E402
 
 CHUNK = 20_000
 

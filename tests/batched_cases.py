@@ -5,7 +5,9 @@ The kernels are plain ``@triton.jit``: interpreted functions in the stock proces
 ``TRITON_INTERPRET=1``), JIT functions that TileLens interprets in the test process. ``SUITE`` covers what the
 batched builder implements (element-wise math, shapes, reductions, scans, dot, atomics, gathers, block
 pointers, descriptors, bf16, 2-D and 3-D grids, large blocks for numpy loads and stores); ``FALLBACKS`` are
-launches the engine must give up on, each with the reason it must record.
+launches the engine must give up on, each with the reason it must record. Some need a construct only some
+Triton releases have (block pointers: 3.6 to 3.8; ``tl.atomic_load``/``atomic_store``: 3.9): the tests skip
+them elsewhere.
 """
 
 from __future__ import annotations
@@ -87,6 +89,16 @@ def grid3d_kernel(out_ptr, nx, ny, nz, BLOCK: tl.constexpr):
 
 
 @triton.jit
+def assume_kernel(x_ptr, out_ptr, n, limit, BLOCK: tl.constexpr):
+    pid = tl.program_id(0)
+    tl.assume(pid >= 0)
+    tl.assume(pid < limit)  # with limit below the grid, program ``limit`` fails it (after the ones before)
+    offs = pid * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) * 3.0, mask=mask)
+
+
+@triton.jit
 def histogram_kernel(idx_ptr, counts_ptr, total_ptr, n, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
@@ -160,6 +172,43 @@ def descriptor_kernel(x_ptr, out_ptr, M, N, BM: tl.constexpr, BN: tl.constexpr):
 
 
 @triton.jit
+def descriptor_loop_kernel(x_ptr, out_ptr, M, N: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr):
+    """Descriptors at program-dependent offsets in a loop over column blocks; the last row block runs past
+    ``M`` (zero and NaN padding on load, masked store). ``N`` is a constexpr for the stock 3.6 interpreter."""
+    pid = tl.program_id(0)
+    src = tl.make_tensor_descriptor(x_ptr, shape=[M, N], strides=[N, 1], block_shape=[BM, BN])
+    nan = tl.make_tensor_descriptor(
+        x_ptr, shape=[M, N], strides=[N, 1], block_shape=[BM, BN], padding_option="nan"
+    )
+    dst = tl.make_tensor_descriptor(out_ptr, shape=[M, BN], strides=[BN, 1], block_shape=[BM, BN])
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for j in range(0, N, BN):
+        v = nan.load([pid * BM, j])
+        acc += src.load([pid * BM, j]) * 2.0 + tl.where(v == v, v, 100.0)
+    dst.store([pid * BM, 0], acc)
+
+
+@triton.jit
+def descriptor_program_base_kernel(x_ptr, out_ptr, N: tl.constexpr, BM: tl.constexpr):
+    """A descriptor whose own base differs between programs (the batched engine gives up on it)."""
+    pid = tl.program_id(0)
+    src = tl.make_tensor_descriptor(x_ptr + pid * BM * N, shape=[BM, N], strides=[N, 1], block_shape=[BM, N])
+    dst = tl.make_tensor_descriptor(
+        out_ptr + pid * BM * N, shape=[BM, N], strides=[N, 1], block_shape=[BM, N]
+    )
+    dst.store([0, 0], src.load([0, 0]) + 1.0)
+
+
+@triton.jit
+def descriptor_misaligned_kernel(x_ptr, out_ptr, M, N, BM: tl.constexpr, BN: tl.constexpr):
+    """Program 1's column offset (3 fp32 elements) is not 16-byte aligned: Triton's interpreter raises there."""
+    pid = tl.program_id(0)
+    src = tl.make_tensor_descriptor(x_ptr, shape=[M, N], strides=[N, 1], block_shape=[BM, BN])
+    dst = tl.make_tensor_descriptor(out_ptr, shape=[M, N], strides=[N, 1], block_shape=[BM, BN])
+    dst.store([pid * BM, 0], src.load([pid * BM, pid * 3]))
+
+
+@triton.jit
 def oob_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     x = tl.load(x_ptr + offs)  # no mask: the last program reads past x
@@ -171,7 +220,7 @@ def oob_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
 
 @triton.jit
 def bulk_memory_kernel(x_ptr, h_ptr, out_ptr, half_ptr, rev_ptr, small_ptr, n, BLOCK: tl.constexpr):
-    """Blocks large enough for numpy's loads and stores (tilelens.core.fastmem), and stores it must leave to
+    """Blocks large enough for numpy's loads and stores (tilelens.core.engine.fastmem), and stores it must leave to
     the interpreter's loop: two lanes per address (the later lane wins), decreasing addresses."""
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
@@ -237,6 +286,16 @@ def failing_kernel(x_ptr, n, BLOCK: tl.constexpr):
 
 
 @triton.jit
+def atomic_load_store_kernel(x_ptr, out_ptr, flags_ptr, BLOCK: tl.constexpr):
+    """Triton 3.9's ``tl.atomic_load``/``atomic_store`` (acquire, release: they order memory between
+    programs)."""
+    pid = tl.program_id(0)
+    offs = pid * BLOCK + tl.arange(0, BLOCK)
+    tl.atomic_store(out_ptr + offs, tl.atomic_load(x_ptr + offs) * 2.0)
+    tl.atomic_store(flags_ptr + pid, 1)
+
+
+@triton.jit
 def print_kernel(x_ptr, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     x = tl.load(x_ptr + offs)
@@ -277,6 +336,16 @@ def case_grid3d(launch: Run) -> None:
     launch(lambda: grid3d_kernel[(3, 4, 2)](out, 3, 4, 2, BLOCK=16))
 
 
+def case_assume(launch: Run) -> None:
+    x, out = torch.randn(100), torch.zeros(100)
+    launch(lambda: assume_kernel[(4,)](x, out, 100, 4, BLOCK=32))
+
+
+def case_assume_fails(launch: Run) -> None:
+    x, out = torch.randn(100), torch.zeros(100)
+    launch(lambda: assume_kernel[(4,)](x, out, 100, 2, BLOCK=32))
+
+
 def case_histogram(launch: Run) -> None:
     idx = torch.randint(0, 16, (1000,), dtype=torch.int32)
     counts, total = torch.zeros(16, dtype=torch.int32), torch.zeros(1, dtype=torch.int32)
@@ -312,6 +381,22 @@ def case_block_ptr_moves(launch: Run) -> None:
 def case_descriptor(launch: Run) -> None:
     x, out = torch.randn(64, 16), torch.zeros(64, 16)
     launch(lambda: descriptor_kernel[(4,)](x, out, 64, 16, BM=16, BN=16))
+
+
+def case_descriptor_loop(launch: Run) -> None:
+    x, out = torch.randn(70, 48), torch.zeros(70, 16)
+    x[3, 5] = float("nan")  # a NaN of the data, not of the padding: summed as 100 like the padding's
+    launch(lambda: descriptor_loop_kernel[(3,)](x, out, 70, N=48, BM=32, BN=16))
+
+
+def case_descriptor_program_base(launch: Run) -> None:
+    x, out = torch.randn(4 * 8, 16), torch.zeros(4 * 8, 16)
+    launch(lambda: descriptor_program_base_kernel[(4,)](x, out, N=16, BM=8))
+
+
+def case_descriptor_misaligned(launch: Run) -> None:
+    x, out = torch.randn(32, 16), torch.zeros(32, 16)
+    launch(lambda: descriptor_misaligned_kernel[(4,)](x, out, 32, 16, BM=8, BN=8))
 
 
 def case_oob(launch: Run) -> None:
@@ -358,6 +443,11 @@ def case_kernel_error(launch: Run) -> None:
     launch(lambda: failing_kernel[(3,)](x, 40, BLOCK=16))
 
 
+def case_atomic_load_store(launch: Run) -> None:
+    x, out, flags = torch.randn(64), torch.zeros(64), torch.zeros(4, dtype=torch.int32)
+    launch(lambda: atomic_load_store_kernel[(4,)](x, out, flags, BLOCK=16))
+
+
 def case_print(launch: Run) -> None:
     x = torch.randn(16)
     launch(lambda: print_kernel[(2,)](x, BLOCK=8))
@@ -369,6 +459,7 @@ SUITE: dict[str, Callable[[Run], None]] = {
     "softmax_stats": case_softmax_stats,
     "shapes": case_shapes,
     "grid3d": case_grid3d,
+    "assume": case_assume,
     "histogram": case_histogram,
     "gather": case_gather,
     "bf16": case_bf16,
@@ -376,6 +467,7 @@ SUITE: dict[str, Callable[[Run], None]] = {
     "block_ptr": case_block_ptr,
     "block_ptr_moves": case_block_ptr_moves,
     "descriptor": case_descriptor,
+    "descriptor_loop": case_descriptor_loop,
     "oob": case_oob,
     "bulk_memory": case_bulk_memory,
 }
@@ -388,6 +480,13 @@ FALLBACKS: dict[str, tuple[Callable[[Run], None], str]] = {
     "print": (case_print, "device_print"),
     "writes_then_diverges": (case_writes_then_diverges, "divergent control flow"),
     "kernel_error": (case_kernel_error, "error in the batched run: AttributeError"),
+    "assume_fails": (case_assume_fails, "error in the batched run: AssertionError"),
+    "descriptor_program_base": (
+        case_descriptor_program_base,
+        "unsupported with batched operands: create_make_tensor_descriptor",
+    ),
+    "descriptor_misaligned": (case_descriptor_misaligned, "error in the batched run: AssertionError"),
+    "atomic_load_store": (case_atomic_load_store, "atomic_load"),  # Triton 3.9 on
 }
 
 

@@ -32,33 +32,36 @@ def _isolated_history_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch:
     root = tmp_path_factory.mktemp("default-history")
     monkeypatch.setenv("TILELENS_DB", str(root / "tilelens.db"))
     monkeypatch.setenv("TILELENS_BLOBS", str(root / "blobs"))
-    # The compiled capture (tilelens.core.native): built before the first test (``_native_built``) and used
-    # by every recording, never half the suite one way by the timing of a background build. Tests of the
-    # Python capture ask for it (``capture_impl``); without a compiler both are the Python one.
+    # The native accessor (tilelens.core.native): built before the first test (``_native_built``) and used
+    # by every recording, never half the suite one way by the timing of a background build. The whole suite
+    # runs once more with TILELENS_NATIVE=0 in CI (.ci/run); tests of both captures ask for ``capture_impl``.
     monkeypatch.setenv("TILELENS_NATIVE", os.environ.get("TILELENS_NATIVE", "1"))
+    # Output goes through a pipe in tests, and a pipe honours COLUMNS: the shell's own (some export it) must
+    # not decide how a table folds. Tests of widths set it themselves.
+    monkeypatch.delenv("COLUMNS", raising=False)
 
 
 @pytest.fixture(scope="session", autouse=True)
 def _native_built() -> None:
-    """Build the compiled capture once, before any test (xdist workers wait on its build lock), so no test's
+    """Build the native accessor once, before any test (xdist workers wait on its build lock), so no test's
     recording, nor a CLI it starts, waits for a build. A failed build is remembered: the Python capture."""
     from tilelens.core import native
 
-    if os.environ.get("TILELENS_NATIVE", "1") != "0" and native.compiler() is not None:
+    if os.environ.get("TILELENS_NATIVE", "1") != "0":
         native.build()
 
 
 @pytest.fixture(scope="session")
 def native_module() -> object:
-    """The compiled capture module, built if needed (skips without a C++ compiler, except under CI=true,
-    which installs one and must never pass by skipping it)."""
+    """The native accessor, built if needed (skips without a C++ compiler, except under CI=true, which
+    installs one and must never pass by skipping it)."""
     from tilelens.core import native
 
     path, text = native.build()
     module = native.load()
     if module is None:
         reason = (
-            f"the compiled capture is not available: {text[-2000:] if path is None else 'it does not load'}"
+            f"the native accessor is not available: {text[-2000:] if path is None else 'it does not load'}"
         )
         if os.environ.get("CI", "").lower() == "true":
             pytest.fail(reason, pytrace=False)
@@ -66,11 +69,11 @@ def native_module() -> object:
     return module
 
 
-@pytest.fixture(params=["python", "compiled"])
+@pytest.fixture(params=["python", "native"])
 def capture_impl(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> object:
-    """``compiled_templates.capture`` or the compiled one, with ``TILELENS_NATIVE`` set to match, so a
+    """``compiled_templates.capture`` or the native accessor's, with ``TILELENS_NATIVE`` set to match, so a
     recording started in the test uses the same one."""
-    from tilelens.core.compiled_templates import capture
+    from tilelens.core.compiled.templates import capture
 
     if request.param == "python":
         monkeypatch.setenv("TILELENS_NATIVE", "0")

@@ -35,8 +35,8 @@ def on_postgres(hist: HeatmapHistory, url: str, blobs: Path) -> HeatmapHistory:
     """A copy of ``hist`` in the empty PostgreSQL database ``url`` (ids as the copy numbered them)."""
     from tilelens.config import resolve_location
     from tilelens.store import History
-    from tilelens.store.copy import copy_history
-    from tilelens.store.readonly import open_reader
+    from tilelens.store.admin.copy import copy_history
+    from tilelens.store.sql.readonly import open_reader
 
     with History.open(str(hist.db), hist.blobs) as src, History.open(url, blobs) as dst:
         copy_history(src, dst)

@@ -82,6 +82,17 @@ with knobs.runtime.scope():
         tl.atomic_add(out_ptr + offs % 2, tl.load(x_ptr + offs))
 
     @triton.jit
+    def scalar_and_block_masks(x_ptr, out_ptr, total_ptr, rows, n, N: tl.constexpr):
+        # ``row < rows`` is a scalar comparison: splatted, the interpreter gives it int32 data, so each mask
+        # below is an int32 array (which Triton 3.9's C++ loads, stores and atomics refuse).
+        row = tl.program_id(0)
+        offs = tl.arange(0, N)
+        mask = (offs < n) & (row < rows)
+        x = tl.load(x_ptr + row * n + offs, mask=mask, other=0.0)
+        tl.store(out_ptr + row * n + offs, x * 2.0, mask=mask)
+        tl.atomic_add(total_ptr + offs, x, mask=mask)
+
+    @triton.jit
     def libdevice_calls(x_ptr, out_ptr, N: tl.constexpr):
         offs = tl.arange(0, N)
         x = tl.load(x_ptr + offs)

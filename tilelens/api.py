@@ -16,58 +16,80 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from tilelens.config import Location
-    from tilelens.store.history import History, HistoryStatus
+    from tilelens.store.write.history import History, HistoryStatus
 
 # Name -> the module that defines it.
 _HOMES: dict[str, str] = {
     # recording: torch and Triton
-    "Recording": "tilelens.core.recorder",
-    "record": "tilelens.core.recorder",
-    "GluonTrace": "tilelens.core.trace",
-    "TritonTrace": "tilelens.core.trace",
-    "trace": "tilelens.core.trace",
+    "Recording": "tilelens.core.recording.recording",
+    "record": "tilelens.core.recording.recording",
+    "GluonTrace": "tilelens.core.interpreted.trace",
+    "TritonTrace": "tilelens.core.interpreted.trace",
+    "trace": "tilelens.core.interpreted.trace",
     "OutOfBoundsError": "tilelens.errors",  # raised into the program under on_oob="raise"
-    # reading: neither torch, Triton nor Alembic (see tilelens.store.query)
-    "EXPORT_FORMATS": "tilelens.store.query",
-    "HistoryQuery": "tilelens.store.query",
-    "open_query": "tilelens.store.query",
-    "AccessStats": "tilelens.store.results",
-    "ArgumentInfo": "tilelens.store.results",
-    "ExportResult": "tilelens.store.results",
-    "LaunchDetail": "tilelens.store.results",
-    "LaunchSummary": "tilelens.store.results",
-    "RunSummary": "tilelens.store.results",
-    "Heatmap": "tilelens.store.heatmaps",
-    "LaunchHeatmaps": "tilelens.store.heatmaps",
-    "launch_heatmaps": "tilelens.store.heatmaps",
+    # reading: neither torch, Triton nor Alembic (see tilelens.store.read.query)
+    "EXPORT_FORMATS": "tilelens.store.read.query",
+    "HistoryQuery": "tilelens.store.read.query",
+    "open_query": "tilelens.store.read.query",
+    "AccessStats": "tilelens.store.read.results",
+    "ArgumentInfo": "tilelens.store.read.results",
+    "ExportResult": "tilelens.store.read.results",
+    "LaunchDetail": "tilelens.store.read.results",
+    "LaunchSummary": "tilelens.store.read.results",
+    "RunSummary": "tilelens.store.read.results",
+    "TestSummary": "tilelens.store.read.results",
+    "Heatmap": "tilelens.store.read.heatmaps",
+    "LaunchHeatmaps": "tilelens.store.read.heatmaps",
+    "launch_heatmaps": "tilelens.store.read.heatmaps",
+    "launch_events": "tilelens.store.read.heatmap_events",
+    "program_cells": "tilelens.store.read.heatmap_events",
     "write_heatmaps": "tilelens.reporters.heatmaps",  # matplotlib for PNG, when called
     "max_cells_for": "tilelens.reporters.heatmaps",
-    "KernelVersion": "tilelens.store.kernels",
-    "kernel_versions": "tilelens.store.kernels",
-    "diff_launches": "tilelens.store.diff",
-    "LaunchDiff": "tilelens.store.diff",
-    "diff_versions": "tilelens.store.versiondiff",
-    "VersionDiff": "tilelens.store.versiondiff",
-    "TensorDiff": "tilelens.store.tensordiff",
-    "TableInfo": "tilelens.store.catalog",
+    "write_report": "tilelens.reporters.report",  # a run as static HTML (tilelens report --html)
+    "Report": "tilelens.reporters.report",
+    "KernelVersion": "tilelens.store.read.kernels",
+    "kernel_versions": "tilelens.store.read.kernels",
+    "diff_launches": "tilelens.store.read.diff",
+    "LaunchDiff": "tilelens.store.read.diff",
+    "diff_versions": "tilelens.store.read.versiondiff",
+    "VersionDiff": "tilelens.store.read.versiondiff",
+    "TensorDiff": "tilelens.store.files.tensordiff",
+    "TableInfo": "tilelens.store.read.catalog",
+    # checking traces for races, hazards and out-of-bounds lanes: numpy and pyarrow, neither torch nor Triton
+    "check_launches": "tilelens.analysis.check",
+    "FINDING_KINDS": "tilelens.analysis.findings",
+    "Finding": "tilelens.analysis.findings",
+    "LaunchCheck": "tilelens.analysis.findings",
+    "parse_finding_kinds": "tilelens.analysis.findings",
+    "check_lines": "tilelens.reporters.check",
+    "check_summary": "tilelens.reporters.check",
     # writing, migrating, replaying: Alembic; replays also torch and Triton
-    "History": "tilelens.store.history",
-    "HistoryStatus": "tilelens.store.history",
-    "newest_run": "tilelens.store.launches",
-    "copy_history": "tilelens.store.copy",
-    "CopyReport": "tilelens.store.copy",
-    "run_tree": "tilelens.store.tree",
-    "TreeSummary": "tilelens.store.tree",
-    "select_launches": "tilelens.store.launches",
+    "History": "tilelens.store.write.history",
+    "HistoryStatus": "tilelens.store.write.history",
+    "newest_run": "tilelens.store.read.launches",
+    "copy_history": "tilelens.store.admin.copy",
+    "open_copy_source": "tilelens.store.admin.copy",
+    "check_blob_folder": "tilelens.store.files.blobs",
+    "CopyReport": "tilelens.store.admin.copy",
+    "run_tree": "tilelens.store.admin.tree",
+    "grant_reader": "tilelens.store.admin.roles",
+    "grant_reader_sql": "tilelens.store.admin.roles",
+    "TreeSummary": "tilelens.store.admin.tree",
+    "select_launches": "tilelens.store.read.launches",
     "replay_launch": "tilelens.replay.engine",
     "replay_launches": "tilelens.replay.engine",
     "ReplayResult": "tilelens.replay.result",
+    "write_repro": "tilelens.replay.repro",  # a standalone reproducer folder
+    "replay_with_python": "tilelens.replay.repro",  # another interpreter (another Triton) through it
     "derive_trace": "tilelens.replay.derive",  # access traces of compiled launches, on demand
     "derive_traces": "tilelens.replay.derive",
-    # cleaning up (History.gc)
-    "GcReport": "tilelens.store.gc",
-    "gc_cutoff": "tilelens.store.gc",
-    "gc_duration": "tilelens.store.gc",
+    # cleaning up
+    "collect_garbage": "tilelens.store.admin.gc",
+    "GcReport": "tilelens.store.admin.gc",
+    "gc_cutoff": "tilelens.store.admin.gc",
+    "gc_duration": "tilelens.store.admin.gc",
+    "describe_environment": "tilelens.environment",
+    "Environment": "tilelens.environment",
     "__version__": "tilelens.version",
     "versions": "tilelens.version",
 }
@@ -77,7 +99,7 @@ def open_history(
     db: str | None = None, blobs: str | Path | None = None, *, location: Location | None = None
 ) -> History:
     """The history at ``db``/``blobs`` (resolved as everywhere), created or upgraded to the current schema."""
-    from tilelens.store.history import History
+    from tilelens.store.write.history import History
 
     return History.open(db, blobs, location=location)
 
@@ -93,7 +115,7 @@ def open_existing_history(
 
     ``read_only``: opened so that nothing at all is written (read-only media included).
     """
-    from tilelens.store.history import History
+    from tilelens.store.write.history import History
 
     return History.open_existing(db, blobs, location=location, read_only=read_only)
 
@@ -103,7 +125,7 @@ def inspect_history(
 ) -> HistoryStatus:
     """Where the history is, its schema revision and row counts; creates and migrates nothing."""
     from tilelens.config import resolve_location
-    from tilelens.store.history import inspect_history as inspect
+    from tilelens.store.write.history import inspect_history as inspect
 
     return inspect(location or resolve_location(db, blobs))
 

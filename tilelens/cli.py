@@ -14,18 +14,22 @@ The global options ``--db``, ``--blobs`` and ``--debug`` are accepted before the
 
 from __future__ import annotations
 
+import difflib
+import functools
+import inspect
+import re
 import sys
 import traceback
+from collections.abc import Callable
 from functools import lru_cache
-from typing import Any
+from typing import Annotated, Any
 
-import click
 import typer
 
 from tilelens.commands import register_all
 from tilelens.commands.common import CliState
 from tilelens.commands.escape import escape
-from tilelens.errors import SchemaBehindError, TileLensError, UnsupportedError, ViewsMissingError
+from tilelens.errors import SchemaBehindError, TileLensError, ViewsMissingError
 
 app = typer.Typer(
     name="tilelens",
@@ -33,6 +37,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=True,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # help says [tool.tilelens] and means it: no rich markup
 )
 
 DB_HELP = "History database: SQLAlchemy URL or file path (env TILELENS_DB)."
@@ -73,44 +78,112 @@ def _global_options(
 register_all(app)
 
 
-def _late_global(ctx: click.Context, param: click.Parameter, value: Any) -> None:
-    """A global option given after the command name: it goes where the one before the command would."""
-    if value is None or value is False:
-        return
-    st = ctx.find_object(CliState)
-    if st is not None and param.name is not None:
-        setattr(st, param.name, value)
+def _with_global_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` taking ``--db``/``--blobs``/``--debug`` too, where it does not declare them itself.
+
+    Typer reads a command's options from its signature, so the wrapper's ``__signature__`` is ``fn``'s plus
+    these three; the values given go to the :class:`CliState` the callback filled from the options before the
+    command (given after it, they win). Only typer's public API is used, so any typer from 0.12 on works.
+    """
+    signature = inspect.signature(fn, eval_str=True)
+    params = list(signature.parameters.values())
+    contexts = [p.name for p in params if p.annotation is typer.Context]
+    ctx_name = contexts[0] if contexts else "_tilelens_ctx"
+    if not contexts:
+        params.insert(
+            0, inspect.Parameter(ctx_name, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context)
+        )
+    late = [name for name in _GLOBAL_OPTIONS if name not in signature.parameters]
+    params += [
+        inspect.Parameter(
+            name, inspect.Parameter.KEYWORD_ONLY, annotation=_GLOBAL_OPTIONS[name], default=default
+        )
+        for name, default in ((name, False if name == "debug" else None) for name in late)
+    ]
+
+    @functools.wraps(fn)
+    def command(*args: Any, **kwargs: Any) -> Any:
+        ctx = kwargs[ctx_name] if contexts else kwargs.pop(ctx_name)
+        given = {name: kwargs.pop(name) for name in late}
+        st = ctx.find_object(CliState)
+        if st is not None:
+            st.given_after_the_command(**given)
+        return fn(*args, **kwargs)
+
+    command.__signature__ = signature.replace(parameters=params)  # type: ignore[attr-defined]
+    return command
 
 
-def _global_options_after(group: click.Group) -> None:
-    """Give every command (and group) below ``group`` the global options, unless it declares them itself."""
-    for command in group.commands.values():
-        taken = {opt for param in command.params for opt in getattr(param, "opts", ())}
-        late = [
-            click.Option(["--db", "db"], metavar="URL", help=DB_HELP),
-            click.Option(["--blobs", "blobs"], metavar="DIR", help=BLOBS_HELP),
-            click.Option(["--debug", "debug"], is_flag=True, default=False, help=DEBUG_HELP),
-        ]
-        for option in late:
-            if not taken.intersection(option.opts):
-                option.expose_value = False
-                option.callback = _late_global
-                command.params.append(option)
-        if isinstance(command, click.Group):
-            _global_options_after(command)
+_GLOBAL_OPTIONS: dict[str, Any] = {
+    "db": Annotated[str | None, typer.Option("--db", metavar="URL", help=DB_HELP)],
+    "blobs": Annotated[str | None, typer.Option("--blobs", metavar="DIR", help=BLOBS_HELP)],
+    "debug": Annotated[bool, typer.Option("--debug", help=DEBUG_HELP)],
+}
+
+
+def _examples_as_written(text: str) -> str:
+    """``text`` with its "Examples:" lines one block click prints as written (``\\b``): not rewrapped at
+    the terminal's width, indented alike in every command."""
+    head, found, tail = text.partition("Examples:")
+    if not found:
+        return text
+    lines = [line.strip() for line in tail.strip().splitlines() if line.strip()]
+    return f"{head}Examples:\n\n\b\n" + "\n".join(f"  {line}" for line in lines)
+
+
+def _give_global_options(typer_app: typer.Typer) -> None:
+    """Every command of ``typer_app`` and of its sub-apps accepts the global options after its name."""
+    for info in typer_app.registered_commands:
+        if info.callback is not None and not getattr(info.callback, "_tilelens_global", False):
+            info.help = _examples_as_written(info.help or inspect.getdoc(info.callback) or "")
+            info.callback = _with_global_options(info.callback)
+            info.callback._tilelens_global = True  # type: ignore[attr-defined]
+    for group in typer_app.registered_groups:
+        if group.typer_instance is not None:
+            _give_global_options(group.typer_instance)
+
+
+# Options whose value may be left out (command, option): given alone, the option's value is "". Typer has no
+# public way to say so, so main() puts the "" in the arguments itself, before any parsing.
+OPTIONAL_VALUES = {"ls": ("--test",)}
+_VALUED_GLOBALS = ("--db", "--blobs")
+
+
+def _with_optional_values(argv: list[str]) -> list[str]:
+    """``argv`` with "" after each option of :data:`OPTIONAL_VALUES` given without a value (last, or before
+    another option): ``tilelens ls --test`` is ``tilelens ls --test ""``."""
+    i = 0
+    while i < len(argv) and argv[i].startswith("-"):  # the global options before the command
+        i += 2 if argv[i] in _VALUED_GLOBALS else 1
+    if i >= len(argv) or argv[i] not in OPTIONAL_VALUES:
+        return argv
+    out, options = argv[: i + 1], OPTIONAL_VALUES[argv[i]]
+    rest = argv[i + 1 :]
+    for j, arg in enumerate(rest):
+        out.append(arg)
+        if arg == "--":
+            out.extend(rest[j + 1 :])
+            break
+        if arg in options and (j + 1 == len(rest) or rest[j + 1].startswith("-")):
+            out.append("")
+    return out
 
 
 @lru_cache(maxsize=1)
-def command() -> click.Group:
-    """The click command behind ``app``, with the global options on every command."""
-    group = typer.main.get_command(app)
-    if not isinstance(group, click.Group):  # typer >= 0.26 carries its own command classes, not click's
-        raise UnsupportedError(
-            f"this TileLens needs typer < 0.26 (found {getattr(typer, '__version__', '?')}, whose commands are "
-            "not click's): pip install 'typer>=0.12,<0.26'"
-        )
-    _global_options_after(group)
-    return group
+def command() -> Any:
+    """The command object behind ``app`` (click's, or the one newer typers carry), global options on each."""
+    _give_global_options(app)
+    return typer.main.get_command(app)
+
+
+def _usage_error_class() -> type[Exception]:
+    """What a usage error (unknown option, bad value) raises: typer's own class from 0.26 on, click's before."""
+    own = getattr(typer, "TyperException", None)
+    if isinstance(own, type):
+        return own
+    import click
+
+    return click.ClickException
 
 
 # Hints the command line adds to the neutral messages of lower layers: what to type to get further.
@@ -127,9 +200,16 @@ def error_line(exc: TileLensError) -> str:
     return f"tilelens: error: {text}" + (f"; {hint}" if hint else "")
 
 
-def _usage_line(exc: click.ClickException) -> str:
-    text = escape(" ".join(exc.format_message().split()))
+def _usage_line(exc: Exception) -> str:
+    text = escape(" ".join(str(getattr(exc, "format_message", lambda: exc)()).split()))
+    text = re.sub(
+        r"(Did you mean [^?]*\?)( \1)+", r"\1", text
+    )  # typer < 0.26 with click >= 8.2 says it twice
     ctx = getattr(exc, "ctx", None)
+    unknown = re.fullmatch(r"No such command '(.*)'\.", text)
+    if unknown and ctx is not None and hasattr(ctx.command, "list_commands"):  # click < 8.2 suggests none
+        close = difflib.get_close_matches(unknown[1], ctx.command.list_commands(ctx), n=1)
+        text += f" Did you mean '{close[0]}'?" if close else ""
     if ctx is not None:
         text += f" (see {ctx.command_path} --help)"
     return f"tilelens: error: {text}"
@@ -138,18 +218,19 @@ def _usage_line(exc: click.ClickException) -> str:
 def main(argv: list[str] | None = None) -> int:
     """Console-script entry point; returns the exit code instead of exiting so tests can call it."""
     st = CliState()
+    usage_error = _usage_error_class()
     try:
-        result = command().main(args=argv, prog_name="tilelens", obj=st, standalone_mode=False)
+        args = _with_optional_values(sys.argv[1:] if argv is None else list(argv))
+        result = command().main(args=args, prog_name="tilelens", obj=st, standalone_mode=False)
     except SystemExit as exc:  # a broken pipe (click exits 1), or a command's own sys.exit
         from tilelens.runner import exit_status
 
         return exit_status(exc.code)
-    except click.exceptions.NoArgsIsHelpError as exc:  # Typer has printed the help already
-        return exc.exit_code
-    except click.ClickException as exc:  # usage: an unknown option or command, a bad or missing value
-        print(_usage_line(exc), file=sys.stderr)
-        return exc.exit_code
-    except click.Abort:
+    except usage_error as exc:  # an unknown option or command, a bad or missing value
+        if type(exc).__name__ != "NoArgsIsHelpError":  # else typer has printed the help already
+            print(_usage_line(exc), file=sys.stderr)
+        return int(getattr(exc, "exit_code", 2))
+    except typer.Abort:
         print("tilelens: error: aborted", file=sys.stderr)
         return 1
     except TileLensError as exc:
@@ -157,6 +238,11 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exc()
         print(error_line(exc), file=sys.stderr)
         return exc.exit_code
+    except KeyboardInterrupt:  # Ctrl-C: what was committed stays; one line and the shell's 130, no traceback
+        if st.debug:
+            traceback.print_exc()
+        print("tilelens: interrupted", file=sys.stderr)
+        return 130
     return result if isinstance(result, int) else 0
 
 

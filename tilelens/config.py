@@ -35,7 +35,7 @@ from tilelens.errors import LocationError as LocationError  # what a bad URL rai
 from tilelens.errors import SettingsError as SettingsError  # what bad [tool.tilelens] or TILELENS_* raise
 
 if TYPE_CHECKING:
-    from tilelens.store.urls import URL
+    from tilelens.store.sql.urls import URL
 
 ENV_DB = "TILELENS_DB"
 ENV_BLOBS = "TILELENS_BLOBS"
@@ -74,7 +74,7 @@ class Location:
 
     @property
     def url(self) -> URL:
-        from tilelens.store.urls import parse_url  # URLs are the store's: SQLAlchemy parses them
+        from tilelens.store.sql.urls import parse_url  # URLs are the store's: SQLAlchemy parses them
 
         return parse_url(self.db_url)
 
@@ -84,7 +84,7 @@ class Location:
         match = _PLAIN_SQLITE_URL.match(self.db_url)
         if match is not None:  # what a plain path resolves to: no need to import SQLAlchemy to read it
             return _sqlite_database(unquote(match.group(1)))
-        from tilelens.store.urls import is_postgres
+        from tilelens.store.sql.urls import is_postgres
 
         if is_postgres(self.db_url):  # a server: no file, and no SQLAlchemy needed to say so
             return None
@@ -92,7 +92,7 @@ class Location:
 
     def display_url(self) -> str:
         """The URL safe to print: passwords are masked."""
-        from tilelens.store.urls import is_postgres, mask_password
+        from tilelens.store.sql.urls import is_postgres, mask_password
 
         if is_postgres(self.db_url):
             return mask_password(self.db_url)
@@ -104,7 +104,7 @@ class Location:
         match = _PLAIN_SQLITE_URL.match(self.db_url)
         if match is not None:  # as in sqlite_path: no SQLAlchemy import for the common case
             return _memory_database(unquote(match.group(1)), "")
-        from tilelens.store.urls import is_postgres
+        from tilelens.store.sql.urls import is_postgres
 
         if is_postgres(self.db_url):  # a server, never in memory: no SQLAlchemy needed to say so
             return False
@@ -158,7 +158,7 @@ def _normalise_db(db: str, cwd: Path) -> str:
     if not _URL_RE.match(db):
         # Exactly URL.create("sqlite", database=...).render_as_string(), without importing SQLAlchemy.
         return "sqlite:///" + quote(str(_absolute(db, cwd)), safe=" +/")
-    from tilelens.store.urls import check_postgres_url, is_postgres, parse_url
+    from tilelens.store.sql.urls import check_postgres_url, is_postgres, parse_url
 
     if is_postgres(db):  # validated without SQLAlchemy: the read commands against a server stay light
         return check_postgres_url(db)
@@ -273,7 +273,7 @@ class Settings:
     autotune: str = _option("first", choices=("first", "all"))  # autotune policy of recordings
     on_oob: str = _option(
         "record", choices=("record", "raise")
-    )  # out-of-bounds policy (tilelens.core.bounds)
+    )  # out-of-bounds policy (tilelens.core.engine.bounds)
     backend: str = _option("interpreter", choices=("interpreter", "compiled"))  # where recorded kernels run
     snapshots: str = _option("all", choices=("all", "first", "none"))  # compiled recordings' tensor snapshots
     pyproject: Path | None = field(default=None, compare=False)  # the file [tool.tilelens] came from

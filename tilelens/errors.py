@@ -53,7 +53,7 @@ class UnsupportedError(TileLensError, NotImplementedError):
 class OutOfBoundsError(TileLensError, RuntimeError):
     """A launch touched memory outside its arguments under ``on_oob="raise"``; the launch was recorded first.
 
-    Raised into the user's program at the launch (see :mod:`tilelens.core.bounds`), so the program may catch
+    Raised into the user's program at the launch (see :mod:`tilelens.core.engine.bounds`), so the program may catch
     it; uncaught, it ends the program as any exception does. The message names the kernel, the source line,
     the program, the argument and how far out of bounds the first offending event reached. ``exit_code`` is
     3, the status of ``tilelens record --fail-on-oob`` when any lane was out of bounds.

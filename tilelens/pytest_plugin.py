@@ -3,27 +3,30 @@
 Each launch carries the node id of the test it ran in (``launches.test_nodeid``), in any session that records:
 ``pytest --tilelens`` and ``tilelens record -m pytest`` alike. With pytest-xdist the controller's run is the
 session's run and every worker records a run of its own linked to it (``parent_run_id``), through the child
-process hook of :mod:`tilelens.core.children`. At the end a TileLens section in the terminal summary counts the
+process hook of :mod:`tilelens.core.recording.children`. At the end a TileLens section in the terminal summary counts the
 whole session (launches, kernels, out-of-bounds lanes, the tests with out-of-bounds lanes), and
-``--tilelens-fail-on-oob`` fails a session in which any lane was out of bounds.
+``--tilelens-fail-on-oob`` fails a session in which any lane was out of bounds. ``--tilelens-check`` (which
+records, as ``--tilelens`` does) checks each test's launches as ``tilelens check`` does, right after each phase of
+the test (set-up, call, tear-down), and fails the phase whose launches have findings, with them in its report.
 
 Loaded in every pytest session once TileLens is installed, so importing it must cost nothing: it imports only
-pytest and :mod:`tilelens.core.testid`; torch, Triton and the store load only when ``--tilelens`` is given.
+pytest and :mod:`tilelens.core.session`; torch, Triton and the store load only when ``--tilelens`` is given.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from typing import Any
 
 import pytest
 
-from tilelens.core import testid
+from tilelens.core import session as recording
 
 _REC = pytest.StashKey[Any]()
 _TREE = pytest.StashKey[Any]()
 _FAILED_ON_OOB = pytest.StashKey[bool]()
+_CHECKED = pytest.StashKey[int]()  # on a test item: how many of the recording's launches were checked
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -50,24 +53,35 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=False,
         help="Fail the session when any recorded lane was out of bounds.",
     )
+    group.addoption(
+        "--tilelens-check",
+        action="store_true",
+        default=False,
+        help="Record, and fail each test whose launches have races, hazards or out-of-bounds lanes "
+        "(as `tilelens check` finds them).",
+    )
 
 
 def _enabled(config: pytest.Config) -> bool:
-    return bool(config.getoption("tilelens", False))
+    return bool(config.getoption("tilelens", False) or _checking(config))
+
+
+def _checking(config: pytest.Config) -> bool:
+    return bool(config.getoption("tilelens_check", False))
 
 
 def pytest_configure(config: pytest.Config) -> None:
     if not _enabled(config):
         return
-    from tilelens.core import children, session
+    from tilelens.core.recording import child, children
 
     if hasattr(
         config, "workerinput"
     ):  # an xdist worker: it records a run of its own, linked to the session's
         if os.environ.get(children.ENV):
-            children.start()  # a no-op where the start-up hook already began it
+            child.start()  # a no-op where the start-up hook already began it
         return
-    if session.active() is not None:  # `tilelens record -m pytest --tilelens`: that recording is the run
+    if recording.active() is not None:  # `tilelens record -m pytest --tilelens`: that recording is the run
         return
     from tilelens import api
 
@@ -85,11 +99,52 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
-    testid.set_current(item.nodeid)
+    recording.set_nodeid(item.nodeid)
+    if _checking(item.config):
+        item.stash[_CHECKED] = len(getattr(recording.active(), "launch_ids", ()))
     try:
         yield
     finally:
-        testid.set_current(None)
+        recording.set_nodeid(None)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, None]:
+    outcome = yield
+    if not _checking(item.config):
+        return
+    lines = _check_new_launches(item)
+    if not lines:
+        return
+    report = outcome.get_result()
+    text = "\n".join(
+        _printable(line) for line in ["tilelens check: findings in this test's launches", *lines]
+    )
+    if report.passed:
+        report.outcome = "failed"
+        report.longrepr = text
+    else:
+        report.sections.append(("tilelens check", text))
+
+
+def _check_new_launches(item: pytest.Item) -> list[str]:
+    """``tilelens check``'s lines for the launches recorded since the last check of this test (none: [])."""
+    rec = recording.active()
+    ids, history = getattr(rec, "launch_ids", None), getattr(rec, "history", None)
+    if ids is None or history is None:  # not a recording (a bare sink), or not one yet
+        return []
+    flush = getattr(rec, "flush", None)
+    if flush is not None:
+        flush()  # a compiled recording's queued launches: written before they are read
+    start = item.stash.get(_CHECKED, len(ids))
+    new, item.stash[_CHECKED] = list(ids[start:]), len(ids)
+    if not new:
+        return []
+    from tilelens import api
+
+    with api.open_query(location=history.location) as q:
+        checks = [c for c in api.check_launches(q, new) if c.findings]
+    return [line for c in checks for line in api.check_lines(c)]
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -98,7 +153,6 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if not _enabled(config) or hasattr(config, "workerinput"):
         return
     from tilelens import api
-    from tilelens.core import session as recording_session
 
     rec = config.stash.get(_REC, None)
     if rec is not None:
@@ -106,7 +160,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         del config.stash[_REC]
         rec.__exit__(None, None, None)
     else:
-        rec = recording_session.active()
+        rec = recording.active()
     if rec is None or getattr(rec, "run_id", None) is None:
         return
     # A run_id (checked above) means a recording, not a bare Sink.
@@ -120,10 +174,10 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 def pytest_unconfigure(config: pytest.Config) -> None:
     if not _enabled(config):
         return
-    from tilelens.core import children
+    from tilelens.core.recording import child
 
     if hasattr(config, "workerinput"):
-        children.end()  # the worker's run ends with its session, however the worker process then exits
+        child.end()  # the worker's run ends with its session, however the worker process then exits
     rec = config.stash.get(_REC, None)
     if rec is not None:  # the session never finished (a usage error): the run still ends
         del config.stash[_REC]
@@ -137,19 +191,17 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     rec, tree = found
     tr = terminalreporter
     tr.write_sep("=", "TileLens")
-    workers = (
-        f" and {tree.child_runs} child run{'s' if tree.child_runs != 1 else ''}" if tree.child_runs else ""
-    )
-    kernels = len(tree.launches_per_kernel)
+    workers = f" and {_n(tree.child_runs, 'child run')}" if tree.child_runs else ""
     tr.write_line(
-        f"run {rec.run_id}{workers}: {tree.launches} launch{'es' if tree.launches != 1 else ''} of "
-        f"{kernels} kernel{'s' if kernels != 1 else ''}, {tree.errors} errors, "
-        f"{tree.oob_lanes:,} out-of-bounds lanes"
+        f"run {rec.run_id}{workers}: {_n(tree.launches, 'launch', 'launches')} of "
+        f"{_n(len(tree.launches_per_kernel), 'kernel')}, {_n(tree.errors, 'error')}, "
+        f"{_n(tree.oob_lanes, 'out-of-bounds lane')}"
     )
     oob_tests = [t for t in tree.tests if t.oob_lanes]
     for t in oob_tests:
         tr.write_line(
-            f"  {_printable(t.nodeid)}: {t.launches} launches, {t.kernels} kernels, {t.oob_lanes:,} OOB lanes",
+            f"  {_printable(t.nodeid)}: {_n(t.launches, 'launch', 'launches')}, {_n(t.kernels, 'kernel')}, "
+            f"{_n(t.oob_lanes, 'OOB lane')}",
             red=True,
         )
     location = rec.history.location
@@ -158,6 +210,11 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         tr.write_line(
             "--tilelens-fail-on-oob: out-of-bounds lanes were recorded; the session fails", red=True
         )
+
+
+def _n(n: int, one: str, many: str | None = None) -> str:
+    """``1 launch``, ``2 launches`` (as tilelens.commands.render.counted; the plugin imports no command)."""
+    return f"{n:,} {one if n == 1 else many or one + 's'}"
 
 
 def _printable(text: str) -> str:

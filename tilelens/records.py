@@ -28,7 +28,7 @@ LaunchRole = Literal["launch", "autotune-trial"]
 Backend = Literal["interpreter", "compiled"]
 #: A run: ``running`` until it ends; then ``ok``, ``failed`` (the program failed or exited non-zero),
 #: ``interrupted`` (Ctrl-C) or ``terminated`` (SIGTERM/SIGHUP); ``lost`` when its process died without saying
-#: how it ended (SIGKILL, ``os._exit``, a crash: see tilelens.store.liveness).
+#: how it ended (SIGKILL, ``os._exit``, a crash: see tilelens.store.sql.liveness).
 RunStatus = Literal["running", "ok", "failed", "interrupted", "terminated", "lost"]
 #: A replay: outputs (and trace) as recorded, not as recorded, or the launch could not be replayed as asked;
 #: ``unknown-read``: the kernel read elements a sparse snapshot does not hold (an edited kernel), so its outputs
@@ -67,6 +67,9 @@ class KernelIdentity:
     # sha256 of the whole file at record time: replay runs that file only while it is byte-identical (or when
     # told to run changed code). None when the file could not be read (``<string>``, a deleted file).
     file_sha256: str | None = None
+    # What reproduces the kernel without its file (``tilelens.core.kernel.bundle``: canonical JSON text of its
+    # and its jit callees' sources and the globals they read); stored as a blob with each launch.
+    bundle: str | None = None
 
     @property
     def name(self) -> str:
@@ -81,7 +84,7 @@ class ArgumentRecord:
     storage offset); ``after`` is None when the launch did not change the tensor. Arguments with the same
     ``storage_group`` shared one storage at record time; ``storage_offset`` is in elements of that storage.
 
-    A sparse snapshot (:mod:`tilelens.core.touched`) sets ``touched``: the positions, in the view's span, of the
+    A sparse snapshot (:mod:`tilelens.core.interpreted.touched`) sets ``touched``: the positions, in the view's span, of the
     elements the launch read or wrote (int64, sorted, unique); ``before``/``after`` then hold those elements'
     values only (1-D, one per position), ``after`` None again when none of them changed.
     """
@@ -147,11 +150,11 @@ class LaunchRecord:
     tuning_key: str | None = None
     summary: AccessSummary = field(default_factory=AccessSummary)
     per_arg: dict[int, AccessSummary] = field(default_factory=dict)  # by parameter position; -1: no argument
-    trace: pa.Table | None = None  # access trace, see tilelens.store.traces.TRACE_SCHEMA
+    trace: pa.Table | None = None  # access trace, see tilelens.store.files.traces.TRACE_SCHEMA
     started_at: _dt.datetime = field(default_factory=utcnow)
     duration_s: float = 0.0
     seq: int = 0  # order within its run, assigned by the recorder
-    test_nodeid: str | None = None  # the pytest test running when it launched (tilelens.core.testid)
+    test_nodeid: str | None = None  # the pytest test running when it launched (tilelens.core.session)
     gpu_name: str | None = None  # compiled launches on a GPU: the device's name
 
 

@@ -3,7 +3,7 @@ out-of-bounds launches, runs with their counts.
 
 The common questions should not need four-table joins. The SQL is plain so one definition serves every
 backend: ``||``, ``CAST(... AS TEXT)`` and ``json_array_length`` mean the same in SQLite and PostgreSQL.
-README.md documents the columns; renaming one is a breaking change. A later migration that rebuilds one of
+docs/sql.md documents the columns; renaming one is a breaking change. A later migration that rebuilds one of
 the underlying tables keeps these working (SQLite migrations run with ``legacy_alter_table``); one that
 renames or drops a column they read must drop and re-create them.
 

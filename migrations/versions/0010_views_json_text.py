@@ -1,7 +1,7 @@
 """The views give JSON columns as text on every backend, so the documented queries run on PostgreSQL too.
 
 On PostgreSQL the JSON columns have type ``json``, which has no equality operator: ``GROUP BY chosen`` and
-``count(DISTINCT chosen)`` (README's autotune questions) failed there, while SQLite, which keeps JSON as
+``count(DISTINCT chosen)`` (docs/sql.md's autotune questions) failed there, while SQLite, which keeps JSON as
 text, answered them. ``CAST(... AS TEXT)`` is the stored text on both (PostgreSQL's ``json`` keeps its input
 text verbatim), so ``launch_overview.config`` and ``autotune_choices.chosen`` now say so, and the views give
 the same rows everywhere. Column names and meanings are unchanged.

@@ -2,7 +2,7 @@
 
 ``tilelens show`` of a launch with out-of-bounds lanes read the whole access trace to list its first events
 (importing pyarrow, numpy and pandas: ~0.3 s of a ~0.5 s command). The recorder now stores the first ten with
-their total (``tilelens.store.oobsample``); rows recorded before this revision keep NULL and ``show`` reads
+their total (``tilelens.store.files.oobsample``); rows recorded before this revision keep NULL and ``show`` reads
 their trace as before. Not back-filled: that would read every trace inside a schema upgrade.
 
 Revision ID: 0013

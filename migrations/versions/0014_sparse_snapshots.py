@@ -1,7 +1,7 @@
 """Sparse snapshots: ``launch_args.snapshot_elements``.
 
 An interpreted launch that touches a few elements of a large tensor now stores those elements' indices and
-values instead of the whole span (``tilelens.store.sparse``; the blob itself says which it is). The column
+values instead of the whole span (``tilelens.store.files.sparse``; the blob itself says which it is). The column
 says so on the row, with how many elements the snapshot holds, so ``show`` and SQL need not read the blob.
 NULL for a whole-span snapshot (every row recorded before this revision) or none.
 

@@ -12,9 +12,13 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import re
+import signal
 import sqlite3
 import subprocess
 import sys
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,6 +28,21 @@ from tests.conftest import BACKENDS
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
+
+
+# The signals the tests send to a child, or that a child sends itself. A test run started under ``nohup``, or with
+# ``&`` from a script, has SIGHUP or SIGINT ignored, and its children inherit that: Python then leaves SIGINT
+# ignored (no KeyboardInterrupt), and ``tilelens record`` keeps an ignored SIGHUP ignored, as the program would
+# be without it. A child whose test relies on them gets the defaults back (:func:`default_signals`).
+SENT_SIGNALS = (signal.SIGINT, signal.SIGHUP, signal.SIGTERM)
+
+
+def default_signals() -> None:
+    """``preexec_fn`` of a child that a test signals: SENT_SIGNALS at their default disposition, unblocked,
+    whatever the shell that started the test run set."""
+    for sig in SENT_SIGNALS:
+        signal.signal(sig, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, SENT_SIGNALS)
 
 
 def tilelens_argv() -> list[str]:
@@ -63,9 +82,31 @@ def tilelens_in_process(*args: object) -> Output:
     from tilelens.cli import main
 
     out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main([str(a) for a in args])
+    columns = os.environ.pop(
+        "COLUMNS", None
+    )  # a pipe honours COLUMNS: the tests' own terminal must not count
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = main([str(a) for a in args])
+    finally:
+        if columns is not None:
+            os.environ["COLUMNS"] = columns
     return Output(code, out.getvalue(), err.getvalue())
+
+
+def run_row(db: str) -> tuple[str, int | None, int]:
+    """The one run's stored status and exit code, and the launch count, read past TileLens (SQLite file or
+    PostgreSQL URL)."""
+    import sqlalchemy as sa
+
+    engine = sa.create_engine(db if "://" in db else f"sqlite:///{db}")
+    try:
+        with engine.connect() as conn:
+            ((status, exit_code),) = conn.execute(sa.text("SELECT status, exit_code FROM runs")).fetchall()
+            launches = conn.execute(sa.text("SELECT count(*) FROM launches")).scalar_one()
+    finally:
+        engine.dispose()
+    return status, exit_code, launches
 
 
 def one_line_error(proc: subprocess.CompletedProcess[str] | Output) -> str:
@@ -93,7 +134,7 @@ class Recorded:
     def rows(self, sql: str) -> list[tuple]:
         """Rows of ``sql`` as the read path returns them (the same values from both backends)."""
         from tilelens.config import resolve_location
-        from tilelens.store.readonly import open_reader
+        from tilelens.store.sql.readonly import open_reader
 
         with open_reader(resolve_location(str(self.db), self.blobs, env={})) as reader:
             return reader.execute(sql).rows
@@ -139,7 +180,7 @@ def examples_history(
     if request.param == "sqlite":
         return examples_recording
     from tilelens.store import History
-    from tilelens.store.copy import copy_history
+    from tilelens.store.admin.copy import copy_history
 
     server = request.getfixturevalue("postgres_server")
     url = server.url(server.create_database("examples"))
@@ -158,3 +199,23 @@ def examples_history(
     ):
         ids.setdefault(qualname, []).append(launch_id)
     return Recorded(url, blobs, label, "postgresql", examples_recording.proc, run_id, ids)
+
+
+class Terminal(io.StringIO):
+    """Standard output as a terminal (of ``COLUMNS`` columns): what the table tests print to."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+@pytest.fixture
+def utc(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Local time is UTC for the test: printed times do not depend on the machine's zone."""
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()

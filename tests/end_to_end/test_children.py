@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.end_to_end.conftest import ROOT, tilelens
-from tilelens.core import children
+from tilelens.core.recording import children
 from tilelens.replay import replay_launch
 from tilelens.store import History
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.end_to_end.conftest import EXAMPLES, Recorded, one_line_error, tilelens, tilelens_in_process
-from tilelens.store.readonly import known_revisions
+from tilelens.store.sql.readonly import known_revisions
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.end_to_end.conftest import Recorded, one_line_error, tilelens_argv
-from tilelens.store.lanes import LANE_SCHEMA
+from tilelens.store.files.lanes import LANE_SCHEMA
 
 COLUMNS = [
     "launch_id",

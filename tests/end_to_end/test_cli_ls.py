@@ -8,7 +8,7 @@ import pytest
 
 from tests.end_to_end.conftest import Recorded
 
-# Documented in README.md ("JSON output"); adding a key is fine, renaming or removing one is not.
+# Documented in docs/inspecting.md ("JSON output"); adding a key is fine, renaming or removing one is not.
 LAUNCH_KEYS = [
     "id",
     "run_id",

@@ -5,30 +5,18 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime as dt
-import io
-import re
-import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests import store_helpers
-from tilelens.commands.ls_table import short_time, shorten
+from tests.end_to_end.conftest import ANSI, Terminal
+from tilelens.commands.ls_table import fold_name, short_time
 from tilelens.store import History
 
 UTC = dt.timezone.utc
 OLD = dt.datetime(2025, 3, 4, 5, 6, 7, tzinfo=UTC)
 CONFIG = {"constexprs": {"BLOCK_SIZE": 1024, "GROUP_M": 8}, "options": {"num_warps": 4, "num_stages": 3}}
-
-
-@pytest.fixture
-def utc(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.setenv("TZ", "UTC")
-    time.tzset()
-    yield
-    monkeypatch.undo()
-    time.tzset()
 
 
 @pytest.fixture
@@ -48,16 +36,6 @@ def history(tmp_path: Path, utc: None) -> tuple[list[object], dt.datetime]:
     return ["--db", tmp_path / "h.db", "--blobs", tmp_path / "blobs"], now
 
 
-class Terminal(io.StringIO):
-    """Standard output as a terminal of ``COLUMNS`` columns (a pipe gets 240 whatever ``COLUMNS`` says)."""
-
-    def isatty(self) -> bool:
-        return True
-
-
-ANSI = re.compile(r"\x1b\[[0-9;]*m")
-
-
 def _ls(where: list[object], columns: int, monkeypatch: pytest.MonkeyPatch) -> list[str]:
     from tilelens.cli import main
 
@@ -71,15 +49,16 @@ def _ls(where: list[object], columns: int, monkeypatch: pytest.MonkeyPatch) -> l
 def test_ls_at_80_columns(history: tuple[list[object], dt.datetime], monkeypatch: pytest.MonkeyPatch) -> None:
     where, now = history
     lines = _ls(where, 80, monkeypatch)
-    # Today's launch at HH:MM, last year's by date; the module side of long names cut, the config folded.
+    # Today's launch at HH:MM, last year's by date; long names folded after a module dot, the config too.
     assert lines == [
-        "id  time        kernel               grid  config           active  oob  status",
-        "─" * 79,
-        f" 2  {now:%H:%M}       …softmax_bwd_kernel  4     BLOCK_SIZE=1024      32    0  ok",
-        "                                           GROUP_M=8",
-        "                                           num_warps=4",
-        "                                           num_stages=3",
-        " 1  2025-03-04  …add_kernel          4     BLOCK=4              32    0  ok",
+        "id  time        kernel                grid  config           active  oob  status",
+        "─" * 80,
+        f" 2  {now:%H:%M}       liger_kernel.ops.     4     BLOCK_SIZE=1024      32    0  ok",
+        "                softmax.                    GROUP_M=8",
+        "                softmax_bwd_kernel          num_warps=4",
+        "                                            num_stages=3",
+        " 1  2025-03-04  examples.vector_add.  4     BLOCK=4              32    0  ok",
+        "                add_kernel",
     ]
 
 
@@ -108,7 +87,9 @@ def test_short_times_and_names() -> None:
         "18:30", "01-02 03:04", "2025-03-04", "-",
     ]  # fmt: skip
     name = "examples.vector_add.add_kernel"
-    assert [shorten(name, "add_kernel", w) for w in (30, 29, 22, 21, 11, 10, 3)] == [
-        name, "…vector_add.add_kernel", "…vector_add.add_kernel", "…add_kernel", "…add_kernel",
-        "add_kernel", "add_kernel",
+    assert [fold_name(name, "add_kernel", w) for w in (30, 29, 21, 20, 19, 3)] == [
+        (name,), ("examples.vector_add.", "add_kernel"), ("examples.vector_add.", "add_kernel"),
+        ("examples.vector_add.", "add_kernel"), ("examples.", "vector_add.", "add_kernel"),
+        ("examples.", "vector_add.", "add_kernel"),
     ]  # fmt: skip
+    assert "".join(fold_name("a.b.c.k", "k", 2)) == "a.b.c.k"  # nothing of the name is left out

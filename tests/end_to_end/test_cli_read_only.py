@@ -1,6 +1,6 @@
 """Reading never writes: no command that only reads creates, converts or changes a file (issue 12, items 3, 11).
 
-``ls``, ``show``, ``sql``, ``export``, ``db current`` and ``replay --no-store`` open SQLite read-only, so a
+``ls``, ``show``, ``sql``, ``export``, ``report``, ``db current`` and ``replay --no-store`` open SQLite read-only, so a
 0-byte file, another program's database, a history without WAL and a missing path stay byte for byte as they
 were; ``replay`` stores its row only into an existing history at the current schema. On read-only media
 (a read-only bind mount when the tests run as root, where permissions do not stop writes; chmod otherwise)
@@ -63,6 +63,7 @@ def read_commands(launch: int, out: Path) -> list[list[object]]:
         ["export", launch, "-o", out],
         ["db", "current"],
         ["replay", launch, "--no-store"],
+        ["report", "--html", out.parent / "report", "--force"],
     ]
 
 
@@ -215,7 +216,7 @@ def test_reading_commands_work_on_read_only_media(examples_history: Recorded, tm
     assert plain.stdout.strip() == "unable to open database file"
     for command, proc in zip(commands, results):
         assert proc.returncode == 0, (command, proc.stderr)
-    ls, runs, show, sql, _export, current, replay = results
+    ls, runs, show, sql, _export, current, replay, report = results
     assert "add_kernel" in ls.stdout and "examples" in runs.stdout
     assert show.stdout.startswith(f"launch {launch} ")
     (total,) = examples_history.rows("SELECT count(*) FROM launches")[0]
@@ -223,6 +224,7 @@ def test_reading_commands_work_on_read_only_media(examples_history: Recorded, tm
     assert "up to date" in current.stdout
     assert replay.stdout.startswith(f"match: launch {launch} ")
     assert out.read_text().startswith('"launch_id","pid_x",')
+    assert report.stdout.startswith(f"wrote {tmp_path / 'report' / 'index.html'}: run ")
     # Storing a replay needs a writable history: one line, before anything ran.
     assert store.returncode == 2 and store.stdout == ""
     assert store.stderr == f"tilelens: error: cannot write history {db}: {db} is not writable\n"

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tests.end_to_end.conftest import Recorded, one_line_error
 from tests.end_to_end.test_cli_ls import LAUNCH_KEYS
 
@@ -84,7 +86,7 @@ OOB_EVENT_KEYS = [
     "stray_lanes",
 ]
 AUTOTUNE_KEYS = ["id", "tuning_key", "configs", "timings", "chosen", "cache_hit", "created_at"]
-SOURCE_LINE_KEYS = ["line", "text", "load_lanes", "store_lanes", "atomic_lanes"]
+SOURCE_LINE_KEYS = ["line", "text", "load_lanes", "store_lanes", "atomic_lanes", "oob_lanes"]
 
 
 def show_json(h: Recorded, launch_id: int, *args: object) -> dict:
@@ -138,6 +140,7 @@ def test_show_json_schema_and_the_out_of_bounds_bug(examples_history: Recorded) 
     lines = {s["line"]: s for s in d["source_lines"]}
     assert list(lines[15]) == SOURCE_LINE_KEYS
     assert (lines[15]["load_lanes"], lines[16]["store_lanes"], lines[14]["load_lanes"]) == (256, 200, 0)
+    assert [s["line"] for s in d["source_lines"] if s["oob_lanes"]] == [15] and lines[15]["oob_lanes"] == 56
     assert lines[13]["text"].startswith("def shift_kernel(")
 
 
@@ -162,10 +165,26 @@ def test_show_text(examples_history: Recorded) -> None:
         "200 of 200",
     ):
         assert expected in text, expected
-    margin = {line.split("|")[0].split()[0]: line for line in text.splitlines() if " | " in line}
-    assert margin["15"].split("|")[0].split() == ["15", "256"]
+    margin = {line.split("|")[0].lstrip("!").split()[0]: line for line in text.splitlines() if " | " in line}
+    # the out-of-bounds line is marked in the margin (red too, where colour is on); no other line is
+    assert margin["15"].startswith("!   15") and margin["15"].split("|")[0].split() == ["!", "15", "256"]
+    assert [n for n, line in margin.items() if line.startswith("!")] == ["15"]
+    assert text.endswith("  ! a line with out-of-bounds lanes\n")
     assert margin["16"].split("|")[0].split() == ["16", "200"]
     assert margin["16"].split("|")[1].strip().startswith("tl.store(out_ptr + offsets")
+
+
+def test_show_source_colours_the_out_of_bounds_line_red(
+    examples_history: Recorded, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FORCE_COLOR", "1")  # rich colours a pipe too
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    res = examples_history.main("show", oob_launch(examples_history), "--source")
+    assert res.returncode == 0, res.stderr
+    (line15,) = [line for line in res.stdout.splitlines() if "!   15" in line]
+    assert line15.startswith("\x1b[1;31m!   15") and "31m    x = tl.load(x_ptr + offsets)" in line15
+    (line16,) = [line for line in res.stdout.splitlines() if "    16 " in line]
+    assert "31m" not in line16
 
 
 def test_show_autotuned_launch(examples_history: Recorded) -> None:

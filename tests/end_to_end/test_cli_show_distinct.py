@@ -13,8 +13,8 @@ import sys
 from pathlib import Path
 
 from tests.end_to_end.conftest import ROOT, Recorded, tilelens_in_process
-from tilelens.store import lanes
-from tilelens.store.query import open_query
+from tilelens.store.files import lanes
+from tilelens.store.read.query import open_query
 
 SHOW_IMPORTS = """
 import sys

@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from tests.end_to_end.conftest import ROOT, Recorded, tilelens_in_process
-from tilelens.store import lanes
-from tilelens.store.oobsample import SAMPLE_EVENTS
-from tilelens.store.query import open_query
+from tilelens.store.files import lanes
+from tilelens.store.files.oobsample import SAMPLE_EVENTS
+from tilelens.store.read.query import open_query
 
 SHOW_IMPORTS = """
 import sys

@@ -12,9 +12,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-import sqlalchemy as sa
 
-from tests.end_to_end.conftest import tilelens, tilelens_argv
+from tests.end_to_end.conftest import default_signals, run_row, tilelens, tilelens_argv
 from tests.end_to_end.test_cli_record import KERNEL, write
 
 PROGRAM = """
@@ -43,6 +42,7 @@ def _record(tmp_path: Path, mode: str, db: str) -> tuple[subprocess.Popen[str], 
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=default_signals,
     )
     assert proc.stdout is not None
     line = proc.stdout.readline()
@@ -50,18 +50,6 @@ def _record(tmp_path: Path, mode: str, db: str) -> tuple[subprocess.Popen[str], 
         proc.kill()
         raise AssertionError((line, proc.communicate()))
     return proc, db
-
-
-def _run_row(db: str) -> tuple[str, int | None, int]:
-    """The stored row, read past TileLens (SQLite file or PostgreSQL database)."""
-    engine = sa.create_engine(db if "://" in db else f"sqlite:///{db}")
-    try:
-        with engine.connect() as conn:
-            ((status, exit_code),) = conn.execute(sa.text("SELECT status, exit_code FROM runs")).fetchall()
-            launches = conn.execute(sa.text("SELECT count(*) FROM launches")).scalar_one()
-    finally:
-        engine.dispose()
-    return status, exit_code, launches
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
@@ -75,7 +63,7 @@ def test_sigterm_and_sighup_finish_the_run_then_end_by_the_signal(
     assert out == "finally\n"  # the program unwinds (as for Ctrl-C), then the process ends
     assert f"{sig.name} ended the program; the run is marked terminated" in err
     assert "run 1: 1 launch of 1 kernel" in err
-    assert _run_row(db) == ("terminated", 128 + sig, 1)
+    assert run_row(db) == ("terminated", 128 + sig, 1)
     (run,) = json.loads(tilelens("--db", db, "ls", "--runs", "--json").stdout)
     assert (run["status"], run["exit_code"], run["launches"]) == ("terminated", 128 + sig, 1)
 
@@ -90,15 +78,15 @@ def test_killed_runs_show_as_lost_and_the_next_writer_stores_it(
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == (-signal.SIGKILL if how == "SIGKILL" else 3)
     assert out == "" and "tilelens: run" not in err  # no summary: nothing ran after the process died
-    assert _run_row(db) == ("running", None, 1)  # what the dead process left behind
+    assert run_row(db) == ("running", None, 1)  # what the dead process left behind
 
     (run,) = json.loads(tilelens("--db", db, "ls", "--runs", "--json").stdout)
     assert (run["status"], run["launches"]) == ("lost", 1)  # shown at once, without writing
     table = tilelens("--db", db, "ls", "--runs", "--status", "lost").stdout
     assert " lost" in table and "prog.py" in table
-    assert _run_row(db) == ("running", None, 1)
+    assert run_row(db) == ("running", None, 1)
 
     assert tilelens("--db", db, "db", "upgrade").returncode == 0  # any writer opening the history
-    assert _run_row(db) == ("lost", None, 1)
+    assert run_row(db) == ("lost", None, 1)
     view = tilelens("--db", db, "sql", "SELECT status, launches FROM run_overview", "--format", "json")
     assert json.loads(view.stdout) == [{"status": "lost", "launches": 1}]

@@ -15,21 +15,21 @@ import pytest
 
 from tests.end_to_end.conftest import ROOT, Recorded, one_line_error, tilelens
 
-README_SECTION = "## Querying with SQL"
+DOCS_SECTION = "## Example queries"  # in docs/sql.md
 
 
-def readme_queries() -> list[str]:
-    text = (ROOT / "README.md").read_text()
-    section = text.split(README_SECTION, 1)[1].split("\n## ", 1)[0]
+def documented_queries() -> list[str]:
+    text = (ROOT / "docs" / "sql.md").read_text()
+    section = text.split(DOCS_SECTION, 1)[1].split("\n## ", 1)[0]
     return [q.strip() for q in re.findall(r"```sql\n(.*?)```", section, re.DOTALL)]
 
 
-def test_readme_has_at_least_five_queries() -> None:
-    assert len(readme_queries()) >= 5
+def test_docs_have_at_least_five_queries() -> None:
+    assert len(documented_queries()) >= 5
 
 
-@pytest.mark.parametrize("query", readme_queries())
-def test_readme_queries_run(examples_history: Recorded, query: str) -> None:
+@pytest.mark.parametrize("query", documented_queries())
+def test_documented_queries_run(examples_history: Recorded, query: str) -> None:
     out = examples_history.main("sql", query, "--format", "json")
     assert out.returncode == 0, out.stderr
     assert isinstance(json.loads(out.stdout), list)

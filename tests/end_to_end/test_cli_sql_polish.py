@@ -8,8 +8,8 @@ import json
 import pytest
 
 from tests.end_to_end.conftest import Recorded, one_line_error
-from tilelens.store.lanes import LANE_SCHEMA
-from tilelens.store.query import open_query
+from tilelens.store.files.lanes import LANE_SCHEMA
+from tilelens.store.read.query import open_query
 
 VALUES = "SELECT 1.0 / 3 AS third, 12345678.9 AS big, 'x' AS s, 42 AS n, NULL AS z, 2.5 AS exact"
 
@@ -67,8 +67,5 @@ def test_tables_lists_tables_views_and_trace_events(examples_history: Recorded) 
     assert [t["name"] for t in listed] == list(found)
     text = examples_history.main("tables", "oob_launches").stdout.splitlines()
     assert text[0] == f"oob_launches  view, {len(found['oob_launches'].columns)} columns"
-    assert text[1].split() == [
-        "launch_id",
-        "integer" if examples_history.backend == "postgresql" else "integer",
-    ]
+    assert text[1].split() == ["launch_id", "integer", "the", "launch", "(launches.id)"]
     assert "no table or view named 'nope'" in one_line_error(examples_history.main("tables", "nope"))

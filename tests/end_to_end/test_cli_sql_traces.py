@@ -67,7 +67,7 @@ def recorded(
     db, blobs = recorded_sqlite
     if request.param == "postgresql":
         from tilelens.store import History
-        from tilelens.store.copy import copy_history
+        from tilelens.store.admin.copy import copy_history
 
         server = request.getfixturevalue("postgres_server")
         url = server.url(server.create_database())
@@ -201,12 +201,12 @@ def test_a_trace_query_stops_at_its_timeout_and_on_ctrl_c(recorded_sqlite: tuple
         list(rows)
 
 
-def test_the_readme_query_answers_with_the_hand_computed_rows(recorded_sqlite: tuple[str, Path]) -> None:
+def test_the_documented_query_answers_with_the_hand_computed_rows(recorded_sqlite: tuple[str, Path]) -> None:
     import re
 
     from tests.end_to_end.conftest import ROOT
 
-    section = (ROOT / "README.md").read_text().split("## SQL across traces", 1)[1].split("\n## ", 1)[0]
+    section = (ROOT / "docs" / "sql.md").read_text().split("## SQL across traces", 1)[1].split("\n## ", 1)[0]
     (query,) = re.findall(r"```sql\n(.*?)```", section, re.DOTALL)
     db, blobs = recorded_sqlite
     assert _rows(["--db", db, "--blobs", blobs], query) == [

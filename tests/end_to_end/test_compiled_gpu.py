@@ -15,7 +15,7 @@ from tests.unit.test_compiled_recording import scale_kernel
 from tilelens.replay import replay_launch
 from tilelens.replay.traces import first_difference
 from tilelens.store import History
-from tilelens.store.models import Launch
+from tilelens.store.sql.models import Launch
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device here")
 

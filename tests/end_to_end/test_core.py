@@ -11,8 +11,8 @@ from triton import knobs
 
 from tests import gluon_kernels, kernels
 from tilelens.core import compat
+from tilelens.core.interpreted.trace import trace as tilelens_trace
 from tilelens.core.trace import GluonTrace, TritonTrace, _InterpretedLeaf
-from tilelens.core.trace import trace as tilelens_trace
 
 needs_listener = pytest.mark.skipif(
     not compat.HAS_AUTOTUNE_LISTENER, reason="knobs.autotuning.listener exists from Triton 3.8 on"

@@ -12,11 +12,11 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 import tilelens
 from tests import gluon_kernels as gk
-from tilelens.core.trace import GluonTrace
+from tilelens.core.interpreted.trace import GluonTrace
 from tilelens.replay import replay_launch
 from tilelens.store import History
-from tilelens.store.models import Launch
-from tilelens.store.traces import lane_mask, lane_offsets
+from tilelens.store.files.traces import lane_mask, lane_offsets
+from tilelens.store.sql.models import Launch
 
 gl = gk.gl
 
@@ -359,7 +359,7 @@ def test_triton_host_descriptor_arguments_record_and_replay(tmp_path):
 
 def test_every_simulator_patch_is_removed_after_a_launch_even_a_failing_one():
     from tilelens.core import compat
-    from tilelens.core.gluon import language
+    from tilelens.core.engine.gluon import language
 
     module = compat.interpreter_module
     watched = [(owner, name) for owner, name, _ in language.replacements()]

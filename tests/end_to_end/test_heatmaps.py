@@ -17,7 +17,17 @@ from tests.end_to_end.conftest import ROOT, one_line_error, tilelens_in_process
 from tests.heatmap_history import HeatmapHistory, record_history
 from tilelens import api
 from tilelens.reporters.palette import CATEGORY_COLORS, PROGRAM_COLORS, rgb
-from tilelens.store.heatmaps import ATOMIC, BAND, MASKED, OOB, READ, UNTOUCHED, WRITE, Heatmap, heatmaps_of
+from tilelens.store.read.heatmaps import (
+    ATOMIC,
+    BAND,
+    MASKED,
+    OOB,
+    READ,
+    UNTOUCHED,
+    WRITE,
+    Heatmap,
+    heatmaps_of,
+)
 
 
 @pytest.fixture(scope="module")
@@ -112,7 +122,7 @@ def test_a_transposed_view_is_drawn_in_logical_order(hist: HeatmapHistory) -> No
 def test_large_tensors_are_binned_into_whole_blocks_of_elements(hist: HeatmapHistory) -> None:
     with api.open_query(str(hist.db), hist.blobs) as q:
         trace = q.trace(hist.ids[0])
-    from tilelens.store.heatmaps import TensorArg
+    from tilelens.store.read.heatmaps import TensorArg
 
     (x,) = heatmaps_of(trace, [TensorArg(0, "x_ptr", "float32", [4, 6], [6, 1])], (3, 1, 1), max_cells=4)
     assert (x.rows, x.cols, x.bin_rows, x.bin_cols) == (2, 2, 2, 3)
@@ -200,7 +210,10 @@ def test_show_heatmap_from_the_command_line(hist: HeatmapHistory, tmp_path: Path
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     for bad, message in (
         (["--heatmap", tmp_path / "h.jpg"], "a heatmap file ends in .png or .svg, not 'h.jpg'"),
-        (["--heatmap", out, "--heatmap-by", "colour"], "heatmap colouring must be one of access, program"),
+        (
+            ["--heatmap", out, "--heatmap-by", "colour"],
+            "heatmap colouring must be one of access, count, program",
+        ),
         (["--heatmap", tmp_path / "no" / "dir.svg"], "cannot write"),
     ):
         res = tilelens_in_process("--db", hist.db, "--blobs", hist.blobs, "show", hist.ids[1], *bad)
@@ -240,3 +253,77 @@ def test_every_active_lane_is_counted_once_as_show_counts_it(hist: HeatmapHistor
 
 def test_each_format_bins_at_its_own_size() -> None:
     assert (api.max_cells_for("a.png"), api.max_cells_for("a.SVG")) == (1 << 18, 1 << 14)
+
+
+def test_count_colouring_shows_accesses_per_element(hist: HeatmapHistory) -> None:
+    from tilelens.reporters.palette import COUNT_COLORS, cell_colors, color_table, legend
+
+    bins = maps(hist, 2)["bins_ptr"]
+    assert bins.peak.ravel().tolist() == [1, 2, 0, 3] and bins.peak_exact
+    table = color_table()
+    shown = [table[i] for i in cell_colors(bins, "count").ravel()]
+    # 1, 2 and 3 atomics: buckets "1", "2", "3-4"; the untouched bin keeps its category colour
+    assert shown == [COUNT_COLORS[0], COUNT_COLORS[1], CATEGORY_COLORS[UNTOUCHED], COUNT_COLORS[2]]
+    assert [label for _, label in legend("count", 3)][:4] == [
+        "1 access",
+        "2 accesses",
+        "3-4 accesses",
+        "masked off",
+    ]
+    y = maps(hist, 1)["y_ptr"]  # out-of-bounds lanes stay red past the end in every mode
+    assert table[cell_colors(y, "count")[2, 4]] == CATEGORY_COLORS[OOB]
+
+
+def test_a_binned_cell_counts_its_busiest_element(
+    hist: HeatmapHistory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tilelens.reporters.heatmap_layout import caption
+    from tilelens.store.read import heatmaps
+    from tilelens.store.read.heatmaps import TensorArg
+
+    with api.open_query(str(hist.db), hist.blobs) as q:
+        trace = q.trace(hist.ids[0])
+    arg = [TensorArg(0, "x_ptr", "float32", [4, 6], [6, 1])]
+    (x,) = heatmaps_of(trace, arg, (3, 1, 1), max_cells=4)
+    # each 2 x 3 block holds two elements read once each: 2 reads, its busiest element read once
+    assert x.reads[:2].tolist() == [[2, 2], [2, 2]] and x.peak[:2].tolist() == [[1, 1], [1, 1]]
+    assert x.peak_exact and caption(x).endswith("one cell = 2x3 elements (counts: the busiest one's)")
+    with api.open_query(str(hist.db), hist.blobs) as q:
+        trace = q.trace(hist.ids[2])
+    bins = [TensorArg(1, "bins_ptr", "int32", [4], [1])]  # atomics per bin 1, 2, 0, 3: one cell of all four
+    (b,) = heatmaps_of(trace, bins, (2, 1, 1), max_cells=1)
+    assert (b.bin_rows, b.bin_cols, b.atomics[0, 0], b.peak[0, 0], b.peak_exact) == (2, 2, 6, 3, True)
+    monkeypatch.setattr(heatmaps, "DENSE_LIMIT", 3)  # past it: the cell's mean, rounded up (6 / 4 -> 2)
+    (b,) = heatmaps_of(trace, bins, (2, 1, 1), max_cells=1)
+    assert (b.peak[0, 0], b.peak_exact) == (2, False)
+    assert caption(b).endswith("(counts: their mean, rounded up)")
+
+
+def test_pictures_label_their_axes_with_element_indices(hist: HeatmapHistory, tmp_path: Path) -> None:
+    import matplotlib.image as mpimg
+
+    from tilelens.reporters.heatmap_layout import AXIS, tick_step
+    from tilelens.reporters.palette import COUNT_COLORS
+
+    assert [tick_step(c, 40) for c in (1, 3, 8, 24, 40)] == [50, 20, 5, 2, 1]
+    with api.open_query(str(hist.db), hist.blobs) as q:
+        tail = api.launch_heatmaps(q, hist.ids[1])
+        third = api.launch_heatmaps(q, hist.ids[0])
+    lay = api.write_heatmaps(tail, tmp_path / "tail.png", by="count")
+    ys = lay.panels[1]  # 20 elements in rows of 8: rows start at offsets 0, 8, 16
+    assert ys.row_ticks == [(0, "0"), (1, "8"), (2, "16")] and ys.col_ticks == [
+        (0, "0"),
+        (2, "2"),
+        (4, "4"),
+        (6, "6"),
+    ]
+    assert [label for _, label in lay.legend][0] == "1 access"
+    image = mpimg.imread(tmp_path / "tail.png")
+    assert _pixel(image, ys.pixel(0, 0)) == rgb(COUNT_COLORS[0])
+    margin = image[ys.y : ys.y + ys.cell, ys.x - AXIS : ys.x, :3]  # the row label "0" is ink on white
+    assert (margin < 0.5).any() and (margin == 1.0).any()
+    root = ET.parse(api.write_heatmaps(third, tmp_path / "t.svg") and tmp_path / "t.svg").getroot()
+    ns = {"s": "http://www.w3.org/2000/svg"}
+    y_group = root.findall("s:g", ns)[1]
+    assert [t.text for t in y_group.findall("s:text[@class='row-tick']", ns)] == ["0", "1", "2", "3"]
+    assert [t.text for t in y_group.findall("s:text[@class='col-tick']", ns)] == ["0", "2", "4"]

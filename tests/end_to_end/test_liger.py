@@ -25,7 +25,7 @@ from sqlalchemy import select
 import tilelens
 from tilelens.replay import replay_launch
 from tilelens.store import History
-from tilelens.store.models import Launch
+from tilelens.store.sql.models import Launch
 
 BF16 = torch.bfloat16
 F32 = torch.float32

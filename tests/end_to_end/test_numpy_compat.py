@@ -20,9 +20,10 @@ import triton.language as tl
 from sqlalchemy import select
 
 import tilelens
-from tilelens.core import compat, frontend
+from tilelens.core import compat
+from tilelens.core.engine import frontend
 from tilelens.store import History
-from tilelens.store.models import Launch
+from tilelens.store.sql.models import Launch
 
 
 @triton.jit

@@ -26,9 +26,9 @@ from tilelens.core import compat
 from tilelens.replay import oobreads
 from tilelens.replay.rebuild import rebuild_arguments
 from tilelens.store import History
-from tilelens.store.launches import load_launch
-from tilelens.store.query import open_query
-from tilelens.store.results import LaunchDetail
+from tilelens.store.read.launches import load_launch
+from tilelens.store.read.query import open_query
+from tilelens.store.read.results import LaunchDetail
 
 
 def kernel_line(text: str) -> int:
@@ -170,7 +170,7 @@ def test_atomic_cas_past_the_end(programs: Programs) -> None:
     assert events(d) == [((0, 0, 0), "atomic_cas", "flags_ptr", line, 24, 24, (40, 63))]
 
 
-@pytest.mark.skipif(not compat.HAS_BLOCK_POINTERS, reason="Triton 3.9 removed block pointers")
+@pytest.mark.skipif(not compat.HAS_BLOCK_POINTERS, reason=compat.NO_BLOCK_POINTERS)
 def test_block_pointer_store_past_the_edge(programs: Programs) -> None:
     case = programs.results["block_ptr"]
     check_contained(case, launches=1)

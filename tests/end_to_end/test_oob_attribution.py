@@ -22,10 +22,10 @@ import torch
 
 from tests import oob_kernels as k
 from tests.end_to_end.conftest import tilelens, tilelens_in_process
-from tilelens.core.access import ArgSpan, SpanTable
-from tilelens.core.bounds import describe_first_oob
-from tilelens.core.trace import TritonTrace
-from tilelens.store.traces import lane_offsets, lane_oob
+from tilelens.core.engine.bounds import describe_first_oob
+from tilelens.core.interpreted.trace import TritonTrace
+from tilelens.core.kernel.spans import ArgSpan, SpanTable
+from tilelens.store.files.traces import lane_offsets, lane_oob
 
 SCRIPT = textwrap.dedent(
     """

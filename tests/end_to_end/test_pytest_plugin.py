@@ -11,7 +11,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from tests.end_to_end.conftest import ROOT, tilelens
+from tests.end_to_end.conftest import ROOT, tilelens, tilelens_in_process
 
 KERNEL = """
 import torch
@@ -60,9 +60,38 @@ EXPECTED = [
 ]
 
 
-def session(tmp_path: Path, *args: str, record: bool = False) -> subprocess.CompletedProcess[str]:
-    (tmp_path / "kern.py").write_text(textwrap.dedent(KERNEL))
-    (tmp_path / "test_k.py").write_text(textwrap.dedent(TESTS))
+# For --tilelens-check: a clean test, a racing one, and one with out-of-bounds lanes.
+RACE_KERNEL = """
+@triton.jit
+def same_block(x_ptr, y_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(y_ptr + offs, tl.load(x_ptr + tl.program_id(0) * BLOCK + offs))  # every program: y[0..15]
+"""
+
+CHECK_TESTS = """
+import torch
+from kern import inc, same_block
+
+
+def test_clean():
+    assert float(inc(torch.zeros(100)).sum()) == 100
+
+
+def test_race():
+    same_block[(2,)](torch.ones(32), torch.zeros(16), BLOCK=16)
+
+
+def test_out_of_bounds():
+    x = torch.zeros(100, dtype=torch.int32)
+    inc(x[:50], n=70)
+"""
+
+
+def session(
+    tmp_path: Path, *args: str, record: bool = False, kernel: str = KERNEL, tests: str = TESTS
+) -> subprocess.CompletedProcess[str]:
+    (tmp_path / "kern.py").write_text(textwrap.dedent(kernel))
+    (tmp_path / "test_k.py").write_text(textwrap.dedent(tests))
     argv = [
         "-m",
         "pytest",
@@ -108,8 +137,11 @@ def test_xdist_workers_record_with_node_ids_and_fail_on_oob_fails_the_session(tm
     summary = proc.stdout[proc.stdout.index("TileLens") :]
     assert f"run {session_run[0]} and {len(workers)} child run" in summary
     assert "11 launches of 1 kernel, 0 errors, 40 out-of-bounds lanes" in summary
-    assert "test_k.py::test_out_of_bounds: 1 launches, 1 kernels, 40 OOB lanes" in summary
+    assert "test_k.py::test_out_of_bounds: 1 launch, 1 kernel, 40 OOB lanes" in summary
     assert "test_inc" not in summary  # only tests with out-of-bounds lanes are listed
+    # a worker's sys.argv is ["-c"] (execnet starts `python -c`): ls --runs names the session it works for
+    listed = tilelens_in_process("--db", db, "ls", "--runs").stdout
+    assert listed.count(f"pytest-xdist worker of run {session_run[0]}: pytest -q ") == len(workers)
     assert "--tilelens-fail-on-oob" in summary
     # the launch's test is shown and filtered on by the read commands
     ls = tilelens("--db", db, "--blobs", tmp_path / "blobs", "ls", "--test", "*::test_inc[?]", "--json")
@@ -134,3 +166,32 @@ def test_tilelens_record_of_pytest_with_xdist_gets_node_ids_from_every_worker(tm
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert per_test(tmp_path / "h.db") == EXPECTED
     assert "11 launches of 1 kernel" in proc.stderr
+
+
+def test_check_fails_each_test_whose_launches_have_findings_with_them_in_its_report(tmp_path: Path) -> None:
+    db = tmp_path / "h.db"
+    proc = session(
+        tmp_path,
+        "-n",
+        "2",
+        "--tilelens-check",
+        f"--tilelens-db={db}",
+        kernel=KERNEL + RACE_KERNEL,
+        tests=CHECK_TESTS,
+    )
+    out = proc.stdout
+    assert proc.returncode == 1, out + proc.stderr
+    assert "2 failed, 1 passed" in out
+    assert "FAILED test_k.py::test_race" in out and "FAILED test_k.py::test_out_of_bounds" in out
+    assert "tilelens check: findings in this test's launches" in out
+    assert (
+        "write-write  y_ptr: 16 elements of 16 written by several programs with plain stores: "
+        "y_ptr[0], y_ptr[1], y_ptr[2] ... y_ptr[15]"
+    ) in out
+    # inc on a 50-element view of n=70: lanes 50..63 of program 0 and 64..69 of program 1, loaded and stored
+    assert "out-of-bounds  x_ptr: 20 lanes in 2 events outside the view, element offsets 50..69" in out
+    assert per_test(db) == [
+        ("test_k.py::test_clean", 1, 0),
+        ("test_k.py::test_out_of_bounds", 1, 40),
+        ("test_k.py::test_race", 1, 0),
+    ]

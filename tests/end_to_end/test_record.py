@@ -19,7 +19,7 @@ import tilelens
 from tests import kernels
 from tilelens.core import compat
 from tilelens.store import History
-from tilelens.store.models import AutotuneEventRow, Launch, LaunchArg
+from tilelens.store.sql.models import AutotuneEventRow, Launch, LaunchArg
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -61,7 +61,7 @@ def _triton_state():
     }
     for name in compat.ACCESS_METHODS:
         state[f"InterpreterBuilder.{name}"] = vars(compat.InterpreterBuilder)[name]
-    # The semantic fixes (tilelens.core.semantics) patch builder methods, reductions, scans and two functions
+    # The semantic fixes (tilelens.core.engine.semantics) patch builder methods, reductions, scans and two functions
     # of the interpreter module.
     for cls in (compat.InterpreterBuilder, compat.ReduceOps, compat.ScanOps):
         state[f"{cls.__name__} vars"] = dict(vars(cls))
@@ -114,7 +114,7 @@ def test_record_restores_triton_exactly_even_on_error(where):
     assert kernel.cache == {}  # dummy tuning choices never flow back into the user's autotuner
     assert isinstance(kernel.fn.fn, compat.JITFunction)
     with History.open(**where) as h, h.session() as s:
-        from tilelens.store.models import Run
+        from tilelens.store.sql.models import Run
 
         assert s.scalars(select(Run.status)).all() == ["failed"]
 

@@ -25,8 +25,8 @@ from tilelens.cli import main
 from tilelens.replay import replay_launch, select_launches
 from tilelens.replay.rebuild import rebuild_arguments
 from tilelens.store import History
-from tilelens.store.launches import load_launch
-from tilelens.store.models import Launch, LaunchArg, Replay, Run
+from tilelens.store.read.launches import load_launch
+from tilelens.store.sql.models import Launch, LaunchArg, Replay, Run
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -387,7 +387,7 @@ def test_launch_recorded_failing_reproduces_the_same_error(
     assert code == 2 and "failed with the same error" in err
 
 
-def test_cuda_where_there_is_no_gpu_is_one_clear_error(
+def test_cuda_where_there_is_no_gpu_is_one_clear_error_and_stores_nothing(
     bump: tuple[dict[str, str], Path, int],
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
@@ -399,10 +399,11 @@ def test_cuda_where_there_is_no_gpu_is_one_clear_error(
     assert err.strip() == (
         "tilelens: error: cuda requested but no CUDA device is available here (torch.cuda.is_available() is False)"
     )
-    (row,) = _replays(where)
-    assert (row.outcome, row.device, row.backend) == ("error", "cuda", "compiled")
     code, _, err = _cli(capsys, where, "replay", str(launch), "--device", "tpu")
-    assert code == 2 and "unknown device 'tpu'" in err
+    assert (code, err) == (2, "tilelens: error: unknown device 'tpu'; use cpu or cuda[:N]\n")
+    code, _, err = _cli(capsys, where, "replay", "--last", "--device", "cuda:x")
+    assert code == 2 and "unknown device 'cuda:x'" in err
+    assert _replays(where) == []  # a replay that never started stores nothing
 
 
 # -- aliasing and tolerances ---------------------------------------------------------------------------------

@@ -8,11 +8,13 @@ that the answer is one line with exit status 2, and that honest replays still ma
 from __future__ import annotations
 
 import hashlib
+import json
 import runpy
 import sqlite3
 import sys
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
 import tilelens
@@ -186,9 +188,12 @@ def test_module_this_is_never_imported(guarded: tuple[dict[str, str], Path, int]
         ),
     ],
 )
+@pytest.mark.parametrize("stored", ["bundle", "kernel-row"])
 def test_code_added_to_the_stored_source_never_runs(
-    guarded: tuple[dict[str, str], Path, int], tmp_path: Path, edit
+    guarded: tuple[dict[str, str], Path, int], tmp_path: Path, edit, stored: str
 ) -> None:  # noqa: ANN001
+    """``--from-history`` runs the launch's bundle, or the kernel row's source for a record made before
+    bundles were kept: code added to either never runs, even once its hash is forged to match."""
     where, _, launch = guarded
     marker = tmp_path / "ran.txt"
     with sqlite3.connect(where["db"]) as conn:
@@ -196,7 +201,19 @@ def test_code_added_to_the_stored_source_never_runs(
     conn.close()
     forged = edit(source, _payload(marker))
     assert forged != source
-    _edit(where, "UPDATE kernels SET source = ?", forged)
+    if stored == "bundle":
+        with sqlite3.connect(where["db"]) as conn:
+            (blob,) = conn.execute("SELECT bundle_blob FROM launches WHERE id = ?", (launch,)).fetchone()
+        conn.close()
+        with History.open(**where) as h:
+            bundle = json.loads(h.blobs.get_table(blob).column("bundle")[0].as_py())
+            (entry,) = [u for u in bundle["units"] if u["key"] == bundle["entry"]]
+            entry["source"] = forged
+            new_blob = h.blobs.put_table(pa.table({"bundle": [json.dumps(bundle)]}), "bundle")
+        _edit(where, "UPDATE launches SET bundle_blob = ?", new_blob)
+    else:
+        _edit(where, "UPDATE launches SET bundle_blob = NULL")
+        _edit(where, "UPDATE kernels SET source = ?", forged)
     line = one_line_error(_cli(where, "replay", launch, "--from-history", "--trust-source"))
     assert "does not hash to the recorded source_sha256" in line
     _edit(where, "UPDATE kernels SET source_sha256 = ?", hashlib.sha256(forged.encode()).hexdigest())
@@ -296,7 +313,9 @@ def test_script_without_main_guard_replays_without_running_its_statements(tmp_pa
     with History.open(**where) as h:
         r = replay_launch(h, 1)
     assert r.outcome == "match", r.message
+    # Only what the kernel needs ran: triton, tl and SCALE. Not the docstring and ``import torch`` (1-2),
+    # ``BLOCK = 32`` (6: the kernel's BLOCK is its parameter), the side effect, nor the launch code.
     assert r.skipped == (
-        f"skipped 5 top-level statements of script.py (lines {first}-{first + 1}, {x_line}-{x_line + 3})"
+        f"skipped 8 top-level statements of script.py (lines 1-2, 6, {first}-{first + 1}, {x_line}-{x_line + 3})"
     )
     assert marker.read_text() == "ran\n"

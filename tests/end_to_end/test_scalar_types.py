@@ -16,11 +16,11 @@ import triton.language as tl
 from triton import knobs
 
 import tilelens
-from tilelens.core.arguments import kernel_params, scalar_type
+from tilelens.core.kernel.arguments import kernel_params, scalar_type
 from tilelens.replay import replay_launch
 from tilelens.replay.rebuild import rebuild_arguments, typed_value
 from tilelens.store import History
-from tilelens.store.launches import load_launch
+from tilelens.store.read.launches import load_launch
 
 with knobs.runtime.scope():
     knobs.runtime.interpret = False

@@ -16,7 +16,7 @@ from tests.end_to_end.conftest import one_line_error, tilelens_in_process
 from tests.heatmap_history import HOSTILE_TAG, HeatmapHistory, on_postgres, record_history
 from tilelens.config import resolve_location
 from tilelens.reporters.palette import CATEGORY_COLORS
-from tilelens.store.heatmaps import OOB, WRITE
+from tilelens.store.read.heatmaps import OOB, WRITE
 from tilelens.web.app import create_app
 
 
@@ -39,7 +39,9 @@ def hist(
 
 @pytest.fixture(scope="module")
 def client(hist: HeatmapHistory) -> TestClient:
-    return TestClient(create_app(resolve_location(str(hist.db), hist.blobs, env={})))
+    return TestClient(
+        create_app(resolve_location(str(hist.db), hist.blobs, env={})), base_url="http://127.0.0.1:8765"
+    )
 
 
 def launch_links(text: str) -> list[int]:
@@ -87,7 +89,7 @@ def test_launch_page_has_source_counts_arguments_oob_events_and_heatmaps(
     # per-line active lanes: 20 loaded (lanes 20..31 are masked off), 32 stored (12 of them out of bounds)
     assert f'<tr class="hot" id="line-{load}"><td class="n">{load}</td><td class="n">20</td>' in r.text
     assert (
-        f'<tr class="hot" id="line-{store}"><td class="n">{store}</td><td class="n"></td><td class="n">32</td>'
+        f'<tr class="oob" id="line-{store}"><td class="n">{store}</td><td class="n"></td><td class="n">32</td>'
         in r.text
     )
     assert "<td>BLOCK=16</td>" in r.text and "<td>(2, 1, 1)</td>" in r.text
@@ -123,6 +125,51 @@ def test_heatmap_json_feeds_the_page(client: TestClient, hist: HeatmapHistory) -
     assert client.get(f"/api/launches/{hist.ids[1]}/heatmaps?width=x").status_code == 400
     detail = client.get(f"/api/launches/{hist.ids[1]}").json()
     assert detail["id"] == hist.ids[1] and detail["oob_lanes"] == 12
+
+
+def test_events_come_in_bounded_pages_with_the_cells_they_touched(
+    client: TestClient, hist: HeatmapHistory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tilelens.store.read import heatmap_events
+
+    lines = Path(hk.__file__).read_text().splitlines()
+    store = next(i for i, t in enumerate(lines, 1) if "tl.store(y_ptr + offs, v)" in t)
+    load = next(i for i, t in enumerate(lines, 1) if "v = tl.load(x_ptr + offs, mask=offs < n" in t)
+    base = f"/api/launches/{hist.ids[1]}/events"
+    page = client.get(base).json()
+    assert (page["count"], page["start"], page["next"], page["grid"]) == (4, 0, None, [2, 1, 1])
+    summary = [
+        (e["index"], e["pid"], e["op"], e["arg"], e["line"], e["lanes"], e["active"], e["oob"])
+        for e in page["events"]
+    ]
+    assert summary == [
+        (0, [0, 0, 0], "load", 0, load, 16, 16, 0),
+        (1, [0, 0, 0], "store", 1, store, 16, 16, 0),
+        (2, [1, 0, 0], "load", 0, load, 16, 4, 0),
+        (3, [1, 0, 0], "store", 1, store, 16, 16, 12),
+    ]
+    # cells in the heatmaps' own numbering: y's 20 elements in rows of 8, then the band the 12 lanes reached
+    assert page["events"][2]["cells"] == [16, 17, 18, 19]  # lanes 20..31 masked off: nothing touched
+    assert page["events"][3]["cells"] == list(range(16, 32))
+    one = client.get(base + "?start=1&limit=1").json()
+    assert [e["index"] for e in one["events"]] == [1] and one["next"] == 2
+    assert client.get(base + "?start=9").json()["events"] == []
+    monkeypatch.setattr(heatmap_events, "MAX_CELLS", 20)  # 16 cells each: a page stops before the second
+    bounded = client.get(base).json()
+    assert [e["index"] for e in bounded["events"]] == [0] and bounded["next"] == 1
+    for bad in ("limit=0", "limit=201", "start=-1", "start=x"):
+        r = client.get(f"{base}?{bad}")
+        assert r.status_code == 400 and " is a number of events from " in r.json()["error"], bad
+
+
+def test_a_program_lights_the_cells_it_touched(client: TestClient, hist: HeatmapHistory) -> None:
+    found = client.get(f"/api/launches/{hist.ids[1]}/programs/1").json()
+    assert (found["program"], found["pid"], found["events"], len(found["lines"])) == (1, [1, 0, 0], 2, 2)
+    cells = {h["position"]: h["cells"] for h in found["heatmaps"]}
+    assert cells == {0: [16, 17, 18, 19], 1: list(range(16, 32))}
+    r = client.get(f"/api/launches/{hist.ids[1]}/programs/2")
+    assert r.status_code == 400 and r.json()["error"] == f"launch {hist.ids[1]} has programs 0 to 1, not 2"
+    assert client.get("/api/launches/999/programs/0").status_code == 404
 
 
 def test_not_found(client: TestClient) -> None:
@@ -197,7 +244,7 @@ def test_the_serve_command_serves_until_interrupted(recorded: HeatmapHistory) ->
     import subprocess
     import urllib.request
 
-    from tests.end_to_end.conftest import tilelens_argv
+    from tests.end_to_end.conftest import default_signals, tilelens_argv
 
     argv = [
         *tilelens_argv(),
@@ -209,7 +256,9 @@ def test_the_serve_command_serves_until_interrupted(recorded: HeatmapHistory) ->
         "--port",
         "0",
     ]
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=default_signals
+    )
     try:
         sel = selectors.DefaultSelector()
         sel.register(proc.stderr, selectors.EVENT_READ)

@@ -21,8 +21,8 @@ import pytest
 from tests import heatmap_kernels as hk
 from tests.heatmap_history import HeatmapHistory, record_history
 from tilelens.config import resolve_location
-from tilelens.reporters.palette import CATEGORY_COLORS, PROGRAM_COLORS, rgb
-from tilelens.store.heatmaps import OOB, READ, WRITE
+from tilelens.reporters.palette import CATEGORY_COLORS, COUNT_COLORS, PROGRAM_COLORS, rgb
+from tilelens.store.read.heatmaps import OOB, READ, WRITE
 
 
 def _missing() -> str | None:
@@ -163,6 +163,7 @@ def test_heatmaps_render_and_hover_says_what_happened(
     p.goto(f"/launches/{hist.ids[1]}")
     p.page.wait_for_selector("#heatmaps[data-ready='1']")  # the canvases are drawn from fetched JSON
     assert p.page.locator("canvas.heatmap").count() == 2
+    p.page.select_option("#heatmap-by", "access")  # the page opens in "count" colouring
     info = p.canvas("y_ptr")
     assert (info["cell"], info["w"], info["h"]) == (24, 8 * 24, 4 * 24)
     assert p.pixel("x_ptr", 0, 0) == rgb(CATEGORY_COLORS[READ])
@@ -208,4 +209,100 @@ def test_a_hostile_kernel_name_runs_no_script(browser: object, server: str, hist
     p.goto(f"/launches/{hist.ids[4]}")
     assert hk.HOSTILE_NAME in p.page.inner_text("h1")
     p.canvas("x_ptr")  # the page's own script still ran
+    p.close()
+
+
+def _faded(color: str) -> tuple[int, int, int]:
+    """A colour as heatmap.js draws a cell the selection left out: a quarter of it, three quarters white."""
+    return tuple(round(v + (255 - v) * 0.75) for v in rgb(color))  # type: ignore[return-value]
+
+
+def _line(text: str) -> int:
+    lines = Path(hk.__file__).read_text().splitlines()
+    return next(i for i, t in enumerate(lines, 1) if text in t)
+
+
+def test_counts_legend_axes_and_the_red_out_of_bounds_line(
+    browser: object, server: str, hist: HeatmapHistory
+) -> None:
+    p = Page(browser, server)
+    p.goto(f"/launches/{hist.ids[1]}")
+    assert p.page.input_value("#heatmap-by") == "count"
+    assert p.pixel("y_ptr", 0, 0) == rgb(COUNT_COLORS[0])  # written once
+    assert p.pixel("y_ptr", 2, 4) == rgb(CATEGORY_COLORS[OOB])
+    legend = p.page.locator("#legend .item").all_inner_texts()
+    assert legend == ["1 access", "masked off", "untouched", "out of bounds", "past the end"]
+    panel = "#heatmaps .panel:nth-child(2)"
+    assert p.page.locator(f"{panel} .row-tick").all_inner_texts() == ["0", "8", "16"]  # rows of 8 elements
+    assert p.page.locator(f"{panel} .col-tick").all_inner_texts() == ["0", "2", "4", "6"]
+    p.page.select_option("#heatmap-by", "access")
+    assert p.page.locator("#legend .item").all_inner_texts()[:2] == ["read", "written"]
+    store = _line("tl.store(y_ptr + offs, v)")
+    row = f"tr#line-{store}"
+    assert p.page.get_attribute(row, "class") == "oob"
+    assert p.page.eval_on_selector(row, "r => getComputedStyle(r).backgroundColor") == "rgb(253, 226, 226)"
+    marker = "r => getComputedStyle(r.firstElementChild, '::before').content"
+    assert p.page.eval_on_selector(row, marker) == '"! "'
+    load = f"tr#line-{_line('v = tl.load(x_ptr + offs, mask=offs < n')}"
+    assert p.page.get_attribute(load, "class") == "hot"
+    p.close()
+
+
+def test_a_large_tensor_fits_and_zooms(browser: object, server: str, hist: HeatmapHistory) -> None:
+    p = Page(browser, server)
+    # y_ptr folded one element a row: 20 rows and 2 of band, cells of floor(320 / 22) pixels
+    p.page.route("**/heatmaps", lambda route: route.continue_(url=route.request.url + "?width=1"))
+    p.goto(f"/launches/{hist.ids[1]}")
+    info = p.canvas("y_ptr")
+    assert (info["cell"], info["w"], info["h"]) == (14, 14, 22 * 14)
+    p.page.select_option("#heatmap-zoom", "4")
+    info = p.canvas("y_ptr")
+    assert (info["cell"], info["h"]) == (56, 22 * 56)
+    scroll = p.page.eval_on_selector(
+        "#heatmaps .panel:nth-child(2) .scroll", "s => s.clientHeight < s.scrollHeight"
+    )
+    assert scroll  # the zoomed panel scrolls inside the page
+    p.close()
+
+
+def test_a_program_and_each_event_light_what_they_touched(
+    browser: object, server: str, hist: HeatmapHistory
+) -> None:
+    p = Page(browser, server)
+    p.goto(f"/launches/{hist.ids[1]}")
+    p.canvas("y_ptr")
+    load, store = _line("v = tl.load(x_ptr + offs, mask=offs < n"), _line("tl.store(y_ptr + offs, v)")
+    once = COUNT_COLORS[0]
+    # program 1 on the grid view (2 x 1 programs): elements 16.. and the band are its, 0..15 fade
+    cell = int(p.page.get_attribute("#programs", "data-cell") or 0)
+    p.page.locator("#programs").click(position={"x": cell + cell / 2, "y": cell / 2})
+    p.page.wait_for_selector("#heatmaps[data-program='1']")
+    assert p.page.inner_text("#program-text") == "program (1, 0, 0): 2 events"
+    assert p.pixel("y_ptr", 2, 0) == rgb(once) and p.pixel("y_ptr", 0, 0) == _faded(once)
+    assert p.pixel("y_ptr", 3, 7) == rgb(CATEGORY_COLORS[OOB])
+    assert p.page.locator(".src tr.sel").evaluate_all("rs => rs.map(r => r.id)") == [
+        f"line-{load}",
+        f"line-{store}",
+    ]
+    # stepping: the first event is program 0's load of x; y all fades
+    p.page.click("#step-next")
+    p.page.wait_for_selector("#heatmaps[data-event='0']")
+    text = p.page.inner_text("#step-text")
+    assert text.startswith(
+        f"event 1 of 4: program (0, 0, 0) load x_ptr at line {load}, 16 of 16 lanes active: v = "
+    )
+    assert p.pixel("x_ptr", 0, 0) == rgb(once) and p.pixel("x_ptr", 2, 0) == _faded(once)
+    assert p.pixel("y_ptr", 0, 0) == _faded(once)
+    assert p.page.locator(".src tr.sel").evaluate_all("rs => rs.map(r => r.id)") == [f"line-{load}"]
+    p.page.fill("#step", "3")  # the slider: the last event, program 1's store with 12 lanes past the end
+    p.page.dispatch_event("#step", "input")
+    p.page.wait_for_selector("#heatmaps[data-event='3']")
+    assert p.page.inner_text("#step-text").startswith(
+        f"event 4 of 4: program (1, 0, 0) store y_ptr at line {store}, 16 of 16 lanes active, 12 out of bounds"
+    )
+    assert p.pixel("y_ptr", 3, 7) == rgb(CATEGORY_COLORS[OOB]) and p.pixel("y_ptr", 1, 7) == _faded(once)
+    p.page.click("#step-prev")
+    p.page.wait_for_selector("#heatmaps[data-event='2']")
+    p.page.click("#program-all")  # back to the whole launch
+    assert p.pixel("y_ptr", 0, 0) == rgb(once) and p.page.locator(".src tr.sel").count() == 0
     p.close()

@@ -18,7 +18,7 @@ from tests.end_to_end.conftest import one_line_error, tilelens_in_process
 from tests.unit.test_compiled_recording import StandIn, scale_kernel
 from tilelens.replay.traces import first_difference
 from tilelens.store import History
-from tilelens.store.models import Launch, LaunchArg, Replay
+from tilelens.store.sql.models import Launch, LaunchArg, Replay
 
 
 def _run(tmp_path: Path, backend: str, **options: object) -> list[int]:

@@ -59,6 +59,19 @@ def test_layer_norm_forward_and_backward_with_a_spin_lock(dtype, where):
         torch.testing.assert_close(got.double(), want.detach(), **tol)
     assert lock.item() == 0
     assert_recorded_and_replayed(where, ["layer_norm_fwd", "layer_norm_bwd"])
+    # tilelens check: every program's dw/db update runs under the one lock, so nothing races.
+    with tilelens.open_query(**where) as q:
+        (fwd, bwd) = tilelens.check_launches(q, sorted(s.id for s in q.launches()))
+    assert (fwd.findings, fwd.synchronized, bwd.findings) == ([], [], [])
+    assert sorted((s.kind, s.arg_name, s.elements.count, s.locks) for s in bwd.synchronized) == [
+        (kind, arg, 100, ["lock_ptr[0]"])
+        for kind, arg in [
+            ("read-write", "db_ptr"),
+            ("read-write", "dw_ptr"),
+            ("write-write", "db_ptr"),
+            ("write-write", "dw_ptr"),
+        ]
+    ]
 
 
 def test_seeded_dropout_keeps_the_same_lanes_for_the_same_seed(where):

@@ -138,16 +138,16 @@ def test_wheel_installed_outside_the_checkout_records_lists_replays_and_migrates
     probe = run(
         venv / "bin" / "python",
         "-c",
-        "import tilelens, tilelens.store.migrations as m; print(tilelens.__file__); print(m.migrations_dir())",
+        "import tilelens, tilelens.store.sql.migrations as m; print(tilelens.__file__); print(m.migrations_dir())",
     )
     assert probe.returncode == 0, probe.stderr
     package_file, migrations = (Path(line) for line in probe.stdout.split())
     assert package_file.is_relative_to(venv) and not package_file.is_relative_to(ROOT)
     assert migrations == package_file.parent / "_migrations"
     assert not migrations.is_symlink()
-    # The compiled capture's source ships, so an installed TileLens builds it (tilelens/core/native.py).
-    native_source = package_file.parent / "core" / "native_capture.cpp"
-    assert native_source.read_bytes() == (ROOT / "tilelens" / "core" / "native_capture.cpp").read_bytes()
+    # The native accessor's source ships, so an installed TileLens builds it (tilelens/core/native/).
+    native_source = package_file.parent / "core" / "native" / "accessor.cpp"
+    assert native_source.read_bytes() == (ROOT / "tilelens" / "core" / "native" / "accessor.cpp").read_bytes()
     assert sorted(p.name for p in (migrations / "versions").glob("*.py")) == sorted(
         p.name for p in (ROOT / "migrations" / "versions").glob("*.py")
     )

@@ -10,8 +10,8 @@ import triton.language as tl
 
 from tests import kernels
 from tilelens.core import compat
-from tilelens.core.trace import TritonTrace
-from tilelens.store.traces import lane_mask, lane_offsets, lane_oob
+from tilelens.core.interpreted.trace import TritonTrace
+from tilelens.store.files.traces import lane_mask, lane_offsets, lane_oob
 
 
 def rows(record):
@@ -128,7 +128,7 @@ def test_gather_keeps_every_lane_offset():
     np.testing.assert_array_equal(lane_offsets(gather), idx.numpy())
 
 
-@pytest.mark.skipif(not compat.HAS_BLOCK_POINTERS, reason="Triton 3.9 removed block pointers")
+@pytest.mark.skipif(not compat.HAS_BLOCK_POINTERS, reason=compat.NO_BLOCK_POINTERS)
 def test_block_pointers_are_traced():
     M, N = 10, 8
     x = torch.randn(M, N)
@@ -139,6 +139,20 @@ def test_block_pointers_are_traced():
     rec = traced.records[-1]
     assert rec.summary.load_lanes == M * N and rec.summary.store_lanes == M * N
     assert rec.summary.oob_lanes == 0
+
+
+@pytest.mark.skipif(
+    compat.HAS_BLOCK_POINTERS, reason=f"Triton {compat.triton.__version__} has block pointers"
+)
+def test_a_removed_block_pointer_is_recorded_as_the_error_triton_raises():
+    x = torch.randn(10, 8)
+    out = torch.zeros(10, 8)
+    traced = TritonTrace(kernels.block_ptr_copy, in_place=False)
+    with pytest.raises(compat.InterpreterError, match="Block pointers have been removed"):
+        traced[(3,)](x, out, 10, 8, BM=4, BN=8)
+    rec = traced.records[-1]
+    assert rec.status == "error" and "Block pointers have been removed" in str(rec.error)
+    assert not out.any() and rec.summary.lanes == 0
 
 
 def test_tensor_descriptors_are_traced_with_padding_lanes_masked():
@@ -213,7 +227,7 @@ def test_aliased_views_get_the_same_trace_from_the_batched_and_the_per_program_e
 ) -> None:
     """Views overlapping one another (an in-place output, a view offset into another): the batched engine's
     whole-batch rows must be, byte for byte, the rows the per-program analysis gives."""
-    from tilelens.core import batchrows
+    from tilelens.core.engine import batchrows
 
     fast: list[int] = []
     real = batchrows._aliased_spans

@@ -21,13 +21,15 @@ from alembic import command
 from tests import store_helpers
 from tests.conftest import new_history_url
 from tests.end_to_end.conftest import one_line_error, tilelens_in_process
-from tests.end_to_end.test_cli_sql import readme_queries
+from tests.end_to_end.test_cli_sql import documented_queries
 from tests.postgres import PASSWORD, PASSWORD_ROLE, PostgresServer
 from tilelens.config import resolve_location
-from tilelens.core.access import AccessCollector, ArgSpan, SpanTable
-from tilelens.store import History, database
-from tilelens.store.models import Run
-from tilelens.store.readonly import open_reader
+from tilelens.core.engine.access import AccessCollector
+from tilelens.core.kernel.spans import ArgSpan, SpanTable
+from tilelens.store import History
+from tilelens.store.sql import database
+from tilelens.store.sql.models import Run
+from tilelens.store.sql.readonly import open_reader
 
 T0 = dt.datetime(2026, 3, 1, 12, 0, 0, 250000, tzinfo=dt.timezone(dt.timedelta(hours=-5)))  # not UTC
 AWKWARD = {"nan": float("nan"), "inf": float("-inf"), "unicode": "λ\u2028", "nested": {"z": [1, 2.5, None]}}
@@ -79,7 +81,7 @@ def both(tmp_path: Path, request: pytest.FixtureRequest) -> dict[str, History]:
 
 
 QUERIES = [
-    *readme_queries(),
+    *documented_queries(),
     "SELECT * FROM launch_overview ORDER BY launch_id",
     "SELECT * FROM autotune_choices ORDER BY event_id",
     "SELECT * FROM run_overview",

@@ -1,11 +1,11 @@
-"""The batched engine's cross-program dependence check (tilelens.core.batched.depend), on synthetic entries."""
+"""The batched engine's cross-program dependence check (tilelens.core.engine.batched.depend), on synthetic entries."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from tilelens.core.access import LOAD, STORE
-from tilelens.core.batched.depend import conflict
+from tilelens.core.engine.access import LOAD, STORE
+from tilelens.core.engine.batched.depend import conflict
 
 
 def entry(op: str, addrs: list[list[int]], mask: list[list[bool]] | None = None, eb: int = 4, stray=None):

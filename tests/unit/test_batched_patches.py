@@ -12,12 +12,13 @@ import torch
 import triton
 import triton.language as tl
 
-from tilelens.core import compat, interpreter
-from tilelens.core.access import AccessCollector
-from tilelens.core.batched import builder as batched_builder
-from tilelens.core.batched.state import BatchedHandle, TensorHandle, state_for
-from tilelens.core.interpreter import _Patcher
-from tilelens.core.writelog import WriteLog
+from tilelens.core import compat
+from tilelens.core import patches as interpreter
+from tilelens.core.engine.access import AccessCollector
+from tilelens.core.engine.batched import builder as batched_builder
+from tilelens.core.engine.batched.state import BatchedHandle, TensorHandle, state_for
+from tilelens.core.engine.writelog import WriteLog
+from tilelens.core.patches import _Patcher
 
 
 def _installed() -> tuple[Any, ...]:
@@ -107,7 +108,7 @@ def _helper_loop_kernel(x_ptr, out_ptr, BLOCK: tl.constexpr):
 def test_a_launch_patches_the_language_once_however_often_its_helpers_run(
     engine: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tilelens.core.trace import TritonTrace
+    from tilelens.core.interpreted.trace import TritonTrace
 
     module = compat.interpreter_module
     stock = module._patch_lang

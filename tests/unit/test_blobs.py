@@ -84,7 +84,7 @@ def test_an_intact_blob_is_compared_once_per_store_and_never_rewritten(store: Bl
     data = os.urandom(4096)
     sha = BlobStore(store.root).put_bytes(data, "raw")
     before = os.stat(store.path(sha))
-    from tilelens.store import blobs
+    from tilelens.store.files import blobs
 
     compared: list[Path] = []
     real = blobs._same_content
@@ -167,8 +167,8 @@ def test_tensor_round_trip_and_dedup(store: BlobStore) -> None:
 
 
 def test_tensor_blob_written_as_parquet_still_reads(store: BlobStore) -> None:
-    from tilelens.store.blobs import table_to_parquet
-    from tilelens.store.tensors import tensor_to_table
+    from tilelens.store.files.blobs import table_to_parquet
+    from tilelens.store.files.tensors import tensor_to_table
 
     t = torch.arange(12, dtype=torch.int16).view(3, 4)[:, 1:]
     sha = store.put_bytes(table_to_parquet(tensor_to_table(t)), "tensor")
@@ -200,7 +200,7 @@ def test_recent_identical_tensor_is_not_encoded_again(store: BlobStore, monkeypa
 def test_a_batch_makes_its_blobs_appear_when_it_ends(
     store: BlobStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import tilelens.store.durable as durable
+    import tilelens.store.files.durable as durable
 
     synced: list[str] = []
     real = durable.fsync_path
@@ -257,7 +257,7 @@ def test_a_cycle_of_many_same_shaped_tensors_is_recognised_without_encoding(
 
 
 def test_recent_tensors_stay_within_their_byte_budget() -> None:
-    from tilelens.store.blobs import BlobRef, _RecentTensors
+    from tilelens.store.files.blobs import BlobRef, _RecentTensors
 
     recent = _RecentTensors(budget=10 * 4096)
     tensors = [torch.full((1024,), float(i)) for i in range(25)]
@@ -288,7 +288,7 @@ def test_tables_read_lately_are_kept_decoded_and_verify_still_reads_the_file(sto
 
 
 def test_kept_tables_stay_within_their_byte_budget() -> None:
-    from tilelens.store.blobs import _ReadTables
+    from tilelens.store.files.blobs import _ReadTables
 
     kept = _ReadTables(budget=40_000)
     tables = [pa.table({"a": pa.array(np.full(1000, i, dtype=np.int64))}) for i in range(6)]  # 8000 B each
@@ -304,7 +304,7 @@ def test_a_batch_starts_each_fsync_when_the_file_is_written_and_renames_only_aft
 ) -> None:
     import threading
 
-    import tilelens.store.durable as durable
+    import tilelens.store.files.durable as durable
 
     release = threading.Event()
     started: list[str] = []
@@ -332,7 +332,7 @@ def test_a_batch_starts_each_fsync_when_the_file_is_written_and_renames_only_aft
 def test_a_failed_fsync_fails_the_batch_and_names_nothing(
     store: BlobStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import tilelens.store.durable as durable
+    import tilelens.store.files.durable as durable
 
     def failing(p: Path) -> None:
         raise OSError(5, "Input/output error")
@@ -348,7 +348,7 @@ def test_an_early_stored_tensor_is_durable_under_its_name_before_it_is_named(
 ) -> None:
     import threading
 
-    import tilelens.store.durable as durable
+    import tilelens.store.files.durable as durable
 
     release = threading.Event()
     synced: list[str] = []
@@ -378,7 +378,7 @@ def test_an_early_stored_tensor_is_durable_under_its_name_before_it_is_named(
 def test_an_early_store_that_fails_leaves_the_blob_to_the_ordinary_store(
     store: BlobStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import tilelens.store.durable as durable
+    import tilelens.store.files.durable as durable
 
     real = durable.fsync_path
     calls: list[str] = []

@@ -5,9 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from tilelens.core import bounds
-from tilelens.core.bounds import RecordedReads, StorageTable
-from tilelens.store.traces import TRACE_SCHEMA
+from tilelens.core.engine import bounds
+from tilelens.core.engine.bounds import RecordedReads
+from tilelens.core.kernel.spans import StorageTable
+from tilelens.store.files.traces import TRACE_SCHEMA
 
 
 def addrs(*values: int) -> np.ndarray:

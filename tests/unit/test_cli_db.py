@@ -13,8 +13,8 @@ import pytest
 from tests import store_helpers
 from tilelens.cli import main
 from tilelens.store import History
-from tilelens.store.database import script_heads
-from tilelens.store.models import TABLES
+from tilelens.store.sql.database import script_heads
+from tilelens.store.sql.models import TABLES
 
 HEAD = ", ".join(script_heads())
 

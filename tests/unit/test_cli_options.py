@@ -70,8 +70,8 @@ def test_debug_after_the_command(tmp_path: Path, capsys: pytest.CaptureFixture[s
     [
         (["ls", "--no-such-option"], "No such option"),
         (["ls", "--status", "bogus"], "--status"),
-        (["show"], "Missing argument"),
-        (["show", "not-a-number"], "not-a-number"),
+        (["show"], "show takes a launch ID or --last-oob"),
+        (["show", "not-a-number"], "Invalid value for '"),
         (["no-such-command"], "no-such-command"),
         (["db", "upgrade", "--db"], "--db"),
     ],
@@ -124,7 +124,8 @@ def test_error_family() -> None:
             assert cls.exit_code == special.get(cls, 2), name
     from tilelens import config, runner
     from tilelens.replay import LaunchNotFoundError as from_replay
-    from tilelens.store import query, readonly
+    from tilelens.store.read import query
+    from tilelens.store.sql import readonly
 
     assert (
         config.LocationError is errors.LocationError
@@ -152,24 +153,52 @@ def test_replay_selections_that_find_nothing(
     assert (code, out, err) == (2, "", "tilelens: error: the history has no runs to replay\n")
 
 
-def test_a_typer_without_click_commands_is_one_line_and_exit_2(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+def test_a_mistyped_command_is_suggested_once(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run_cli(capsys, "lss")
+    assert (code, out) == (2, "")
+    assert err == "tilelens: error: No such command 'lss'. Did you mean 'ls'? (see tilelens --help)\n"
+
+
+def test_every_command_lists_the_global_options_in_its_help(capsys: pytest.CaptureFixture[str]) -> None:
+    """Typer builds them from each command's signature, on any typer from 0.12 on."""
+    for argv in (["replay"], ["db", "upgrade"], ["doctor"], ["repro"], ["record"]):
+        code, out, _ = run_cli(capsys, *argv, "--help")
+        assert code == 0 and all(option in out for option in ("--db", "--blobs", "--debug")), argv
+
+
+COMMANDS = [["record"], ["ls"], ["show"], ["sql"], ["export"], ["replay"], ["trace"], ["repro"], ["gc"]]
+COMMANDS += [["serve"], ["report"], ["diff"], ["tables"], ["doctor"], ["db", "upgrade"], ["db", "current"]]
+
+
+@pytest.mark.parametrize("columns", ["80", "200"])
+def test_help_keeps_brackets_and_prints_examples_as_written(
+    columns: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """typer >= 0.26 builds its own command classes: the CLI says which typer it needs instead of failing."""
-    import typer.main
+    monkeypatch.setenv("COLUMNS", columns)
+    code, out, _ = run_cli(capsys, "record", "--help")
+    assert code == 0 and "default: [tool.tilelens] tag" in " ".join(out.split())
+    assert "(default, or [tool.tilelens] autotune)" in " ".join(out.split())
+    with_examples = 0
+    for argv in COMMANDS:
+        code, out, _ = run_cli(capsys, *argv, "--help")
+        assert code == 0, argv
+        lines = out.splitlines()
+        if "  Examples:" not in lines:
+            continue
+        with_examples += 1
+        block = lines[lines.index("  Examples:") + 2 :]
+        block = block[: block.index("")]
+        assert block and all(line.startswith("    ") and line[4] != " " for line in block), (argv, block)
+        assert any(line.startswith("    tilelens ") for line in block), argv
+    assert with_examples >= 12
 
-    from tilelens import cli
 
-    monkeypatch.setattr(typer.main, "get_command", lambda app: object())
-    monkeypatch.setattr(typer, "__version__", "0.27.2", raising=False)
-    cli.command.cache_clear()
-    try:
-        assert cli.main(["ls"]) == 2
-    finally:
-        monkeypatch.undo()
-        cli.command.cache_clear()
-    err = capsys.readouterr().err
-    assert err == (
-        "tilelens: error: this TileLens needs typer < 0.26 (found 0.27.2, whose commands are not click's): "
-        "pip install 'typer>=0.12,<0.26'\n"
-    )
+def test_an_option_given_without_its_optional_value_gets_an_empty_one() -> None:
+    """``ls --test`` alone lists tests: the empty value goes in before any typer or click parses."""
+    from tilelens.cli import _with_optional_values as fill
+
+    assert fill(["ls", "--test"]) == ["ls", "--test", ""]
+    assert fill(["--db", "h.db", "ls", "--test", "--json"]) == ["--db", "h.db", "ls", "--test", "", "--json"]
+    assert fill(["ls", "--test", "tests/x.py::*"]) == ["ls", "--test", "tests/x.py::*"]
+    assert fill(["ls", "--", "--test"]) == ["ls", "--", "--test"]
+    assert fill(["show", "--test"]) == ["show", "--test"]  # only the options that take an optional value

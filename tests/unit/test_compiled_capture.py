@@ -10,9 +10,9 @@ import torch
 import triton
 import triton.language as tl
 
-from tilelens.core.arguments import bind, describe_arguments, kernel_params
-from tilelens.core.capture import describe_snapped, snap_arguments
-from tilelens.core.writer import BackgroundWriter
+from tilelens.core.compiled.capture import describe_snapped, snap_arguments
+from tilelens.core.compiled.writer.thread import BackgroundWriter
+from tilelens.core.kernel.arguments import bind, describe_arguments, kernel_params
 from tilelens.records import AutotuneEvent, KernelIdentity, LaunchRecord
 
 

@@ -23,10 +23,10 @@ from triton import knobs
 
 import tilelens
 from tilelens.core import compat
-from tilelens.core.arguments import bind, kernel_params
-from tilelens.core.capture import SnapPlan, snap_arguments, snap_planned, snapped_device
+from tilelens.core.compiled.capture import SnapPlan, snap_arguments, snap_planned, snapped_device
+from tilelens.core.kernel.arguments import bind, kernel_params
 from tilelens.store import History
-from tilelens.store.models import Launch
+from tilelens.store.sql.models import Launch
 
 from .test_compiled_capture import many_kinds
 from .test_compiled_recording import StandIn, failing_kernel, scale_kernel

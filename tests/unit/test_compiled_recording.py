@@ -21,11 +21,11 @@ from triton import knobs
 
 import tilelens
 from tilelens.core import compat
-from tilelens.core.interpreter import compiled_semantics, make_interpreted
-from tilelens.core.snapshots import SnapshotPolicy
+from tilelens.core.compiled.snapshots import SnapshotPolicy
+from tilelens.core.patches import compiled_semantics, make_interpreted
 from tilelens.errors import UsageError
 from tilelens.store import History
-from tilelens.store.models import AutotuneEventRow, Launch, LaunchArg
+from tilelens.store.sql.models import AutotuneEventRow, Launch, LaunchArg
 
 with knobs.runtime.scope():
     knobs.runtime.interpret = False
@@ -151,8 +151,8 @@ def test_snapshots_first_keeps_one_launch_per_kernel_version_and_shape(tmp_path:
 
 
 def test_kernel_filter_and_budget_limit_snapshots() -> None:
-    from tilelens.core.arguments import describe_arguments, kernel_params
-    from tilelens.core.identity import kernel_identity
+    from tilelens.core.kernel.arguments import describe_arguments, kernel_params
+    from tilelens.core.kernel.identity import kernel_identity
 
     ident = kernel_identity(scale_kernel)
     params = kernel_params(scale_kernel.fn)
@@ -271,7 +271,7 @@ def test_nothing_is_lost_when_the_program_raises(tmp_path: Path) -> None:
     with pytest.raises(KeyError):
         _record(tmp_path, body)
     with _history(tmp_path) as h, h.session() as s:
-        from tilelens.store.models import Run
+        from tilelens.store.sql.models import Run
 
         assert s.execute(select(Run.status)).scalar_one() == "failed"
         assert len(s.execute(select(Launch.id)).all()) == 25

@@ -1,4 +1,4 @@
-"""Templated compiled launches (``tilelens.core.compiled_templates``, ``tilelens.store.templated_rows``): a launch
+"""Templated compiled launches (``tilelens.core.compiled.templates``, ``tilelens.store.write.templated_rows``): a launch
 sent as its template plus a flat tuple of what varies stores exactly what the raw launch stores.
 
 Checked three ways: a template expanded with a launch's values is that launch's raw launch, element by element
@@ -23,13 +23,13 @@ from sqlalchemy import select
 from triton import knobs
 
 import tilelens
-from tilelens.core import testid
-from tilelens.core.compiled import CompiledRouter
-from tilelens.core.compiled_frames import GridProbe
-from tilelens.core.compiled_templates import LIMIT, Templates, body_of, capture, expand, slots_of
-from tilelens.core.snapshots import SnapshotPolicy
+from tilelens.core import session
+from tilelens.core.compiled.frames import GridProbe
+from tilelens.core.compiled.router import CompiledRouter
+from tilelens.core.compiled.snapshots import SnapshotPolicy
+from tilelens.core.compiled.templates import LIMIT, Templates, body_of, capture, expand, slots_of
 from tilelens.store import History
-from tilelens.store.models import AutotuneEventRow, Launch, LaunchArg
+from tilelens.store.sql.models import AutotuneEventRow, Launch, LaunchArg
 
 from .test_compiled_capture import many_kinds
 from .test_compiled_fast_path import TritonLike, tuned_add
@@ -375,7 +375,7 @@ def test_a_launch_like_the_kernels_last_takes_its_template_and_a_new_writer_star
         base[1:9], 6.0
     )  # y's kind, but a pointer Triton would not call aligned: another compiled kernel, 5
     launch(base[1:9], 6.5)  # 5, by the check
-    monkeypatch.setattr(testid, "_current", "tests/test_x.py::test_one")  # under the pytest plugin
+    monkeypatch.setattr(session, "nodeid", "tests/test_x.py::test_one")  # under the pytest plugin
     launch(base[1:9], 6.5)  # another test's launch: 6
     assert [n for n, _ in first.launches] == [1, 1, 2, 1, 3, 3, 4, 1, 5, 5, 6]
     assert first.templates == [1, 2, 3, 4, 5, 6]

@@ -278,7 +278,7 @@ def test_bad_environment_value_names_the_variable(tmp_path: Path) -> None:
 
 def test_on_oob_comes_from_pyproject_and_the_argument_wins(tmp_path, monkeypatch) -> None:  # noqa: ANN001
     """[tool.tilelens] on_oob is the recording's default policy; an explicit on_oob= still wins."""
-    from tilelens.core.recorder import Recording
+    from tilelens.core.recording.recording import Recording
 
     (tmp_path / "pyproject.toml").write_text('[tool.tilelens]\non_oob = "raise"\n')
     monkeypatch.chdir(tmp_path)
@@ -293,7 +293,7 @@ def test_on_oob_comes_from_pyproject_and_the_argument_wins(tmp_path, monkeypatch
 
 def test_backend_and_snapshots_come_from_pyproject_and_arguments_win(tmp_path, monkeypatch) -> None:  # noqa: ANN001
     """[tool.tilelens] backend/snapshots are a recording's defaults (issue 15); explicit arguments still win."""
-    from tilelens.core.recorder import Recording
+    from tilelens.core.recording.recording import Recording
 
     (tmp_path / "pyproject.toml").write_text('[tool.tilelens]\nbackend = "compiled"\nsnapshots = "first"\n')
     monkeypatch.chdir(tmp_path)

@@ -19,8 +19,8 @@ from tilelens.cli import main
 from tilelens.config import resolve_location
 from tilelens.errors import BlobCorruptError, BlobMissingError, RunNotFoundError
 from tilelens.store import History
-from tilelens.store.copy import copy_history
-from tilelens.store.models import AutotuneEventRow, Blob, Kernel, Launch, LaunchArg, Replay, Run
+from tilelens.store.admin.copy import copy_history
+from tilelens.store.sql.models import AutotuneEventRow, Blob, Kernel, Launch, LaunchArg, Replay, Run
 
 PAIRS = [("sqlite", "postgresql"), ("postgresql", "sqlite")]
 T0 = dt.datetime(2026, 5, 4, 3, 2, 1, 123456, tzinfo=dt.timezone.utc)
@@ -262,7 +262,7 @@ def test_cli_copy_is_one_line_and_json(
 RACER = """
 import os, sys, time
 from tilelens.cli import main
-import tilelens.store.copy, tilelens.store.history  # noqa: F401  # loaded before the start line
+import tilelens.store.admin.copy, tilelens.store.write.history  # noqa: F401  # loaded before the start line
 go = sys.argv[1]
 while not os.path.exists(go):
     time.sleep(0.001)

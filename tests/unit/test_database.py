@@ -16,8 +16,9 @@ from alembic.runtime.migration import MigrationContext
 
 from tests import store_helpers
 from tilelens.config import Location, resolve_location
-from tilelens.store import History, HistoryError, NotAHistoryError, SchemaTooNewError, database
-from tilelens.store.models import TABLES, Base
+from tilelens.store import History, HistoryError, NotAHistoryError, SchemaTooNewError
+from tilelens.store.sql import database
+from tilelens.store.sql.models import TABLES, Base
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -217,7 +218,7 @@ def test_missing_driver_is_a_history_error(tmp_path: Path) -> None:
 
 def test_insert_ignore_skips_existing_keys(history: History) -> None:
     from tilelens.records import utcnow
-    from tilelens.store.models import Blob
+    from tilelens.store.sql.models import Blob
 
     row = {"sha256": "ab" * 32, "kind": "raw", "size": 1, "rows": None, "created_at": utcnow()}
     for _ in range(2):

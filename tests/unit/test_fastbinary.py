@@ -1,4 +1,4 @@
-"""The remembered binary-operator type checks (tilelens.core.fastbinary) answer exactly as Triton's own."""
+"""The remembered binary-operator type checks (tilelens.core.engine.fastbinary) answer exactly as Triton's own."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tilelens.core import compat, fastbinary
+from tilelens.core import compat
+from tilelens.core.engine import fastbinary
 
 tl = compat.tl
 TensorHandle = compat.TensorHandle

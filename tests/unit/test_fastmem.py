@@ -1,12 +1,13 @@
-"""Large loads and stores by numpy (tilelens.core.fastmem) move exactly the bytes Triton's C++ loop moves."""
+"""Large loads and stores by numpy (tilelens.core.engine.fastmem) move exactly the bytes Triton's C++ loop moves."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from tilelens.core import compat, fastmem
-from tilelens.core.bounds import StorageTable
+from tilelens.core import compat
+from tilelens.core.engine import fastmem
+from tilelens.core.kernel.spans import StorageTable
 
 tl = compat.tl
 TensorHandle = compat.TensorHandle
@@ -15,9 +16,7 @@ N = fastmem.MIN_LANES * 2
 
 
 def _stock_load(ptrs: object, mask: object, other: object) -> np.ndarray:
-    return np.asarray(
-        compat.InterpreterBuilder.create_masked_load(builder, ptrs, mask, other, None, None, False).data
-    )
+    return np.asarray(compat.interpreter_masked_load(builder, ptrs, mask, other).data)
 
 
 def _ptrs(addrs: np.ndarray, element: object) -> object:
@@ -98,7 +97,7 @@ def test_stores_equal_the_interpreters_and_refuse_repeated_addresses() -> None:
             ptrs = _ptrs((base + 4 * (5 + np.arange(N))).reshape(shape), tl.float32)
             val = TensorHandle(values, tl.float32)
             if arena_name == "stock":
-                compat.InterpreterBuilder.create_masked_store(builder, ptrs, val, _mask(active), None, None)
+                compat.interpreter_masked_store(builder, ptrs, val, _mask(active))
             else:
                 assert fastmem.store(table, fastmem.StorageViews(), ptrs, val, _mask(active), f32)
         assert fast_arena.tobytes() == stock_arena.tobytes()

@@ -1,4 +1,4 @@
-"""The cheaper front-end internals (tilelens.core.frontend) answer exactly as Triton's own functions."""
+"""The cheaper front-end internals (tilelens.core.engine.frontend) answer exactly as Triton's own functions."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import dataclasses
 import numpy as np
 import pytest
 
-from tilelens.core import compat, frontend
+from tilelens.core import compat
+from tilelens.core.engine import frontend
 
 tl = compat.tl
 TensorHandle = compat.TensorHandle

@@ -22,8 +22,9 @@ from tests.unit.test_history import REPO, _check_every_reference, _kill_at_rando
 from tilelens.config import Location
 from tilelens.records import utcnow
 from tilelens.store import History
-from tilelens.store import gc as gc_module
-from tilelens.store.models import AutotuneEventRow, Blob, Launch, LaunchArg, Replay, Run
+from tilelens.store.admin import gc as gc_module
+from tilelens.store.admin.gc import collect_garbage
+from tilelens.store.sql.models import AutotuneEventRow, Blob, Launch, LaunchArg, Replay, Run
 
 DAY = 86400.0
 
@@ -97,7 +98,7 @@ def test_leftovers_go_once_older_than_the_grace_period(history: History) -> None
     for sha in referenced:
         _age(history.blobs.path(sha), 2 * 3600)
 
-    report = history.gc()
+    report = collect_garbage(history)
     assert report.as_dict() == {
         "dry_run": False,
         "runs": 0,
@@ -119,8 +120,8 @@ def test_leftovers_go_once_older_than_the_grace_period(history: History) -> None
     assert young_tmp.exists() and foreign.exists() and history.blobs.exists(young_unref.sha256)
     for sha in referenced:
         history.blobs.verify(sha)
-    assert history.gc(grace=dt.timedelta(0)).files == 2  # nobody writing: the young ones too
-    assert history.gc().as_dict()["files"] == 0
+    assert collect_garbage(history, grace=dt.timedelta(0)).files == 2  # nobody writing: the young ones too
+    assert collect_garbage(history).as_dict()["files"] == 0
 
 
 @pytest.mark.parametrize(
@@ -155,7 +156,7 @@ def test_runs_selected_by_age_and_tag_go_with_everything_only_they_used(
             _age(path, 40 * DAY)
     sizes = {sha: history.blobs.path(sha).stat().st_size for sha in gone_blobs}
 
-    report = history.gc(**options)  # type: ignore[arg-type]
+    report = collect_garbage(history, **options)  # type: ignore[arg-type]
     assert sorted(report.run_ids) == sorted(runs[n] for n in removed)
     n = len(removed)
     assert (report.runs, report.launches, report.launch_args) == (n, n, 4 * n)
@@ -185,9 +186,9 @@ def test_dry_run_reports_the_same_and_changes_nothing(history: History) -> None:
     _age(history.blobs.root / "00" / ".x.tmp", 2 * DAY)
     rows, files = _dump(history), _files(history)
 
-    dry = history.gc(older_than=dt.timedelta(days=30), dry_run=True)
+    dry = collect_garbage(history, older_than=dt.timedelta(days=30), dry_run=True)
     assert (_dump(history), _files(history)) == (rows, files)
-    real = history.gc(older_than=dt.timedelta(days=30))
+    real = collect_garbage(history, older_than=dt.timedelta(days=30))
     assert {**dry.as_dict(), "dry_run": False} == real.as_dict()
     assert (real.runs, real.tmp_files) == (2, 1) and real.blob_files > 0
     assert sum(files.values()) - sum(_files(history).values()) == real.bytes_freed
@@ -200,7 +201,7 @@ def test_a_reused_blob_is_refreshed_so_gc_keeps_it(history: History) -> None:
     _age(path, 40 * DAY)
     history.blobs.store_bytes(data, "tensor")  # a writer reusing it, about to commit a row naming it
     assert path.stat().st_mtime > time.time() - 3600
-    assert history.gc().blob_files == 0 and path.exists()
+    assert collect_garbage(history).blob_files == 0 and path.exists()
 
     x = torch.randn(64)
     sha = history.blobs.store_tensor(x).sha256
@@ -226,7 +227,7 @@ def test_a_refresh_between_look_and_rename_keeps_the_file(
         rename(src, dst)  # type: ignore[arg-type]
 
     monkeypatch.setattr(gc_module.os, "rename", writer_first)
-    report = history.gc()
+    report = collect_garbage(history)
     assert (report.blob_files, report.young_files) == (0, 1)
     assert history.blobs.get_bytes(sha) == b"reused right now"
     assert sorted(p.name for p in path.parent.iterdir()) == [sha]  # nothing left aside
@@ -256,7 +257,7 @@ def test_a_launch_committed_after_the_plan_keeps_its_blobs(
         )
 
     monkeypatch.setattr(gc_module, "_delete_runs", then_a_writer_commits)
-    report = history.gc(older_than=dt.timedelta(days=30))
+    report = collect_garbage(history, older_than=dt.timedelta(days=30))
     assert report.run_ids == [doomed]
     if history.engine.dialect.name == "sqlite":  # SQLite reused both ids: the deleted run's and launch's
         assert (late_run, late) == ([doomed], [doomed_launch])
@@ -275,7 +276,7 @@ def test_killed_writers_leftovers_are_collected(history_url: str) -> None:
     with History.open(db) as h:
         launches = _check_every_reference(h)
         before = _files(h)
-        report = h.gc(grace=dt.timedelta(0))  # nobody is writing any more
+        report = collect_garbage(h, grace=dt.timedelta(0))  # nobody is writing any more
         after = _files(h)
         assert len(before) - len(after) == report.files
         assert sum(before.values()) - sum(after.values()) == report.bytes_freed
@@ -302,7 +303,7 @@ def test_gc_while_a_writer_records_keeps_every_blob_it_references(history_url: s
         assert writer.stdout is not None and writer.stdout.readline().strip() == "ready"
         removed: list[int] = []
         while True:  # at least once, however fast the writer is
-            removed += h.gc(older_than=dt.timedelta(days=30)).run_ids
+            removed += collect_garbage(h, older_than=dt.timedelta(days=30)).run_ids
             if writer.poll() is not None:
                 break
         _, err = writer.communicate()

@@ -11,13 +11,13 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-from tilelens.core import compat, descriptors
-from tilelens.core.arguments import jsonable
-from tilelens.core.gluon import layouts
-from tilelens.core.gluon.barriers import Barrier, BarrierError
-from tilelens.core.gluon.executor import is_constexpr_annotation
-from tilelens.core.gluon.partitions import Scheduler
-from tilelens.core.gluon.shared import SharedMemory
+from tilelens.core import compat
+from tilelens.core.engine.gluon.barriers import Barrier, BarrierError
+from tilelens.core.engine.gluon.executor import is_constexpr_annotation
+from tilelens.core.engine.gluon.partitions import Scheduler
+from tilelens.core.engine.gluon.shared import SharedMemory
+from tilelens.core.kernel import descriptors, layouts
+from tilelens.core.kernel.arguments import jsonable
 
 
 def _partition_threads() -> list[threading.Thread]:
@@ -164,7 +164,7 @@ def test_gluon_constexpr_annotations_are_recognised():
 
 def test_host_descriptor_tensors_go_through_the_interpreters_host_copies():
     """A CUDA tensor inside a Gluon descriptor is copied to the host and back like any tensor argument."""
-    from tilelens.core.gluon import descriptors as host
+    from tilelens.core.engine.gluon import descriptors as host
 
     x = torch.randn(32, 32)
     desc = TensorDescriptor.from_tensor(

@@ -19,8 +19,8 @@ from sqlalchemy import select
 from tests import store_helpers
 from tilelens.config import Location
 from tilelens.store import History, HistoryError
-from tilelens.store.jsonvalues import from_json
-from tilelens.store.models import AutotuneEventRow, Blob, Kernel, Launch, LaunchArg, Replay, Run
+from tilelens.store.files.jsonvalues import from_json
+from tilelens.store.sql.models import AutotuneEventRow, Blob, Kernel, Launch, LaunchArg, Replay, Run
 
 REPO = Path(__file__).resolve().parents[2]
 

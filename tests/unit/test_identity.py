@@ -1,4 +1,4 @@
-"""Kernel identity's def line (``identity._def_line``): found through linecache, equal to what
+"""Kernel identity's def line (``bundle.def_line_of``): found through linecache, equal to what
 ``inspect.getsourcelines`` gives, for every Liger kernel and for kernels under several decorators."""
 
 from __future__ import annotations
@@ -14,7 +14,9 @@ import triton.language as tl
 from triton import knobs
 
 from tilelens.core import compat
-from tilelens.core.identity import _DEF_LINES, _def_line, kernel_identity
+from tilelens.core.kernel.bundle import _DEF_LINES
+from tilelens.core.kernel.bundle import def_line_of as _def_line
+from tilelens.core.kernel.identity import kernel_identity
 
 
 def _by_inspect(pyfn: Any) -> int:
@@ -95,7 +97,7 @@ def test_a_kernels_identity_is_made_once_while_its_file_is_unchanged(
     import hashlib
     import sys
 
-    from tilelens.core import identity
+    from tilelens.core.kernel import identity
 
     path = tmp_path / "tl_identity_kernel.py"
     path.write_text(KERNEL_FILE)

@@ -8,9 +8,10 @@ import pyarrow.parquet as pq
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tilelens.core.access import AccessCollector, ArgSpan, SpanTable
-from tilelens.store import lanes
-from tilelens.store.traces import lane_mask, lane_offsets, lane_oob
+from tilelens.core.engine.access import AccessCollector
+from tilelens.core.kernel.spans import ArgSpan, SpanTable
+from tilelens.store.files import lanes
+from tilelens.store.files.traces import lane_mask, lane_offsets, lane_oob
 
 ELEM = 4
 # Two 100-element float arguments with a gap between them; addresses past either are out of bounds.
@@ -96,12 +97,13 @@ def test_distinct_elements_and_line_counts(evs: list[tuple]) -> None:
         if r["arg"] >= 0:
             distinct.setdefault(r["arg"], set()).update(int(v) for v in lane_offsets(r)[keep])
         kind = lanes.op_kind(r["op"])
-        counts = lines.setdefault(r["line"], {"load": 0, "store": 0, "atomic": 0})
+        counts = lines.setdefault(r["line"], {"load": 0, "store": 0, "atomic": 0, "oob": 0})
         counts[kind] += r["active"]
+        counts["oob"] += int(lane_oob(r).sum())
     assert lanes.distinct_elements(table, max_lanes=7) == {a: len(v) for a, v in distinct.items() if v}
     got = lanes.line_counts(table)
-    assert {line: (c.load_lanes, c.store_lanes, c.atomic_lanes) for line, c in got.items()} == {
-        line: (c["load"], c["store"], c["atomic"]) for line, c in lines.items()
+    assert {line: (c.load_lanes, c.store_lanes, c.atomic_lanes, c.oob_lanes) for line, c in got.items()} == {
+        line: (c["load"], c["store"], c["atomic"], c["oob"]) for line, c in lines.items()
     }
 
 
@@ -134,3 +136,16 @@ def test_events_of_no_argument_have_no_name() -> None:
     assert batch.column("arg").to_pylist() == [-1, -1]
     assert batch.column("arg_name").to_pylist() == [None, None]
     assert lanes.distinct_elements(table) == {}
+
+
+@settings(max_examples=40, deadline=None)
+@given(events(), st.integers(1, 40))
+def test_chosen_rows_decode_alone_and_their_spans_bound_every_lane(evs: list[tuple], max_lanes: int) -> None:
+    table = trace_of(evs)
+    want = [lane_offsets(r).ravel() for r in table.to_pylist()][::-1]
+    decoder = lanes.LaneDecoder(table)
+    rows = np.arange(table.num_rows, dtype=np.int64)[::-1].copy()  # any order, last row first
+    got = np.concatenate([c.offset for c in decoder.chunks_of(rows, max_lanes)])
+    np.testing.assert_array_equal(got, np.concatenate(want))
+    low, high = decoder.spans(rows)
+    assert (low.tolist(), high.tolist()) == ([int(w.min()) for w in want], [int(w.max()) for w in want])

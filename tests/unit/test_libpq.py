@@ -1,6 +1,6 @@
 """The read path's own libpq connection gives the values psycopg gave, and takes no driver import.
 
-``tilelens sql`` on PostgreSQL reads through :mod:`tilelens.store.libpq` (ctypes); before, it read through
+``tilelens sql`` on PostgreSQL reads through :mod:`tilelens.store.sql.libpq` (ctypes); before, it read through
 psycopg, whose values were then made SQLite-like. These tests pin that the text conversions give exactly what
 psycopg's loaders plus that normalisation gave, type by type, on a real server.
 """
@@ -20,8 +20,9 @@ import pytest
 
 from tests.postgres import PostgresServer
 from tilelens.config import resolve_location
-from tilelens.store import History, libpq
-from tilelens.store.readonly import open_reader
+from tilelens.store import History
+from tilelens.store.sql import libpq
+from tilelens.store.sql.readonly import open_reader
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -15,11 +15,12 @@ import sqlalchemy as sa
 
 from tests import store_helpers
 from tests.end_to_end.conftest import tilelens_in_process
+from tests.postgres import PostgresServer
 from tilelens.api import open_query
-from tilelens.config import Location
+from tilelens.config import Location, resolve_location
 from tilelens.store import History
-from tilelens.store import liveness as lv
-from tilelens.store.models import Run
+from tilelens.store.sql import liveness as lv
+from tilelens.store.sql.models import Run
 
 
 def _exited_pid() -> int:
@@ -132,6 +133,100 @@ def test_dead_runs_show_as_lost_and_the_next_writer_stores_it(history_location: 
     assert _statuses(history_location) == shown == view
 
 
+def test_every_sql_surface_reads_lost_as_ls_does_and_writes_nothing(history_location: Location) -> None:
+    from starlette.testclient import TestClient
+
+    from tilelens.web.app import create_app
+
+    with History.open(location=history_location) as h:
+        alive = _run(h, tag="alive")
+        killed = _run(h, pid=_exited_pid(), tag="killed")
+        finished = _run(h, pid=_exited_pid(), tag="finished")
+        h.finish_run(finished, "ok", 0)
+        elsewhere = _run(h, host="elsewhere", pid=_exited_pid(), tag="elsewhere")
+    want = [(alive, "running"), (killed, "lost"), (finished, "ok"), (elsewhere, "running")]
+    engine = sa.create_engine(history_location.db_url)
+    rows_before = store_helpers.dump_rows(engine)
+    path = history_location.sqlite_path
+    before = path.read_bytes() if path is not None else None
+
+    out = tilelens_in_process("--db", history_location.db_url, "ls", "--runs", "--json")
+    assert sorted((r["id"], r["status"]) for r in json.loads(out.stdout)) == want
+    out = tilelens_in_process(
+        "--db", history_location.db_url, "sql", "SELECT id, status FROM runs ORDER BY id", "--format", "csv"
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["id,status", *(f"{i},{s}" for i, s in want)]
+    with open_query(location=history_location) as q:
+        assert q.sql("SELECT id, status FROM runs ORDER BY id").rows == want
+        assert q.sql("SELECT run_id, status FROM run_overview ORDER BY run_id").rows == want
+        assert q.sql("SELECT r.id FROM runs AS r WHERE r.status = 'lost'").rows == [(killed,)]
+        assert q.sql("SELECT count(*) FROM run_overview WHERE status = 'running'").rows == [(2,)]
+        assert q.sql(f"SELECT runs.status FROM runs WHERE runs.id = {killed}").rows == [("lost",)]
+        assert (
+            q.sql(
+                "SELECT o.run_id FROM run_overview o JOIN runs r ON r.id = o.run_id WHERE o.status <> r.status"
+            ).rows
+            == []
+        )
+        assert q.sql(  # in a subquery and an EXISTS too
+            "SELECT tag FROM (SELECT * FROM runs) AS x WHERE EXISTS "
+            "(SELECT 1 FROM run_overview o WHERE o.run_id = x.id AND o.status = 'lost')"
+        ).rows == [("killed",)]
+        # The statement's own CTE of that name is its own; the stored rows stay readable, qualified by schema
+        # on SQLite (where the TEMP views shadow them) and as they are in the history's tables.
+        assert q.sql("WITH runs AS (SELECT 7 AS id, 'mine' AS status) SELECT id, status FROM runs").rows == [
+            (7, "mine")
+        ]
+        if path is not None:
+            assert q.sql(f"SELECT status FROM main.runs WHERE id = {killed}").rows == [("running",)]
+        else:
+            assert q.sql(f"SELECT public.runs.status FROM public.runs WHERE id = {killed}").rows == [
+                ("lost",)
+            ]
+        # `tilelens tables` describes the stored table: the same columns and types as before.
+        runs_info = next(t for t in q.tables() if t.name == "runs")
+        assert runs_info.kind == "table"
+        status_type = "varchar(16)" if path is not None else "character varying"
+        assert {c.name: c.type for c in runs_info.columns}["status"] == status_type
+    page = TestClient(create_app(history_location), base_url="http://127.0.0.1:8765").get("/").text
+    assert f'<a href="/runs/{killed}">{killed}</a>' in page
+    assert page.split(f'<a href="/runs/{killed}">', 1)[1].split("</tr>", 1)[0].count("<td>lost</td>") == 1
+
+    assert store_helpers.dump_rows(engine) == rows_before
+    assert _statuses(history_location) == {
+        alive: "running",
+        killed: "running",
+        finished: "ok",
+        elsewhere: "running",
+    }
+    engine.dispose()
+    if path is not None:
+        assert path.read_bytes() == before
+
+
+def test_a_postgresql_reader_role_reads_lost_too(postgres_server: PostgresServer, tmp_path: Path) -> None:
+    """The reader of ``db grant-reader`` may create nothing, not even a temporary object: the gate's rewrite
+    needs no more than SELECT on the history's tables."""
+    from tilelens.store.sql.urls import postgres_connect_args
+
+    location = resolve_location(postgres_server.url(postgres_server.create_database()), tmp_path, env={})
+    with History.open(location=location) as h:
+        killed = _run(h, pid=_exited_pid())
+        alive = _run(h)
+    granted = tilelens_in_process("--db", location.db_url, "db", "grant-reader", "tl_lost_reader", "--apply")
+    assert granted.returncode == 0, granted.stderr
+    database = postgres_connect_args(location.db_url)["dbname"]
+    reader = postgres_server.url(database, user="tl_lost_reader")
+    for view, key in (("runs", "id"), ("run_overview", "run_id")):
+        out = tilelens_in_process(
+            "--db", reader, "sql", f"SELECT {key}, status FROM {view} ORDER BY 1", "--format", "csv"
+        )
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.splitlines() == [f"{key},status", f"{killed},lost", f"{alive},running"]
+    assert _statuses(location) == {killed: "running", alive: "running"}
+
+
 def test_a_lost_run_that_finishes_after_all_keeps_its_own_status(history: History) -> None:
     run = _run(history, pid=_exited_pid())
     assert history.repair_lost_runs() == [run]
@@ -141,7 +236,7 @@ def test_a_lost_run_that_finishes_after_all_keeps_its_own_status(history: Histor
 
 
 def test_a_recording_tree_closes_only_its_own_gone_children(history: History) -> None:
-    from tilelens.store.tree import close_lost_children
+    from tilelens.store.admin.tree import close_lost_children
 
     root = _run(history)  # the ending recording: this process
     gone = _run(history, pid=_exited_pid(), parent_run_id=root)

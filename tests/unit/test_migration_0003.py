@@ -13,7 +13,7 @@ from tests import store_helpers
 from tilelens.config import resolve_location
 from tilelens.records import AccessSummary
 from tilelens.store import History
-from tilelens.store.query import open_query
+from tilelens.store.read.query import open_query
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -23,7 +23,7 @@ from tests import kernels  # noqa: E402
 from tilelens.core import compat  # noqa: E402
 from tilelens.core.trace import TritonTrace  # noqa: E402
 from tilelens.store import History  # noqa: E402
-from tilelens.store.models import Launch  # noqa: E402
+from tilelens.store.sql.models import Launch  # noqa: E402
 
 
 @triton.jit

@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests import oob_kernels as k
-from tilelens.core.trace import TritonTrace
-from tilelens.store.traces import lane_oob
+from tilelens.core.interpreted.trace import TritonTrace
+from tilelens.store.files.traces import lane_oob
 
 N, PAD, BLOCK = 64, 4096, 64
 REACH = 1024  # offsets reach this far outside the tensor, well inside the arena and the stray-read bound

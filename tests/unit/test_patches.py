@@ -9,8 +9,9 @@ import pytest
 from triton import knobs
 
 from tests import kernels
-from tilelens.core import compat, interpreter
-from tilelens.core.interpreter import (
+from tilelens.core import compat
+from tilelens.core import patches as interpreter
+from tilelens.core.patches import (
     TuningMirror,
     _Patcher,
     attribute_replaced,

@@ -19,7 +19,7 @@ from tests.postgres import PostgresServer
 from tilelens.config import resolve_location
 from tilelens.errors import QueryError, QueryTimeoutError, ReadOnlyError
 from tilelens.store import History
-from tilelens.store.readonly import open_reader
+from tilelens.store.sql.readonly import open_reader
 
 REFUSED = "the history is open read-only, nothing was changed"
 
@@ -37,12 +37,12 @@ def filled(history: History) -> History:
 
 
 def _state(h: History) -> tuple[dict[str, int], list[str]]:
-    with open_reader(h.location) as r:
-        views = r.execute(
-            "SELECT count(*) FROM launch_overview"
-            if r.dialect == "sqlite"
-            else "SELECT count(*) FROM pg_views"
-        ).rows
+    if h.engine.dialect.name == "sqlite":
+        with open_reader(h.location) as r:
+            views = r.execute("SELECT count(*) FROM launch_overview").rows
+    else:  # the catalog is no table of the history: the gate refuses it, so ask as the owner
+        with h.engine.connect() as conn:
+            views = [tuple(conn.exec_driver_sql("SELECT count(*) FROM pg_views").one())]
     return h.counts(), [str(views)]
 
 
@@ -115,7 +115,7 @@ def pg_filled(postgres_server: PostgresServer, tmp_path: Path) -> Iterator[Histo
         ("SELECT dblink_exec('dbname=x', 'DELETE FROM runs')", "function dblink_exec()"),
         ("SELECT pg_terminate_backend(1)", "function pg_terminate_backend()"),
         ("SELECT pg_advisory_lock(1)", "function pg_advisory_lock()"),
-        ("SELECT U&\"pg\\005fread_file\"('/etc/hostname')", 'U&"..." identifiers'),
+        ("SELECT U&\"pg\\005fread_file\"('/etc/hostname')", "function pg_read_file()"),
         ("COPY (SELECT 1) TO PROGRAM 'touch /tmp/tilelens-gate'", "COPY"),
         ("COPY runs FROM '/etc/hostname'", "COPY"),
         ("SET TRANSACTION READ WRITE", "SET"),
@@ -148,10 +148,11 @@ def test_no_way_out_of_the_read_only_gate(pg_filled: History, statement: str, wh
 
 def test_a_superuser_reads_as_pg_read_all_data(pg_filled: History) -> None:
     with open_reader(pg_filled.location) as r:
-        assert r.execute("SELECT current_user").rows == [("pg_read_all_data",)]
+        # (current_user is no pure function of the history: asked through the gate's own connection)
+        assert r.gate.conn.scalar("SELECT current_user") == "pg_read_all_data"
         assert r.execute("SELECT count(*) FROM launch_overview").rows == [(1,)]
-        # Even a function the name check does not know is refused by the server to this role.
-        with pytest.raises(QueryError, match="permission denied"):
+        # A system catalog is no table of the history.
+        with pytest.raises(ReadOnlyError, match="^refused table pg_hba_file_rules: "):
             r.execute("SELECT * FROM pg_hba_file_rules")
 
 

@@ -1,12 +1,12 @@
-"""The pinned-buffer pool of compiled snapshots (``tilelens.core.pinned_pool``), with ordinary host memory
+"""The pinned-buffer pool of compiled snapshots (``tilelens.core.compiled.pinned_pool``), with ordinary host memory
 standing in for pinned memory (pinning needs CUDA); the pool's bookkeeping is what is tested."""
 
 from __future__ import annotations
 
 import torch
 
-from tilelens.core.pinned_pool import ALIGN, PinnedPool
-from tilelens.core.snapshots import PendingSnapshots
+from tilelens.core.compiled.pinned_pool import ALIGN, PinnedPool
+from tilelens.core.compiled.snapshots import PendingSnapshots
 
 
 def _plain(nbytes: int) -> torch.Tensor:
@@ -76,3 +76,41 @@ def test_pending_snapshots_give_their_slices_back_once() -> None:
     pending.release()
     pending.release()  # idempotent: the writer may call it after a failed write too
     assert chunk.live == 0 and chunk.top == 0
+
+
+def test_past_its_limit_the_pool_refuses_at_once_and_says_when_the_writer_must_hurry() -> None:
+    """Back-pressure: the pool pins at most ``limit`` bytes; a take that would pin more is refused (None, the
+    launch keeps no snapshot) instead of waiting; more than half the limit leased is pressure on the writer."""
+    allocated.clear()
+    pool = PinnedPool(allocate=_plain, min_chunk=1024, limit=4096)
+    first = pool.take(1024, torch.uint8)
+    second = pool.take(1024, torch.uint8)
+    assert first is not None and second is not None
+    assert allocated == [1024, 2048] and pool.leased_bytes == 2048 and not pool.under_pressure()
+    third = pool.take(1024, torch.uint8)  # the 2 KiB chunk's second half
+    assert third is not None and pool.under_pressure()  # 3 KiB of 4 leased
+    assert pool.take(2048, torch.uint8) is None  # no chunk has room, pinning 2 KiB more would pass 4 KiB
+    assert pool.take(1024, torch.uint8) is not None  # 1 KiB more fits the limit exactly: pinned
+    assert pool.take(1, torch.uint8) is None and pool.refused == 2 and pool.pinned_bytes == 4096
+    for lease in (first[1], second[1], third[1]):
+        pool.release(lease)
+    assert pool.leased_bytes == 1024 and not pool.under_pressure()
+    again = pool.take(2048, torch.uint8)  # the freed 2 KiB chunk: nothing pinned
+    assert again is not None and allocated == [1024, 2048, 1024]
+
+
+def test_a_dropped_launchs_snapshots_are_not_kept_and_its_slices_go_back() -> None:
+    pool = PinnedPool(initial=4096, allocate=lambda n: torch.zeros(n, dtype=torch.uint8), min_chunk=4096)
+    pending = PendingSnapshots(pool=pool, dropped=True)
+    taken = pool.take(100, torch.uint8)
+    assert taken is not None
+    pending.before[0] = taken[0]
+    pending.leases.append(taken[1])
+
+    class Arg:
+        position, before, after = 0, None, None
+
+    arg = Arg()
+    pending.finish([arg])  # type: ignore[list-item]
+    pending.release()
+    assert arg.before is None and arg.after is None and pending.before == {} and pool.leased_bytes == 0

@@ -17,7 +17,7 @@ from alembic.config import Config
 from tests import store_helpers
 from tilelens.api import open_query, run_tree
 from tilelens.config import resolve_location
-from tilelens.core import children
+from tilelens.core.recording import children
 from tilelens.store import History
 
 REPO = Path(__file__).resolve().parents[2]

@@ -9,8 +9,9 @@ import pytest
 import sqlalchemy as sa
 
 from tilelens.config import Location
-from tilelens.store import History, NotAHistoryError, SchemaTooNewError, database
-from tilelens.store.readonly import (
+from tilelens.store import History, NotAHistoryError, SchemaTooNewError
+from tilelens.store.sql import database
+from tilelens.store.sql.readonly import (
     NoHistoryError,
     ReadOnlyError,
     known_revisions,

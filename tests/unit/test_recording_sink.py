@@ -7,7 +7,7 @@ import torch
 
 from tests import kernels
 from tilelens.core import compat
-from tilelens.core.recorder import Recording
+from tilelens.core.recording.recording import Recording
 
 
 class FakeHistory:

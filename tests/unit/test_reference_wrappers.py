@@ -1,7 +1,6 @@
 """``benchmarks.reference_wrappers``: the bench's reference interpositions pass every launch through unchanged,
 take exactly what they say, and leave Triton's methods as they found them. Run on the CPU over the stand-in
-kernels with the fake compiled runner (``benchmarks.capture_overhead``), as ``benchmarks.launch_cost`` runs
-them."""
+kernels with the fake compiled runner (``benchmarks.standin``)."""
 
 from __future__ import annotations
 
@@ -13,8 +12,9 @@ import torch
 from triton.runtime.autotuner import Autotuner, Heuristics
 from triton.runtime.jit import JITFunction
 
-from benchmarks import reference_native, reference_wrappers
-from benchmarks.capture_overhead import MM_KEY, _untraced_run, mm_like, rms_like
+from benchmarks import reference_wrappers
+from benchmarks.standin import MM_KEY, mm_like, rms_like
+from benchmarks.standin import stand_in_run as _untraced_run
 
 
 @pytest.fixture
@@ -100,74 +100,13 @@ def test_the_capture_keeps_a_bounded_list(
 
 
 @pytest.mark.parametrize("kind", reference_wrappers.KINDS)
-def test_triton_methods_are_restored_also_after_an_error(kind: str, request: pytest.FixtureRequest) -> None:
-    if kind == "native":
-        request.getfixturevalue("native_module")  # a C++ compiler (skips without one, except under CI)
+def test_triton_methods_are_restored_also_after_an_error(kind: str) -> None:
     before = (JITFunction.run, Autotuner.run, Heuristics.run)
     with pytest.raises(RuntimeError, match="inside"), reference_wrappers.installed(kind):
         assert JITFunction.run is not before[0]
-        # the C reference takes the config as the autotuner passes it on: it leaves the autotuner alone
-        replaced_tuners = kind != "native"
-        assert (Autotuner.run is not before[1]) == replaced_tuners
-        assert (Heuristics.run is not before[2]) == replaced_tuners
+        assert Autotuner.run is not before[1] and Heuristics.run is not before[2]
         raise RuntimeError("inside")
     assert (JITFunction.run, Autotuner.run, Heuristics.run) == before
-
-
-def _storage(t: torch.Tensor) -> tuple[int, int, int]:
-    return t.storage_offset(), t.untyped_storage().data_ptr(), t.untyped_storage().nbytes()
-
-
-def test_the_c_reference_passes_calls_through_and_records_them_exactly(
-    fake_compiled: list, tensors: dict, native_module: Any
-) -> None:
-    expected = _launch_both(tensors)
-    untraced = [(j, a, {k: v for k, v in kw.items() if k != "grid"}) for j, a, kw in fake_compiled]
-    fake_compiled.clear()
-    with reference_wrappers.installed("native") as sink:
-        got = _launch_both(tensors)
-        mm, rms = reference_native.records()
-    assert got == expected
-    assert [(j, a, {k: v for k, v in kw.items() if k != "grid"}) for j, a, kw in fake_compiled] == untraced
-    assert sink.launches == 2
-    a, b, c = tensors["a"], tensors["b"], tensors["c"]
-    assert mm.jit == id(mm_like.fn) and rms.jit == id(rms_like)
-    # the autotuner's choice arrives as keyword arguments (mm_like's preset config: BM=16, num_warps=4)
-    assert mm.names[:2] == ("grid", "warmup") and mm.keyword("BM") == 16 and mm.keyword("num_warps") == 4
-    assert mm.grid == (4,)  # the grid function's result, through the probe
-    assert [v for v in mm.values[:3]] == [
-        reference_native.Tensor(torch.bfloat16, (0, -1), (64, 64), (64, 1), *_storage(t)) for t in (a, b, c)
-    ]
-    assert mm.values[3:6] == (64, 64, 64)
-    assert mm.keyword("warmup") is False and isinstance(mm.keyword("grid"), reference_native.Other)
-    x, w = tensors["x"], tensors["w"]
-    assert rms.grid == (64,)  # a tuple grid, read directly
-    assert rms.values[0] == reference_native.Tensor(torch.float32, (0, -1), (64, 128), (128, 1), *_storage(x))
-    assert rms.values[1] == reference_native.Tensor(torch.float32, (0, -1), (128,), (1,), *_storage(w))
-    assert rms.values[4:7] == (128, 128, 1e-6) and type(rms.values[6]) is float
-    assert rms.names == ("grid", "warmup", "BLOCK", "num_warps")
-    assert rms.keyword("BLOCK") == 128 and rms.keyword("num_warps") == 4
-    assert rms.started >= mm.started and mm.duration >= 0 and rms.duration >= 0
-
-
-def test_the_c_reference_records_views_at_their_offset_and_passes_errors_through(
-    fake_compiled: list, native_module: Any
-) -> None:
-    base = torch.arange(4096, dtype=torch.float32).reshape(64, 64)
-    view = base[3:, 1::2]  # offset 3 * 64 + 1, strides (64, 2)
-
-    def fail(*args: object, **kwargs: object) -> None:
-        raise ValueError("the kernel's own error")
-
-    with reference_wrappers.installed("native"):
-        with pytest.raises(ValueError, match="own error") as raised:
-            rms_like[fail](view, view, view, view, view.stride(0), 64, 0.5, BLOCK=64, num_warps=4)
-        (launch,) = reference_native.records()
-    assert raised.value.args == ("the kernel's own error",)
-    assert launch.values[0] == reference_native.Tensor(
-        torch.float32, (0, -1), (61, 32), (64, 2), 3 * 64 + 1, base.untyped_storage().data_ptr(), 4096 * 4
-    )
-    assert launch.values[5:7] == (64, 0.5) and launch.grid is None  # the grid function raised
 
 
 def test_an_unknown_kind_is_refused() -> None:

@@ -11,13 +11,13 @@ import triton
 import triton.language as tl
 
 from tests import kernels
-from tilelens.core.trace import TritonTrace
+from tilelens.core.interpreted.trace import TritonTrace
 from tilelens.records import KernelIdentity
 from tilelens.replay.compare import Tolerance, compare_span, default_tolerance, uses_tf32_dot, view_index
 from tilelens.replay.rebuild import decode_value
 from tilelens.replay.result import ReplayFailure
 from tilelens.replay.traces import first_difference, last_writer
-from tilelens.store.launches import LaunchSpec
+from tilelens.store.read.launches import LaunchSpec
 
 
 def _cmp(recorded, replayed, tolerance=None, shape=None, strides=None):
@@ -113,11 +113,11 @@ def test_recorded_values_decode_or_refuse() -> None:
         decode_value(launch, "x", {"repr": "triton.language.__class__"})
 
 
-def test_recorded_values_use_the_readme_tags_and_old_tags_still_decode() -> None:
-    """Scalars are stored with the README's tags, the same as every other JSON value; older histories' untagged
+def test_recorded_values_use_the_documented_tags_and_old_tags_still_decode() -> None:
+    """Scalars are stored with docs/sql.md's tags, the same as every other JSON value; older histories' untagged
     ``{"float": ...}``/``{"repr": ...}`` keep decoding."""
-    from tilelens.core.arguments import jsonable
-    from tilelens.store.jsonvalues import FLOAT_TAG, REPR_TAG, TYPE_TAG, to_json
+    from tilelens.core.kernel.arguments import jsonable
+    from tilelens.store.files.jsonvalues import FLOAT_TAG, REPR_TAG, TYPE_TAG, to_json
 
     stored = jsonable([float("inf"), tl.float16, 2.5])
     assert stored[0] == {FLOAT_TAG: "inf"} == to_json(float("inf"))

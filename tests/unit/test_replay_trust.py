@@ -12,8 +12,10 @@ from types import ModuleType
 
 import pytest
 
-from tilelens.core.identity import kernel_identity
-from tilelens.replay import scriptload, trust
+from tilelens.core import compat
+from tilelens.core.kernel.identity import kernel_identity
+from tilelens.core.patches import shadow_jit
+from tilelens.replay import trust
 from tilelens.replay.resolve import innermost
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -56,7 +58,7 @@ def test_static_kernel_source_is_the_one_triton_hashes_for_every_known_kernel() 
     checked = 0
     for module in _modules():
         for fn in _kernels(module):
-            ident = kernel_identity(fn)
+            ident = kernel_identity(fn if isinstance(fn, compat.JITFunction) else shadow_jit(fn.fn))
             kfile = trust.read_kernel_file(Path(ident.file), ident.qualname)
             assert kfile.kernel_defs(), ident.name
             assert kfile.kernel_sha256(ident.source_sha256) == ident.source_sha256, ident.name
@@ -128,81 +130,6 @@ def test_files_in_data_folders_are_refused(tmp_path: Path) -> None:
     (tmp_path / "k.txt").write_text("x = 1\n")
     with pytest.raises(trust.UntrustedCode, match="not a Python source file"):
         trust.recorded_path(str(tmp_path / "k.txt"), ())
-
-
-# -- reduced loading -----------------------------------------------------------------------------------------
-
-SCRIPT = '''"""doc"""
-from __future__ import annotations
-import os
-import triton.language as tl
-BLOCK = 64
-A, B = 1, (2, 3)
-SCALE: tl.constexpr = tl.constexpr(2.0)
-DERIVED = BLOCK * 2 + len("x")
-NEG = -BLOCK
-f = lambda x, k=3: x * k
-try:
-    import numpy as np
-except ImportError:
-    np = None
-    print("no numpy")
-if BLOCK > 32:
-    BIG = True
-    os.remove("/nonexistent")
-if os.environ.get("X"):
-    Y = 1
-for i in range(3):
-    pass
-def helper(x=os.sep):
-    return x
-class Config:
-    size = BLOCK
-x = helper()
-del A
-if __name__ == "__main__":
-    helper()
-'''
-
-
-def test_reduce_keeps_definitions_and_constants_and_reports_the_rest() -> None:
-    reduced = scriptload.reduce_module(ast.parse(SCRIPT))
-    kept = ast.unparse(ast.Module(body=reduced.body, type_ignores=[]))
-    for kept_line in (
-        "BLOCK = 64",
-        "A, B = (1, (2, 3))",
-        "SCALE: tl.constexpr = tl.constexpr(2.0)",
-        "NEG = -BLOCK",
-        "f = lambda x, k=3: x * k",
-        "import numpy as np",
-        "np = None",
-        "BIG = True",
-        "def helper(x=os.sep):",
-        "class Config:",
-    ):
-        assert kept_line in kept, kept_line
-    for gone in ("DERIVED", "print", "os.remove", "os.environ", "range", "x = helper()", "del A", "__main__"):
-        assert gone not in kept, gone
-    # DERIVED (8: calls len), print (15), os.remove (18), the if on a call (19-20), the loop (21-22), x (27-28).
-    assert reduced.count == 7
-    assert reduced.skipped == [(8, 8), (15, 15), (18, 18), (19, 22), (27, 28)]
-    assert reduced.describe(Path("/x/script.py")) == (
-        "skipped 7 top-level statements of script.py (lines 8, 15, 18, 19-22, 27-28)"
-    )
-    assert scriptload.reduce_module(ast.parse("import os\nX = 1\n")).describe(Path("a.py")) is None
-    one = scriptload.reduce_module(ast.parse("import os\nos.getcwd()\n"))
-    assert one.describe(Path("a.py")) == "skipped 1 top-level statement of a.py (line 2)"
-
-
-def test_reduced_script_runs_in_a_private_module_without_its_statements(tmp_path: Path) -> None:
-    marker = tmp_path / "ran.txt"
-    script = tmp_path / "script.py"
-    script.write_text(f"X = 3\nopen({str(marker)!r}, 'w').close()\ndef f():\n    return X\n")
-    loaded = scriptload.load_definitions(trust.read_kernel_file(script, "f"))
-    assert loaded.module.f() == 3 and not marker.exists()
-    assert loaded.module.__name__.startswith("tilelens_replay_") and loaded.module.__file__ == str(script)
-    assert sys.modules[loaded.module.__name__] is loaded.module
-    assert loaded.reduced.describe(script) == "skipped 1 top-level statement of script.py (line 2)"
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""A launch's rows through the sqlite3 cursor (tilelens.store.rowsql) are the rows the Core path writes."""
+"""A launch's rows through the sqlite3 cursor (tilelens.store.write.rowsql) are the rows the Core path writes."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ import torch
 
 from tests import store_helpers
 from tilelens.store import History, HistoryError
-from tilelens.store import history as history_module
+from tilelens.store.write import history as history_module
+from tilelens.store.write import rows as rows_module
 
 FIXED = dt.datetime(2026, 3, 4, 5, 6, 7, 891011, tzinfo=dt.timezone.utc)
 
@@ -44,6 +45,7 @@ def test_the_cursor_path_stores_exactly_what_the_core_path_stores(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(history_module, "utcnow", lambda: FIXED)
+    monkeypatch.setattr(rows_module, "utcnow", lambda: FIXED)  # where the launch and blob rows are built
     used: list[int] = []
     real = history_module.LaunchWriter.write
     monkeypatch.setattr(
@@ -53,11 +55,11 @@ def test_the_cursor_path_stores_exactly_what_the_core_path_stores(
         run = h.begin_run(store_helpers.run_info())
         x, out = torch.randn(64), torch.randn(64).abs()
         first = h.write_launch(run, _record(x, out, 0))  # a new kernel row: the Core path
-        assert h._rows is not None
+        assert h.cursor_writer is not None
         fast = h.write_launch(run, _record(x, out, 1))  # the cursor path
-        rows, h._rows = h._rows, None
+        rows, h.cursor_writer = h.cursor_writer, None
         core = h.write_launch(run, _record(x, out, 2))  # the Core path again, for comparison
-        h._rows = rows
+        h.cursor_writer = rows
     assert used == [fast]  # the first launch's kernel row was new: the Core path wrote it
     db = tmp_path / "h.db"
     for table, column in (("launches", "id"), ("launch_args", "launch_id")):
@@ -96,7 +98,7 @@ def test_a_locked_database_is_one_history_error_and_nothing_half_written(tmp_pat
         blocker.execute("PRAGMA busy_timeout = 0")
         blocker.execute("BEGIN IMMEDIATE")
         try:
-            assert h._rows is not None
+            assert h.cursor_writer is not None
             raw = h.engine.raw_connection()
             try:
                 raw.driver_connection.execute("PRAGMA busy_timeout = 50")  # type: ignore[union-attr]
@@ -129,9 +131,9 @@ def test_replay_rows_are_the_same_on_both_paths(tmp_path: Path) -> None:
             created_at=FIXED,
         )
         fast = h.write_replay(launch, **kwargs)
-        rows, h._rows = h._rows, None
+        rows, h.cursor_writer = h.cursor_writer, None
         core = h.write_replay(launch, **kwargs)
-        h._rows = rows
+        h.cursor_writer = rows
         assert rows is not None and fast != core
         with pytest.raises(Exception, match="FOREIGN KEY"):  # a refused row: the Core path's own error
             h.write_replay(launch + 100, **kwargs)
@@ -144,7 +146,7 @@ def test_a_launch_read_through_the_cursor_equals_the_core_read(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from tilelens.errors import LaunchNotFoundError
-    from tilelens.store import launches
+    from tilelens.store.read import launches
 
     with History.open(db=str(tmp_path / "h.db"), blobs=str(tmp_path / "blobs")) as h:
         run = h.begin_run(store_helpers.run_info())

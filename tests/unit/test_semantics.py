@@ -18,9 +18,10 @@ import pytest
 import torch
 
 from tests import semantic_kernels as sk
-from tilelens.core import compat, semantics
-from tilelens.core.interpreter import _Patcher, make_interpreted
-from tilelens.core.trace import TritonTrace
+from tilelens.core import compat
+from tilelens.core.engine import semantics
+from tilelens.core.interpreted.trace import TritonTrace
+from tilelens.core.patches import _Patcher, make_interpreted
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -86,6 +87,31 @@ def test_bool_parameter_is_i1():
     for flag, expected in ((True, 6), (False, 4)):
         assert recorded(sk.bool_param, out, flag, 5).status == "ok"
         assert out.item() == expected
+
+
+# ----------------------------------------------------------------------------------------------------- masks
+
+
+def test_masks_from_a_scalar_comparison_are_read_as_bool():
+    rows, n = 3, 20
+    x = torch.randn(rows, n)
+    out, total = torch.zeros(rows, n), torch.zeros(32)
+    if compat.MASKS_MUST_BE_BOOL:
+        with pytest.raises(compat.InterpreterError, match="mask has unsupported dtype"):
+            stock(sk.scalar_and_block_masks, x, out, total, rows, n, N=32)
+    else:  # 3.6 to 3.8 read the int32 mask as nonzero = active
+        stock(sk.scalar_and_block_masks, x, out, total, rows, n, N=32)
+        assert torch.equal(out[0], x[0] * 2.0)
+    traced = TritonTrace(sk.scalar_and_block_masks, in_place=False)
+    for grid in ((rows,), (rows + 1,)):  # batched; the last program's row is masked off
+        out.zero_()
+        total.zero_()
+        traced[grid](x, out, total, rows, n, N=32)
+        rec = traced.records[-1]
+        assert rec.status == "ok" and rec.config["engine"] == {"mode": "batched"}
+        assert torch.equal(out, x * 2.0)
+        assert torch.allclose(total[:n], x.sum(0)) and not total[n:].any()
+        assert rec.summary.load_lanes == rec.summary.store_lanes == rec.summary.atomic_lanes == rows * n
 
 
 # ---------------------------------------------------------------------------------------------------- bf16

@@ -12,8 +12,9 @@ from sqlalchemy import select
 
 from tests import store_helpers
 from tilelens.config import Location
-from tilelens.store import History, database
-from tilelens.store.models import Launch
+from tilelens.store import History
+from tilelens.store.sql import database
+from tilelens.store.sql.models import Launch
 
 
 @pytest.fixture

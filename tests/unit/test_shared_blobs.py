@@ -16,7 +16,7 @@ from pathlib import Path
 from sqlalchemy import select
 
 from tilelens.store import History
-from tilelens.store.models import Blob, Launch, LaunchArg
+from tilelens.store.sql.models import Blob, Launch, LaunchArg
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -78,7 +78,7 @@ def test_two_writers_share_one_blob_folder(history_url: str, tmp_path: Path) -> 
 RACE = textwrap.dedent(
     """
     import sys
-    from tilelens.store.blobs import BlobStore
+    from tilelens.store.files.blobs import BlobStore
     store = BlobStore(sys.argv[1])
     for i in range(200):
         store.put_bytes(bytes([i % 251]) * (1000 + i), "raw")
@@ -94,7 +94,7 @@ def test_racing_writes_of_the_same_content_leave_one_verified_file(tmp_path: Pat
     for p in procs:
         _, err = p.communicate(timeout=300)
         assert p.returncode == 0, err
-    from tilelens.store.blobs import BlobStore
+    from tilelens.store.files.blobs import BlobStore
 
     store = BlobStore(tmp_path / "b")
     files = [p for p in (tmp_path / "b").rglob("*") if p.is_file()]

@@ -17,13 +17,13 @@ from tests.conftest import new_history_url
 from tests.sparse_kernels import atomic_kernel, kv_read_kernel, kv_update_kernel, scale_all_kernel
 from tilelens.cli import main
 from tilelens.config import Location
-from tilelens.core import touched
+from tilelens.core.interpreted import touched
 from tilelens.errors import TensorCodecError
 from tilelens.replay import replay_launch
 from tilelens.store import BlobStore, History
-from tilelens.store.models import Blob, LaunchArg, Replay
-from tilelens.store.sparse import SparseSnapshot, sparse_to_table, table_to_sparse
-from tilelens.store.tensors import table_to_tensor
+from tilelens.store.files.sparse import SparseSnapshot, sparse_to_table, table_to_sparse
+from tilelens.store.files.tensors import table_to_tensor
+from tilelens.store.sql.models import Blob, LaunchArg, Replay
 
 CACHE = 1 << 20  # 4 MiB of float32: above touched.WHOLE_BELOW, so deferred
 POS = 1000

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from tilelens.config import Location, resolve_location
 from tilelens.errors import QueryError, ReadOnlyError
 from tilelens.store import History
-from tilelens.store.query import open_query
+from tilelens.store.read.query import open_query
 
 WRITES = [
     "DELETE FROM runs",

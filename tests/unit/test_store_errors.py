@@ -12,11 +12,13 @@ from sqlalchemy import select
 
 from tests import store_helpers
 from tilelens.cli import main
-from tilelens.core.access import AccessCollector, ArgSpan, SpanTable
+from tilelens.core.engine.access import AccessCollector
+from tilelens.core.kernel.spans import ArgSpan, SpanTable
 from tilelens.errors import BlobError, HistoryError
-from tilelens.store import History, database
-from tilelens.store.launches import newest_run, select_launches
-from tilelens.store.models import Launch, Run
+from tilelens.store import History
+from tilelens.store.read.launches import newest_run, select_launches
+from tilelens.store.sql import database
+from tilelens.store.sql.models import Launch, Run
 
 
 def test_a_locked_database_is_a_history_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

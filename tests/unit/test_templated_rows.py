@@ -1,4 +1,4 @@
-"""Templated launches' rows (``tilelens.store.templated_rows``): constants written into the SQL text store
+"""Templated launches' rows (``tilelens.store.write.templated_rows``): constants written into the SQL text store
 exactly what binding them stores, and a recording written from templates holds the rows, storage class by
 storage class, that the usual path writes, with ids SQLite itself would have given."""
 
@@ -16,9 +16,9 @@ import torch
 from sqlalchemy.dialects.sqlite import dialect as sqlite_dialect
 
 import tilelens
-from tilelens.store import templated_rows
-from tilelens.store.models import Launch
-from tilelens.store.templated_rows import Statement, literal
+from tilelens.store.sql.models import Launch
+from tilelens.store.write import templated_rows
+from tilelens.store.write.templated_rows import Statement, literal
 
 from .test_compiled_fast_path import tuned_add
 from .test_compiled_recording import scale_kernel

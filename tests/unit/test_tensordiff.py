@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from tilelens.store.tensordiff import compare_tensors
+from tilelens.store.files.tensordiff import compare_tensors
 
 
 def test_bits_decide_and_errors_are_measured_on_the_differing_elements() -> None:

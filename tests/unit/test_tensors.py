@@ -8,9 +8,9 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tilelens.store import tensors
-from tilelens.store.blobs import table_to_ipc
-from tilelens.store.tensors import DTYPES, TensorCodecError, table_to_tensor, tensor_to_table
+from tilelens.store.files import tensors
+from tilelens.store.files.blobs import table_to_ipc
+from tilelens.store.files.tensors import DTYPES, TensorCodecError, table_to_tensor, tensor_to_table
 
 REQUIRED = [
     "float16", "float32", "float64", "bfloat16", "int8", "int16", "int32", "int64", "uint8", "bool",

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from tilelens.store import diff
-from tilelens.store.diff import first_event_diff
+from tilelens.store.read import diff
+from tilelens.store.read.diff import first_event_diff
 
 
 def _trace(lines: list[int], bases: list[int]) -> pa.Table:

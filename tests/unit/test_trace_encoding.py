@@ -8,8 +8,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tilelens.store import traces
-from tilelens.store.traces import TRACE_SCHEMA, encode_trace, encode_trace_reusing
+from tilelens.store.files import traces
+from tilelens.store.files.traces import TRACE_SCHEMA, encode_trace, encode_trace_reusing
 
 
 def _columns(offsets: list[int], mask: bytes | None = None) -> dict[str, list[Any]]:

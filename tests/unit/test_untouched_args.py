@@ -12,7 +12,7 @@ from sqlalchemy import select
 import tilelens
 from tilelens.replay import replay_launch
 from tilelens.store import History
-from tilelens.store.models import LaunchArg
+from tilelens.store.sql.models import LaunchArg
 
 SCRIPT = """
 import torch
@@ -98,8 +98,8 @@ def test_an_empty_sparse_snapshot_is_encoded_once_and_byte_identical(tmp_path: P
     import torch
 
     from tilelens.store import BlobStore
-    from tilelens.store.blobs import table_to_ipc
-    from tilelens.store.sparse import SparseSnapshot, sparse_to_table, table_to_sparse
+    from tilelens.store.files.blobs import table_to_ipc
+    from tilelens.store.files.sparse import SparseSnapshot, sparse_to_table, table_to_sparse
 
     def empty(offset: int) -> SparseSnapshot:
         return SparseSnapshot(torch.float32, (4,), (1,), offset, 4, np.zeros(0, np.int64), torch.empty(0))
@@ -122,7 +122,7 @@ def test_snapshots_of_arguments_the_last_launch_accessed_are_stored_early(
     tmp_path: Path, monkeypatch
 ) -> None:  # noqa: ANN001
     from tilelens.store import BlobStore
-    from tilelens.store.models import Blob
+    from tilelens.store.sql.models import Blob
 
     early: list[tuple[int, ...]] = []
     real = BlobStore.store_early

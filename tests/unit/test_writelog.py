@@ -8,12 +8,12 @@ import torch
 import triton
 import triton.language as tl
 
-from tilelens.core.arguments import kernel_params
-from tilelens.core.bounds import StorageTable
-from tilelens.core.identity import kernel_identity
-from tilelens.core.interpreter import make_interpreted
-from tilelens.core.launch import LaunchMeta, run_interpreted
-from tilelens.core.writelog import WriteLog
+from tilelens.core.engine.writelog import WriteLog
+from tilelens.core.interpreted.launch import LaunchMeta, run_interpreted
+from tilelens.core.kernel.arguments import kernel_params
+from tilelens.core.kernel.identity import kernel_identity
+from tilelens.core.kernel.spans import StorageTable
+from tilelens.core.patches import make_interpreted
 from tilelens.errors import StateError
 
 

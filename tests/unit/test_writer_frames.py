@@ -14,20 +14,17 @@ from typing import Any
 
 import pytest
 
-from tilelens.core import launch_pack, writer_child, writer_process
-from tilelens.core.writer_process import write_all
+from tilelens.core.compiled.writer import child as writer_child
+from tilelens.core.compiled.writer import process as writer_process
+from tilelens.core.compiled.writer.process import write_all
 
 
 def _items() -> list[Any]:
-    packed = launch_pack.pack(4, 2, 1.5, 0.25, (3, 1, 1), [7, -1, 2.0])
-    assert packed is not None
-    batch = (
-        bytes((launch_pack.BATCH_MARK,)) + launch_pack.BATCH_HEAD.pack(1) + packed
-    )  # as the launcher seals
+    templated = marshal.dumps(("m", 4, 2, 1.5, 0.25, (3, 1, 1), [7, -1, 2.0]), 2)  # as submit_flat queues
     marshalled = marshal.dumps(("l", 5, 1, ("raw", (1, 2.5, None))), 2)
     return [
         ("k", 1, ("ident",), ((0, "x", False, "fp32"),)),
-        batch,
+        templated,
         ("t", 2, 1, ("body",)),
         marshalled,
         ("f",),
@@ -47,7 +44,7 @@ def test_a_parts_frame_reads_back_as_the_list_it_was_made_of_and_shares_the_queu
     assert writer_child.read_frame(stream) == items
     assert writer_child.read_frame(stream) == [("x",)]  # a marshalled frame after it reads as before
     assert writer_child.read_frame(stream) is None
-    assert launch_pack.decode_items(items)[1] == ("m", 4, 2, 1.5, 0.25, (3, 1, 1), [7, -1, 2.0])
+    assert marshal.loads(items[1]) == ("m", 4, 2, 1.5, 0.25, (3, 1, 1), [7, -1, 2.0])
 
 
 def test_an_item_marshal_refuses_is_left_out_and_named_the_rest_keep_their_order() -> None:

@@ -1,7 +1,7 @@
 """The writer process of a compiled recording (``snapshots="none"``): rows, flushes, its death, the program's.
 
 The compiled launch is the stand-in of ``test_compiled_recording`` (the kernel interpreted with compiled
-semantics); the writer process is the real one (``python -m tilelens.core.writer_child``).
+semantics); the writer process is the real one (``python -m tilelens.core.compiled.writer.child``).
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ import torch
 from sqlalchemy import select
 
 import tilelens
-from tilelens.core import writer_process
+from tilelens.core.compiled.writer import process as writer_process
 from tilelens.store import History
-from tilelens.store.models import Kernel, Launch, LaunchArg, Run
+from tilelens.store.sql.models import Kernel, Launch, LaunchArg, Run
 
 from .test_compiled_recording import StandIn, scale_kernel
 
@@ -169,7 +169,7 @@ PROGRAM = textwrap.dedent(
     import os, sys, time, torch
     sys.path.insert(0, {tests!r})
     import tilelens
-    from tilelens.core import writer_process
+    from tilelens.core.compiled.writer import process as writer_process
     from unit.test_compiled_recording import StandIn, scale_kernel
 
     rec = tilelens.Recording({db!r}, {blobs!r}, backend="compiled", snapshots="none", runner=StandIn())
@@ -212,8 +212,8 @@ def test_a_crash_of_the_program_loses_only_what_it_had_not_sent(tmp_path: Path) 
 def test_kernel_and_autotune_messages_cross_as_plain_values_and_come_back_equal() -> None:
     import io
 
-    from tilelens.core import writer_child
-    from tilelens.core.arguments import Param
+    from tilelens.core.compiled.writer import child as writer_child
+    from tilelens.core.kernel.arguments import Param
     from tilelens.records import AutotuneEvent, KernelIdentity
 
     identity = KernelIdentity("m", "k", "/f.py", 3, "def k(): pass", "ab" * 32, "key", None)
@@ -252,66 +252,6 @@ def test_a_launch_marshal_refuses_is_counted_on_the_program_thread_and_the_rest_
     rows = _rows(db, blobs)
     assert [(r[0], r[-1][3][7]) for r in rows] == [(0, 1.0), (1, 3.0)]
     assert len(rec.launch_ids) == 2
-
-
-def test_the_writers_counts_are_the_compiled_counter_and_count_as_itertools_does(
-    tmp_path: Path, native_module: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The compiled ``Counter`` (which the launcher advances without a call) counts as ``itertools.count``
-    does, repr included, which ``ProcessWriter.queued`` reads; a compiled recording's writer counts with it,
-    a batch of the launcher's launches as one item."""
-    import itertools
-
-    for make in (itertools.count, native_module.Counter):
-        counter = make(5)
-        assert iter(counter) is counter and [next(counter) for _ in range(3)] == [5, 6, 7]
-        assert repr(counter) == "count(8)" and next(make()) == 0
-    from .test_compiled_templates import _recording
-
-    monkeypatch.setattr(writer_process, "DIRECT_SEND", False)  # every batch through the queue, counted
-    rec = _recording(tmp_path)  # the launcher takes launches like the last (Triton-like stable kernels)
-    with rec:
-        w, router = rec._writer, rec._compiled
-        assert isinstance(w, writer_process.ProcessWriter) and router is not None
-        batch = w._batch
-        assert isinstance(batch, native_module.LaunchBatch)
-        sealed: list[int] = []  # launches in each batch queued (the feeder seals whenever it wakes)
-
-        def seal() -> None:
-            launches = batch.launches
-            if batch.seal(w._items.append, w._queued):
-                sealed.append(launches)
-
-        monkeypatch.setattr(w, "_seal", seal)
-        x = torch.ones(8)
-        for i in range(5):
-            scale_kernel[(1,)](x, torch.zeros(8), 8, float(i), BLOCK=8)
-        assert type(w._numbers) is native_module.Counter and type(w._queued) is native_module.Counter
-        assert router._launcher.steady == 4  # the launches after the first, numbered by the launcher
-        assert repr(w._numbers) == "count(6)"  # five launches numbered 1..5
-        # The kernel's and its template's definitions, the first launch, and the batches of the other four.
-        assert w.queued() == 3 + len(sealed) and sum(sealed) == 4 and batch.launches == 0
-    assert len(rec.launch_ids) == 5
-
-
-def test_a_writer_made_before_the_module_loaded_gets_its_batch_when_the_launcher_asks(
-    tmp_path: Path, native_module: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A writer made while the compiled module is not to be used has no batch, and ``flat_parts`` says so
-    (None: the launcher then calls ``submit_flat``); once the module may be used, ``flat_parts`` makes the
-    batch the launcher packs into and the writer seals."""
-    from .test_compiled_templates import _recording
-
-    monkeypatch.setenv("TILELENS_NATIVE", "0")
-    rec = _recording(tmp_path)
-    with rec:
-        w = rec._writer
-        assert isinstance(w, writer_process.ProcessWriter) and w._batch is None
-        assert w.flat_parts() is None
-        monkeypatch.setenv("TILELENS_NATIVE", "1")
-        parts = w.flat_parts()
-        assert parts is not None and isinstance(parts[2], native_module.LaunchBatch) and parts[2] is w._batch
-        assert parts[6:] == (writer_process.BATCHES_QUEUED, writer_process.BATCH_BYTES)
 
 
 def test_the_writers_cpu_is_read_from_proc_and_grows_as_it_writes(tmp_path: Path) -> None:

@@ -20,10 +20,14 @@ COMMAND_MODULES: tuple[str, ...] = (
     "tilelens.commands.db",
     "tilelens.commands.replay",
     "tilelens.commands.trace",
+    "tilelens.commands.check",
+    "tilelens.commands.repro",
     "tilelens.commands.gc",
     "tilelens.commands.serve",
+    "tilelens.commands.report",
     "tilelens.commands.diff",
     "tilelens.commands.tables",
+    "tilelens.commands.doctor",
 )
 
 

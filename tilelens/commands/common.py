@@ -28,6 +28,14 @@ class CliState:
     blobs: str | None = None
     debug: bool = False
 
+    def given_after_the_command(
+        self, db: str | None = None, blobs: str | None = None, debug: bool = False
+    ) -> None:
+        """Options given after the command name win over those before it (each only where given)."""
+        self.db = db if db is not None else self.db
+        self.blobs = blobs if blobs is not None else self.blobs
+        self.debug = debug or self.debug
+
     def location(self) -> Location:
         return resolve_location(self.db, self.blobs)
 

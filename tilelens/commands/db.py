@@ -6,6 +6,7 @@ import typer
 from rich.table import Table
 
 from tilelens import api
+from tilelens.commands import render
 from tilelens.commands.common import JSON_OPTION, console, print_json, state
 from tilelens.commands.escape import escape
 from tilelens.errors import NoHistoryError
@@ -83,7 +84,9 @@ def copy(
     dst_location = resolve_location(dst, dst_blobs)
     if not api.inspect_history(location=src_location).exists:
         raise NoHistoryError(f"no TileLens history at {src_location.display_url()} (nothing to copy)")
-    with api.open_history(location=src_location) as source, api.open_history(location=dst_location) as target:
+    # DST's blob folder is checked before DST is created: a copy that cannot store blobs leaves nothing.
+    api.check_blob_folder(dst_location.blobs_dir)
+    with api.open_copy_source(src_location) as source, api.open_history(location=dst_location) as target:
         report = api.copy_history(source, target, runs=runs or None)
     if as_json:
         print_json({"src": src_location.display_url(), "dst": dst_location.display_url(), **report.as_dict()})
@@ -91,16 +94,48 @@ def copy(
     out = console()
     copied = ", ".join(f"{a}->{b}" for a, b in report.runs_copied) or "none"
     out.print(
-        f"copied {len(report.runs_copied)} runs ({copied}), {report.launches} launches, "
-        f"{report.launch_args} arguments, {report.autotune_events} autotune events, {report.replays} replays, "
-        f"{report.kernels} kernels, {report.blob_files} blob files ({report.blob_bytes:,} bytes)",
+        f"copied {render.counted(len(report.runs_copied), 'run')} ({copied}), "
+        f"{render.counted(report.launches, 'launch', 'launches')}, {render.counted(report.launch_args, 'argument')}, "
+        f"{render.counted(report.autotune_events, 'autotune event')}, {render.counted(report.replays, 'replay')}, "
+        f"{render.counted(report.kernels, 'kernel')}, {render.counted(report.blob_files, 'blob file')} "
+        f"({render.counted(report.blob_bytes, 'byte')})",
         markup=False,
         highlight=False,
     )
     if report.runs_updated or report.runs_unchanged:
         out.print(
-            f"already in {dst_location.display_url()}: {len(report.runs_updated)} runs gained rows, "
+            f"already in {dst_location.display_url()}: {render.counted(len(report.runs_updated), 'run')} gained rows, "
             f"{report.runs_unchanged} unchanged",
             markup=False,
             highlight=False,
         )
+
+
+@db_app.command("grant-reader")
+def grant_reader(
+    ctx: typer.Context,
+    role: str = typer.Argument(..., metavar="ROLE", help="The role to make a reader (created if missing)."),
+    apply: bool = typer.Option(
+        False, "--apply", help="Run the statements (as --db's user) instead of printing them."
+    ),
+) -> None:
+    """Print (or run, with --apply) the SQL that makes ROLE a reader of a PostgreSQL history.
+
+    The role may log in, connect to the database, use the history's schema and SELECT its tables and views;
+    nothing else. Read commands given a URL that names the role (postgresql+psycopg://ROLE@host/db) then read
+    as it, and the server itself refuses anything but reading the history.
+    """
+    location = state(ctx).location()
+    with api.open_existing_history(location=location) as history:
+        if apply:
+            done = api.grant_reader(history, role)
+            for statement in done:
+                console().print(escape(f"{statement};"), markup=False, highlight=False)
+            console().print(escape(f"-- {role} may now read {location.display_url()}"), markup=False)
+            return
+        statements = api.grant_reader_sql(history, role)
+    out = console()
+    out.print(escape(f"-- run as the owner of {location.display_url()}; skip CREATE ROLE if it exists"),
+              markup=False, highlight=False)  # fmt: skip
+    for statement in statements:
+        out.print(escape(f"{statement};"), markup=False, highlight=False)

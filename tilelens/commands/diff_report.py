@@ -39,7 +39,11 @@ def _source_diff(console: Console, lines: list[str]) -> None:
 def print_launch_diff(d: LaunchDiff) -> None:
     console = render.out()
     verdict = Text(f"launches {d.a} and {d.b}: ", style="bold")
-    verdict.append("same" if d.same else "different", style="green" if d.same else "bold red")
+    if not d.same_kernel:  # said first: what follows compares two kernels' arguments by name
+        verdict.append("different kernels", style="bold red")
+        verdict.append(escape(f": {d.kernel_a} and {d.kernel_b}; arguments compared by name"))
+    else:
+        verdict.append("same" if d.same else "different", style="green" if d.same else "bold red")
     console.print(verdict)
     if d.source_sha_a == d.source_sha_b:
         _line(console, "source", f"same (sha256 {d.source_sha_a[:12]})")
@@ -48,6 +52,8 @@ def print_launch_diff(d: LaunchDiff) -> None:
         _source_diff(console, d.source_diff)
     for title, changes in (("launch", d.launch), ("config", d.config), ("argument", d.args)):
         for c in changes:
+            if title == "launch" and c.name == "kernel":
+                continue  # the verdict named both
             _line(console, title, f"{c.name}: {_value(c.a)} -> {_value(c.b)}", "yellow")
     for o in d.outputs:
         _line(console, "output", _output(o), "" if o.same else "yellow")
@@ -55,7 +61,7 @@ def print_launch_diff(d: LaunchDiff) -> None:
     if t.events_a is None and t.events_b is None:
         _line(console, "trace", "not recorded")
     elif t.same:
-        _line(console, "trace", f"same ({render.count(t.events_a)} events)")
+        _line(console, "trace", f"same ({render.counted(t.events_a or 0, 'event')})")
     elif t.first is None:
         _line(console, "trace", t.note or "differs", "yellow")
     else:
@@ -125,6 +131,7 @@ def print_version_diff(d: VersionDiff) -> None:
             render.cell(_choices(d.a.autotune.get(key, {})), style),
             render.cell(_choices(d.b.autotune.get(key, {})), style),
         )
+    render.fit(console, table)
     console.print(table)
     if d.source_diff:
         _source_diff(console, d.source_diff)

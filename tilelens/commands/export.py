@@ -25,7 +25,7 @@ HELP = (
 )
 
 
-STDOUT = "-"  # as tilelens.store.outfile names standard output
+STDOUT = "-"  # as tilelens.store.files.outfile names standard output
 EXIT_SIGPIPE = 141  # what a shell reports for a program that a closed pipe stopped
 
 

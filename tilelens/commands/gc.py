@@ -43,8 +43,18 @@ def gc(
 ) -> None:
     cutoff = api.gc_cutoff(older_than) if older_than is not None else None  # bad input: one line, exit 2
     grace_period = api.gc_duration(grace)
-    with state(ctx).open_history() as history:
-        report = history.gc(older_than=cutoff, untagged=untagged, dry_run=dry_run, grace=grace_period)
+    location = state(ctx).location()
+    # A dry run only reads: the history is opened read-only (nothing repaired, nothing checkpointed; a
+    # history on read-only media can be asked), and must exist.
+    opened = (
+        api.open_existing_history(location=location, read_only=True)
+        if dry_run
+        else api.open_history(location=location)
+    )
+    with opened as history:
+        report = api.collect_garbage(
+            history, older_than=cutoff, untagged=untagged, dry_run=dry_run, grace=grace_period
+        )
     if as_json:
         print_json(report.as_dict())
         return

@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from tilelens import api
-from tilelens.commands import ls_table, render
+from tilelens.commands import ls_table
 from tilelens.commands.common import JSON_OPTION, print_json, state
 from tilelens.records import LAUNCH_STATUSES, RUN_STATUSES
 
@@ -17,7 +17,8 @@ HELP = (
     "  tilelens ls --limit 20\n\n"
     "  tilelens ls --kernel matmul_kernel --oob\n\n"
     "  tilelens ls --runs --status failed --json\n\n"
-    "  tilelens ls --test 'tests/test_add.py::*' --oob\n"
+    "  tilelens ls --test 'tests/test_add.py::*' --oob\n\n"
+    "  tilelens ls --test\n"
 )
 
 
@@ -41,8 +42,9 @@ def ls(
     test: str | None = typer.Option(
         None,
         "--test",
-        metavar="PATTERN",
-        help="Only launches made by pytest tests whose node id matches (* wildcards, else a substring).",
+        metavar="[PATTERN]",
+        help="Only launches made by pytest tests whose node id matches (* wildcards, else a substring). "
+        "Without PATTERN: the tests themselves, with their launches.",
     ),
     limit: int = typer.Option(50, "--limit", "-n", min=1, metavar="N", help="At most N rows."),
     as_json: bool = JSON_OPTION,
@@ -59,53 +61,20 @@ def ls(
             run_rows = q.runs(**filters)
             if as_json:
                 print_json([r.as_dict() for r in run_rows])
-            else:
-                _print_runs(run_rows)
+                return
+            # the parents of `python -c` children (xdist workers) name their command (ls_table.command)
+            parents = {r.id: r for r in run_rows}
+            for r in run_rows:
+                if r.parent_run_id is not None and r.parent_run_id not in parents:
+                    parents.update({p.id: p for p in q.runs(run=r.parent_run_id, limit=1)})
+            ls_table.print_runs(run_rows, parents)
+            return
+        if test == "":  # `--test` alone (cli.OPTIONAL_VALUES): the tests that launched kernels
+            test_rows = q.tests(**filters)
+            print_json([t.as_dict() for t in test_rows]) if as_json else ls_table.print_tests(test_rows)
             return
         launch_rows = q.launches(**filters, test=test)
     if as_json:
         print_json([r.as_dict() for r in launch_rows])
     else:
         ls_table.print_launches(launch_rows)
-
-
-def _print_runs(rows: list) -> None:
-    from rich import box
-    from rich.table import Table
-
-    console = render.out()
-    if not rows:
-        console.print("no runs match", style="dim")
-        return
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
-    for name, justify in (
-        ("run", "right"),
-        ("started", "left"),
-        ("tag", "left"),
-        ("command", "left"),
-        ("launches", "right"),
-        ("kernels", "right"),
-        ("errors", "right"),
-        ("oob lanes", "right"),
-        ("status", "left"),
-    ):
-        table.add_column(name, justify=justify)  # type: ignore[arg-type]
-    parents = any(r.parent_run_id is not None for r in rows)
-    if parents:  # child processes' runs: which run started them
-        table.add_column("parent", justify="right")
-    for r in rows:
-        parent = [render.cell(r.parent_run_id if r.parent_run_id is not None else "")] if parents else []
-        status = r.status if r.exit_code in (None, 0) else f"{r.status} (exit {r.exit_code})"
-        table.add_row(
-            render.cell(r.id),
-            render.cell(render.local_time(r.started_at)),
-            render.cell(r.tag or ""),
-            render.cell(" ".join(r.argv)),
-            render.cell(render.count(r.launches)),
-            render.cell(render.count(r.kernels)),
-            render.cell(render.count(r.errors), "red" if r.errors else ""),
-            render.cell(render.count(r.oob_lanes), "bold red" if r.oob_lanes else ""),
-            render.status(status) if r.status == "ok" else render.cell(status, "red"),
-            *parent,
-        )
-    console.print(table)

@@ -102,6 +102,14 @@ def record(
         min=0,
         help="compiled backend: stop taking snapshots once they would exceed BYTES.",
     ),
+    snapshot_backlog: int | None = typer.Option(
+        None,
+        "--snapshot-backlog",
+        metavar="BYTES",
+        min=1,
+        help="compiled backend: pinned memory snapshots waiting for the writer may hold (default 2 GiB); past "
+        "it a launch is recorded without snapshots instead of the program waiting.",
+    ),
 ) -> None:
     from tilelens import runner
 
@@ -120,46 +128,120 @@ def record(
     st = state(ctx)
     db, blobs = st.db, st.blobs
     argv = (["-m", target] if module else [target]) + args
-    rec = api.Recording(
-        db,
-        blobs,
-        tag=tag,
-        autotune=autotune,  # type: ignore[arg-type]
-        argv=argv,
-        follow_children=True,
-        on_oob=on_oob,  # type: ignore[arg-type]
-        backend=backend,  # type: ignore[arg-type]
-        snapshots=snapshots,  # type: ignore[arg-type]
-        snapshot_kernels=tuple(snapshot_kernel or ()),
-        snapshot_budget=snapshot_budget,
-    )
+    options = {
+        "tag": tag,
+        "autotune": autotune,
+        "argv": argv,
+        "follow_children": True,
+        "on_oob": on_oob,
+        "backend": backend,
+        "snapshots": snapshots,
+        "snapshot_kernels": tuple(snapshot_kernel or ()),
+        "snapshot_budget": snapshot_budget,
+        "snapshot_backlog_bytes": snapshot_backlog,
+    }
     started = time.monotonic()
-    outcome = runner.Outcome(0)
-    try:
-        with rec:
-            with _LiveStatus(rec, " ".join(argv)) if sys.stderr.isatty() else _NoStatus():
-                try:
-                    outcome = runner.run(program, args)
-                except runner.Terminated as exc:  # the signal came as the program was ending
-                    outcome = runner.Outcome(128 + exc.signum, signal=exc.signum)
-            rec.exit_code = outcome.exit_code
-            rec.ended_by_signal = outcome.signal
-            if outcome.interrupted:
-                raise KeyboardInterrupt  # the run is marked interrupted, not failed
-    except KeyboardInterrupt:
-        outcome = runner.Outcome(130, interrupted=True)
-    oob_lanes = _print_summary(rec, outcome, time.monotonic() - started, db, blobs)
+    # From here to the end a signal is recorded first and acted on where it cannot be lost (runner's docstring):
+    # TileLens's own start-up and finish are never cut half-way, the program's part is the program's.
+    with runner.finishing_signals():
+        outcome, rec, oob_lanes = _record(program, args, db, blobs, options, started)
     if outcome.signal is not None:
         runner.redeliver(outcome.signal)
     if fail_on_oob and oob_lanes and not outcome.interrupted:
         render.err().print(
-            f"  --fail-on-oob: {oob_lanes:,} lanes were out of bounds; exiting with status {EXIT_OOB}",
+            f"  --fail-on-oob: {render.counted(oob_lanes, 'lane')} {'was' if oob_lanes == 1 else 'were'} out of "
+            f"bounds; exiting with status {EXIT_OOB}",
             style="bold red",
             markup=False,
             highlight=False,
         )
         raise typer.Exit(EXIT_OOB)
     raise typer.Exit(outcome.exit_code)
+
+
+def _record(
+    program: Any, args: list[str], db: str | None, blobs: str | None, options: dict[str, Any], started: float
+) -> tuple[Any, Recording, int]:
+    from tilelens import runner
+
+    signalled = (KeyboardInterrupt, runner.Terminated)
+    outcome = runner.Outcome(0)
+    try:
+        with runner.deferred_signals():  # importing Triton, opening the history, beginning the run
+            rec = api.Recording(db, blobs, **options)
+            rec.__enter__()
+    except signalled:  # raised as start-up ended: the program never started
+        outcome = _signal_outcome(outcome)
+        _finish(rec, outcome)
+        return outcome, rec, _summary(rec, outcome, started, db, blobs)
+    try:
+        with _LiveStatus(rec, " ".join(options["argv"])) if sys.stderr.isatty() else _NoStatus():
+            try:
+                outcome = runner.run(program, args)
+            except signalled:  # the signal came as the program was ending
+                runner.mark_consumed()
+                outcome = _signal_outcome(outcome)
+
+            def hard_exit(code: int) -> None:  # os._exit(code) in an atexit callback: the process ends there
+                final = runner.Outcome(code)
+                _finish(rec, final)
+                _summary(rec, final, started, db, blobs)
+
+            outcome = runner.run_exit_callbacks(outcome, hard_exit)
+    except signalled:
+        runner.mark_consumed()
+        outcome = _signal_outcome(outcome)
+    outcome = _signal_outcome(outcome)
+    try:
+        _finish(rec, outcome)
+    except signalled:  # came while the run was being finished: store what the process now ends with
+        runner.mark_consumed()
+        outcome = _signal_outcome(outcome)
+        rec.amend_finish(*_status(outcome))
+    while True:
+        try:
+            with runner.deferred_signals():
+                oob_lanes = _summary(rec, outcome, started, db, blobs)
+            return outcome, rec, oob_lanes
+        except signalled:  # came after the run was finished: the run ends as the signal says after all
+            runner.mark_consumed()
+            outcome = _signal_outcome(outcome)
+            rec.amend_finish(*_status(outcome))
+
+
+def _signal_outcome(outcome: Any) -> Any:
+    """``outcome``, unless a signal came meanwhile: then how that signal ends the process."""
+    from tilelens import runner
+
+    received = runner.received_signal()
+    if received is not None and outcome.signal is None and not outcome.interrupted:
+        return runner.outcome_of_signal(received)
+    return outcome
+
+
+def _status(outcome: Any) -> tuple[str, int]:
+    if outcome.interrupted:
+        return "interrupted", outcome.exit_code
+    if outcome.signal is not None:
+        return "terminated", outcome.exit_code
+    return ("failed" if outcome.exit_code else "ok"), outcome.exit_code
+
+
+def _finish(rec: Recording, outcome: Any) -> None:
+    """End the recording and store how the program ended (a signal that comes meanwhile waits for the end)."""
+    from tilelens import runner
+
+    with runner.deferred_signals():
+        rec.exit_code = outcome.exit_code
+        rec.ended_by_signal = outcome.signal
+        if outcome.interrupted:
+            rec.__exit__(KeyboardInterrupt, KeyboardInterrupt(), None)  # the run is marked interrupted
+        else:
+            rec.__exit__(None, None, None)
+
+
+def _summary(rec: Recording, outcome: Any, started: float, db: str | None, blobs: str | None) -> int:
+    return _print_summary(rec, outcome, time.monotonic() - started, db, blobs)
 
 
 class _NoStatus:
@@ -250,6 +332,14 @@ def _print_summary(rec: Recording, outcome: Any, elapsed: float, db: str | None,
         if rec.unsnapshotted:
             n = rec.unsnapshotted
             console.print(Text(f"  {n} {_plural(n, 'launch', 'launches')} without snapshots: not replayable"))
+        if rec.snapshots_dropped:
+            n = rec.snapshots_dropped
+            console.print(
+                Text(
+                    f"  {n} of them while the writer's snapshot backlog was full (--snapshot-backlog raises it)",
+                    style="yellow",
+                )
+            )
     if rec.write_failure:
         console.print(Text(escape(f"  some launches could not be written: {rec.write_failure}"), style="red"))
     if outcome.interrupted:
@@ -261,6 +351,9 @@ def _print_summary(rec: Recording, outcome: Any, elapsed: float, db: str | None,
         console.print(
             Text(f"  program exited with status {outcome.exit_code}; the run is marked failed", style="red")
         )
+    if rec.run_id is None:
+        console.print(Text("  no run was recorded", style="yellow"))
+        return oob[0]
     history = rec.history
     if history is not None:
         location = history.location
@@ -277,7 +370,7 @@ def _print_summary(rec: Recording, outcome: Any, elapsed: float, db: str | None,
 def _oob_summary(oob: tuple[int, int, int, int]) -> str:
     """Out-of-bounds lanes, loads apart from stores (atomics count as stores), and how many were dropped."""
     total, loaded, stored, dropped = oob
-    text = f"{total:,} out-of-bounds lanes"
+    text = render.counted(total, "out-of-bounds lane")
     if total:
         text += f" ({loaded:,} loaded, {stored:,} stored"
         if dropped:

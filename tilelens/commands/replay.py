@@ -6,30 +6,20 @@ the worst outcome: 0 match, 1 mismatch, 2 error (including a launch that was rec
 
 from __future__ import annotations
 
-import sys
+import math
 from typing import TYPE_CHECKING
 
 import typer
-from rich import box
-from rich.table import Table
-from rich.text import Text
 
 from tilelens import api
 from tilelens.commands import render
-from tilelens.commands.common import JSON_OPTION, console, print_json, state
+from tilelens.commands.common import JSON_OPTION, state
 from tilelens.commands.escape import escape
+from tilelens.commands.replay_report import show_many, show_one
 from tilelens.errors import LaunchNotFoundError, RunNotFoundError
-from tilelens.records import REPLAY_OUTCOMES
 
 if TYPE_CHECKING:
     from tilelens.api import ReplayResult
-
-_STYLE = {"match": "green", "mismatch": "red", "error": "yellow", "unknown-read": "red"}
-# What to type when a replay was refused (the result's own message names no flags).
-_REFUSAL_HINTS = {
-    "source-changed": "--allow-changed replays it anyway, --from-history --trust-source runs the recorded source",
-    "file-changed": "--allow-changed runs the file as it is now",
-}
 
 
 def register(app: typer.Typer) -> None:
@@ -77,6 +67,13 @@ def replay(
     no_store: bool = typer.Option(
         False, "--no-store", help="Do not record the outcome in the history (nothing is written to it)."
     ),
+    python: str | None = typer.Option(
+        None,
+        "--python",
+        metavar="PATH",
+        help="Replay in another Python (another venv, another Triton) through a standalone repro folder "
+        "(tilelens repro); the stored outcome names both Tritons.",
+    ),
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Replay recorded launches and compare outputs (and, on the CPU, access traces) with the record.
@@ -88,6 +85,8 @@ def replay(
       tilelens replay --last              # every launch of the newest run
 
       tilelens replay --kernel matmul_kernel --device cuda
+
+      tilelens replay 42 --python .venv-triton-3.6.0/bin/python
     """
     if last and run is not None:
         raise typer.BadParameter("give --run ID or --last, not both", param_hint="--last")
@@ -101,6 +100,9 @@ def replay(
             "--from-history executes kernel source read from the history; add --trust-source to allow it",
             param_hint="--from-history",
         )
+    for hint, value in (("--atol", atol), ("--rtol", rtol)):
+        if value is not None and not (math.isfinite(value) and value >= 0):
+            raise typer.BadParameter("must be a finite number >= 0", param_hint=hint)
     options = {
         "device": device,
         "allow_changed": allow_changed,
@@ -112,11 +114,24 @@ def replay(
     }
     # Replays use a history as it is: none is created, none migrated; --no-store writes nothing at all.
     location = state(ctx).location()
+    if python is not None and (from_history or allow_changed or atol is not None or rtol is not None):
+        raise typer.BadParameter(
+            "--python runs the recorded launch's repro as it is: without --from-history, --allow-changed, "
+            "--atol or --rtol",
+            param_hint="--python",
+        )
     with api.open_existing_history(location=location, read_only=no_store) as history:
+        if python is not None:
+            if batch:
+                raise typer.BadParameter("--python replays one launch ID", param_hint="--python")
+            assert launch_id is not None
+            result = api.replay_with_python(history, launch_id, python, device=device, store=not no_store)
+            show_one(result, as_json)
+            raise typer.Exit(result.exit_code)
         if not batch:
             assert launch_id is not None
             result = api.replay_launch(history, launch_id, **options)
-            _show_one(result, as_json)
+            show_one(result, as_json)
             raise typer.Exit(result.exit_code)
         if last:
             run = api.newest_run(history)
@@ -127,7 +142,7 @@ def replay(
             what = " and ".join(p for p in (f"run {run}" if run is not None else "", kernel or "") if p)
             raise LaunchNotFoundError(f"no launches of {what} to replay")
         results = _replay_with_progress(history, ids, options)
-    _show_many(results, as_json)
+    show_many(results, as_json)
     raise typer.Exit(max(r.exit_code for r in results))
 
 
@@ -148,56 +163,3 @@ def _replay_with_progress(history: object, ids: list[int], options: dict[str, ob
             progress.update(task, advance=1, last=escape(f"launch {result.launch_id}: {result.outcome}"))
 
         return api.replay_launches(history, ids, on_result=advance, **options)  # type: ignore[arg-type]
-
-
-def _show_one(result: ReplayResult, as_json: bool) -> None:
-    if as_json:
-        print_json(result.to_dict())
-        return
-    if result.outcome == "error":
-        print(f"tilelens: error: {escape(' '.join(_with_hint(result).split()))}", file=sys.stderr)
-        return
-    out = console()
-    style = _STYLE[result.outcome]
-    if not result.details:
-        out.print(Text.assemble((result.outcome, style), escape(f": {result.message}")))
-        return
-    # A mismatch can name several tensors and a trace event: one line each reads better than one long line.
-    out.print(Text.assemble((result.outcome, style), escape(f": {result.headline}:")))
-    for detail in result.details:
-        out.print(Text(f"  {escape(str(detail))}"))
-
-
-def _show_many(results: list[ReplayResult], as_json: bool) -> None:
-    counts = {k: sum(r.outcome == k for r in results) for k in REPLAY_OUTCOMES}
-    if as_json:
-        print_json({"results": [r.to_dict() for r in results], "summary": counts})
-        return
-    table = Table("id", "kernel", "device", "outcome", "trace", "max err", "secs", box=box.SIMPLE_HEAD)
-    for column in table.columns:
-        column.no_wrap = True  # a narrow terminal scrolls; it must not truncate outcomes to "outco…"
-    for r in results:
-        trace = {True: "equal", False: "differs", None: "-"}[r.trace_equal]
-        err = "-" if r.max_abs_err is None else f"{r.max_abs_err:.3g}"
-        table.add_row(
-            str(r.launch_id),
-            render.cell(r.kernel),
-            render.cell(r.device),
-            render.cell(r.outcome, _STYLE[r.outcome]),
-            trace,
-            err,
-            f"{r.duration_s:.3f}",
-        )
-    out = render.out()
-    out.print(table)
-    for r in results:
-        if r.outcome != "match":
-            out.print(Text.assemble((r.outcome, _STYLE[r.outcome]), escape(f": {_with_hint(r)}")))
-    out.print(
-        f"{len(results)} replayed: {counts['match']} match, {counts['mismatch']} mismatch, {counts['error']} error"
-    )
-
-
-def _with_hint(result: ReplayResult) -> str:
-    hint = _REFUSAL_HINTS.get(result.refusal or "")
-    return f"{result.message}; {hint}" if hint else result.message

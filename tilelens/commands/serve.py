@@ -30,11 +30,26 @@ def serve(
     ctx: typer.Context,
     host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on (default: loopback only)."),
     port: int = typer.Option(8765, "--port", min=0, max=65535, help="TCP port (0: any free port)."),
+    allowed_host: list[str] | None = typer.Option(  # noqa: B008 - typer reads the default
+        None,
+        "--allowed-host",
+        metavar="NAME",
+        help="Also answer requests whose Host header is NAME (repeatable; default: localhost, 127.0.0.1, ::1 "
+        "and --host's name). Any other Host gets 400, so a web page cannot reach the history through DNS "
+        "rebinding.",
+    ),
+    request_timeout: float = typer.Option(
+        30.0,
+        "--request-timeout",
+        metavar="SECONDS",
+        min=0.001,
+        help="Answer 503 to a request slower than this.",
+    ),
 ) -> None:
     try:
         import uvicorn
 
-        from tilelens.web.app import create_app
+        from tilelens.web.app import LOOPBACK_HOSTS, create_app
     except ImportError as exc:
         raise UsageError(
             f"tilelens serve needs the serve extra (pip install 'tilelens[serve]'): {exc}"
@@ -47,8 +62,16 @@ def serve(
     shown = f"[{host}]" if ":" in host else host
     render.err().print(escape(f"tilelens: serving {label} read-only at http://{shown}:{bound}/ (Ctrl-C stops)"),
                        markup=False)  # fmt: skip
-    server = uvicorn.Server(uvicorn.Config(create_app(location), log_level="warning", access_log=False))
-    server.run(sockets=[sock])
+    hosts = [*LOOPBACK_HOSTS, *([] if host in ("0.0.0.0", "::", "") else [host]), *(allowed_host or [])]
+    app = create_app(location, allowed_hosts=hosts, request_timeout=request_timeout)
+    config = uvicorn.Config(
+        app,
+        log_level="warning",
+        access_log=False,
+        # Ctrl-C: requests in flight get this long (each is answered within request_timeout anyway)
+        timeout_graceful_shutdown=max(1, int(request_timeout) + 1),
+    )
+    uvicorn.Server(config).run(sockets=[sock])
 
 
 def _listen(host: str, port: int) -> socket.socket:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
 
 import typer
@@ -10,9 +11,11 @@ from tilelens import api
 from tilelens.commands import render
 from tilelens.commands.common import JSON_OPTION, print_json, state
 from tilelens.commands.escape import escape, escape_lines
+from tilelens.errors import UsageError
 
 if TYPE_CHECKING:
     from rich.console import Console
+    from rich.text import Text
 
     from tilelens.api import AccessStats, LaunchDetail
 
@@ -20,10 +23,12 @@ HELP = (
     "Show one launch: kernel, grid, config, arguments, what each argument's lanes did (loads, "
     "stores, atomics, lanes, bytes, distinct elements, out-of-bounds lanes) and the first "
     "out-of-bounds events.\n\n"
-    "--source prints the kernel's source with the lanes each line loaded and stored in the margin.\n\n"
+    "--source prints the kernel's source with the lanes each line loaded and stored in the margin; "
+    "a line with out-of-bounds lanes is red and starts with '!'.\n\n"
     "Examples:\n\n"
     "  tilelens show 42\n\n"
     "  tilelens show 42 --source\n\n"
+    "  tilelens show --last-oob --source\n\n"
     "  tilelens show 42 --json | jq '.args[] | {name, access}'\n\n"
     "  tilelens show 42 --heatmap launch42.png --heatmap-by program\n"
 )
@@ -35,7 +40,12 @@ def register(app: typer.Typer) -> None:
 
 def show(
     ctx: typer.Context,
-    launch_id: int = typer.Argument(..., metavar="ID", help="Launch id, as `tilelens ls` lists it."),
+    launch_id: int | None = typer.Argument(
+        None, metavar="ID", help="Launch id, as `tilelens ls` lists it (or --last-oob)."
+    ),
+    last_oob: bool = typer.Option(
+        False, "--last-oob", help="Instead of ID: the newest launch with out-of-bounds lanes."
+    ),
     source: bool = typer.Option(False, "--source", help="Print the kernel source with per-line lane counts."),
     oob_events: int = typer.Option(
         10, "--oob-events", min=0, metavar="N", help="Show at most N out-of-bounds events."
@@ -47,21 +57,47 @@ def show(
         metavar="FILE",
         help="Also draw each tensor argument's elements into FILE (.png or .svg).",
     ),
-    heatmap_by: str = typer.Option("access", "--heatmap-by", help="Colour cells by: access or program."),
+    heatmap_by: str = typer.Option(
+        "access",
+        "--heatmap-by",
+        help="Colour cells by: access (kind), count (accesses per element) or program.",
+    ),
     heatmap_width: int | None = typer.Option(
         None, "--heatmap-width", min=1, metavar="N", help="Fold 1-D tensors into rows of N elements."
     ),
 ) -> None:
     st = state(ctx)
+    missing: UsageError | None = None
+    if (launch_id is None) == (not last_oob):
+        raise UsageError("show takes a launch ID or --last-oob (one of them)")
     with api.open_query(st.db, st.blobs) as q:
+        if launch_id is None:
+            newest = q.launches(oob=True, limit=1)
+            if not newest:
+                raise UsageError("no launch of this history went out of bounds")
+            launch_id = newest[0].id
         detail = q.launch(launch_id, oob_events=oob_events, source=source)
         if heatmap is not None:  # drawn before anything is printed: a bad file name prints nothing
             maps = api.launch_heatmaps(
                 q, launch_id, width=heatmap_width, max_cells=api.max_cells_for(heatmap)
             )
             title = f"launch {launch_id}  {detail.kernel.name}  grid {render.grid(detail.launch.grid)}"
-            api.write_heatmaps(maps, heatmap, title=title, by=heatmap_by)
-            render.err().print(escape(f"heatmap written to {heatmap}"), markup=False)
+            try:
+                api.write_heatmaps(maps, heatmap, title=title, by=heatmap_by)
+                render.err().print(escape(f"heatmap written to {heatmap}"), markup=False)
+            except ImportError as exc:  # the launch is still shown; the missing extra is named after it
+                if (exc.name or "").partition(".")[0] != "matplotlib":
+                    raise
+                missing = UsageError(
+                    f"{heatmap} not written: PNG heatmaps need matplotlib (pip install 'tilelens[heatmap]'; "
+                    "or write .svg, which needs nothing)"
+                )
+    _print(detail, as_json, source)
+    if missing is not None:
+        raise missing
+
+
+def _print(detail: LaunchDetail, as_json: bool, source: bool) -> None:
     if as_json:
         print_json(detail.as_dict())
         return
@@ -117,7 +153,7 @@ def _print_header(console: Console, d: LaunchDetail) -> None:
     s = d.summary
     if d.trace is not None:
         trace = (
-            f"{render.count(s['events'])} events, {render.count(s['lanes'])} lanes "
+            f"{render.counted(s['events'], 'event')}, {render.counted(s['lanes'], 'lane')} "
             f"({render.count(launch.active_lanes)} active), blob {d.trace['blob'][:12]} "
             f"({render.size(d.trace['bytes'])})"
         )
@@ -130,7 +166,7 @@ def _print_header(console: Console, d: LaunchDetail) -> None:
         _field(console, "replayable", "no: recorded without tensor snapshots", "yellow")
     if d.trace_error:
         _field(console, "", d.trace_error, "red")
-    oob = f"{render.count(launch.oob_lanes)} lanes out of bounds"
+    oob = f"{render.counted(launch.oob_lanes, 'lane')} out of bounds"
     if launch.oob_lanes and launch.oob_load_lanes is not None and launch.oob_store_lanes is not None:
         oob += (
             f" ({render.count(launch.oob_load_lanes)} loaded, {render.count(launch.oob_store_lanes)} stored"
@@ -154,7 +190,7 @@ def _cross(d: LaunchDetail) -> str:
         except (TypeError, ValueError):
             continue
         parts.append(
-            f"{render.count(lanes)} out-of-bounds lanes of {names.get(src, f'#{src}')}'s accesses "
+            f"{render.counted(lanes, 'out-of-bounds lane')} of {names.get(src, f'#{src}')}'s accesses "
             f"hit {names.get(hit, f'#{hit}')}'s elements"
         )
     return "; ".join(parts)
@@ -167,7 +203,10 @@ def _print_arguments(console: Console, d: LaunchDetail) -> None:
     console.print()
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False, title="arguments", title_justify="left")
     for name in ("#", "name", "kind", "dtype", "shape", "strides", "value / change"):
-        table.add_column(name, justify="right" if name == "#" else "left")
+        # Shapes and strides stay on one line; a long value folds at spaces (render.fit).
+        table.add_column(
+            name, justify="right" if name == "#" else "left", no_wrap=name in ("shape", "strides")
+        )
     for a in d.args:
         if a.kind == "tensor":
             value = "written" if a.changed else "unchanged"
@@ -186,6 +225,7 @@ def _print_arguments(console: Console, d: LaunchDetail) -> None:
             render.cell(_dims(a.strides)),
             render.cell(value, "yellow" if a.changed else ""),
         )
+    render.fit(console, table)
     console.print(table)
 
     traced = [(a.name, a.access, a.numel) for a in d.args if a.access is not None]
@@ -205,7 +245,7 @@ def _print_arguments(console: Console, d: LaunchDetail) -> None:
         "distinct",
         "oob lanes",
     ):
-        table.add_column(name, justify="right")
+        table.add_column(name, justify="right", no_wrap=True)  # "24.6 kB" whole; headers fold (render.fit)
     for name, access, numel in traced:
         table.add_row(
             render.cell(name),
@@ -218,6 +258,7 @@ def _print_arguments(console: Console, d: LaunchDetail) -> None:
             render.cell(_distinct(access, numel)),
             render.cell(render.count(access.oob_lanes), "bold red" if access.oob_lanes else ""),
         )
+    render.fit(console, table)
     console.print(table)
 
 
@@ -260,7 +301,7 @@ def _print_oob(console: Console, d: LaunchDetail) -> None:
 
 
 def _fate(op: str, oob: int, stray: int) -> str:
-    """What became of an event's out-of-bounds lanes (see tilelens.core.bounds)."""
+    """What became of an event's out-of-bounds lanes (see tilelens.core.engine.bounds)."""
     if op == "load":
         return f"{stray} outside every argument's memory, read as 0 or through a safe path" if stray else ""
     if stray == oob:
@@ -277,7 +318,7 @@ def _print_autotune_and_replays(console: Console, d: LaunchDetail) -> None:
         console.print()
         chosen = render.config({"constexprs": a.chosen.get("kwargs", {}), "options": _options(a.chosen)})
         text = Text("autotune  ", style="bold")
-        text.append(escape(f"chose {chosen} among {len(a.configs)} configs"))
+        text.append(escape(f"chose {chosen} among {render.counted(len(a.configs), 'config')}"))
         text.append(" (cached)" if a.cache_hit else "")
         console.print(text)
     if d.replays:
@@ -296,9 +337,12 @@ def _options(config: dict) -> dict:
 
 
 def _print_source(console: Console, d: LaunchDetail) -> None:
+    """Source lines with lanes in the margin; a line with out-of-bounds lanes is red and starts with ``!``
+    (visible without colour too)."""
     from rich.text import Text
 
     lines = d.source_lines or []
+    oob_lines = {s.line for s in lines if s.oob_lanes} | {e.line for e in d.oob_events}
     console.print()
     console.print(Text(f"source  {escape(d.kernel.file)}", style="bold"))
     console.print(Text(f"{'line':>6} {'loaded':>9} {'stored':>9} {'atomic':>9} |", style="dim"))
@@ -307,12 +351,34 @@ def _print_source(console: Console, d: LaunchDetail) -> None:
         if s.text is None and not outside:
             outside = True
             console.print(Text("       (lines outside the kernel's own source, e.g. in @triton.jit helpers)"))
-        margin = f"{s.line:>6} {_lanes(s.load_lanes)} {_lanes(s.store_lanes)} {_lanes(s.atomic_lanes)} | "
+        oob = s.line in oob_lines
+        margin = f"{'!' if oob else ' '}{s.line:>5} {_lanes(s.load_lanes)} {_lanes(s.store_lanes)} "
+        margin += f"{_lanes(s.atomic_lanes)} | "
         hot = s.load_lanes or s.store_lanes or s.atomic_lanes
-        text = Text(margin, style="cyan" if hot else "dim")
+        text = Text(margin, style="bold red" if oob else "cyan" if hot else "dim")
         # Tabs are layout in source code: expanded, not escaped; every other control character is escaped.
-        text.append(escape(s.text.expandtabs(4)) if s.text is not None else "")
-        console.print(text)
+        code = escape(s.text.expandtabs(4)) if s.text is not None else ""
+        _print_code(console, text, code, "red" if oob else "")
+    if oob_lines:
+        console.print(Text("  ! a line with out-of-bounds lanes", style="red"))
+
+
+def _print_code(console: Console, margin: Text, code: str, style: str = "") -> None:
+    """``margin`` then ``code``; code longer than the terminal continues under the code, never under the
+    margin, broken at spaces only (a longer word makes a longer line, which the terminal wraps)."""
+    from rich.text import Text
+
+    room = console.width - margin.cell_len
+    indent = len(code) - len(code.lstrip(" "))
+    lines, start = [code[:indent]], indent
+    for word in re.findall(r"\S+\s*", code[indent:]):
+        if len(lines[-1].rstrip()) > start and len(lines[-1] + word.rstrip()) > room:
+            start = indent + 4  # a continuation is indented under its statement, as Python's own
+            lines.append(" " * start)
+        lines[-1] += word
+    blank = Text(" " * (margin.cell_len - 2) + "| ", style=margin.style)
+    for i, line in enumerate(lines):
+        console.print((margin if i == 0 else blank) + Text(line.rstrip(), style=style), soft_wrap=True)
 
 
 def _lanes(value: int) -> str:

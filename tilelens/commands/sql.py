@@ -24,7 +24,7 @@ HELP = (
     "The database itself refuses writes (INSERT, UPDATE, DELETE, DROP, ATTACH, PRAGMA "
     "assignments...): such a statement fails with a one-line message and changes nothing. Besides "
     "the tables (runs, kernels, launches, launch_args, autotune_events, replays, blobs) there are "
-    "views: launch_overview, oob_launches, autotune_choices and run_overview (see README.md; "
+    "views: launch_overview, oob_launches, autotune_choices and run_overview (see docs/sql.md; "
     "`tilelens tables` lists them with their columns). A query that names trace_events reads every "
     "lane of every recorded trace (the columns of `tilelens export`) and can join them with the tables "
     "and views (DuckDB, the duckdb extra).\n\n"

@@ -66,7 +66,9 @@ def _rich_table(columns: list[str], rows: list[tuple[Any, ...]]) -> None:
         table.add_column(render.cell(name), justify="right" if numeric else "left")
     for row in rows:
         table.add_row(*(render.cell(shown(v)) for v in row))
-    render.out().print(table)
+    console = render.out()
+    render.fit(console, table)  # values fold at spaces; none is cut
+    console.print(table)
 
 
 def _streamed_table(

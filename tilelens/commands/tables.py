@@ -10,8 +10,8 @@ from tilelens.commands.common import JSON_OPTION, print_json, state
 from tilelens.errors import UsageError
 
 HELP = (
-    "List the tables and views of the history that `tilelens sql` can query, with their columns and "
-    "types, and trace_events (every lane of every recorded trace).\n\n"
+    "List the tables and views of the history that `tilelens sql` can query, with their columns, types "
+    "and what each holds, and trace_events (every lane of every recorded trace).\n\n"
     "Examples:\n\n"
     "  tilelens tables\n\n"
     "  tilelens tables launch_overview\n\n"
@@ -38,6 +38,7 @@ def tables(
     if as_json:
         print_json([t.as_dict() for t in found])
         return
+    from rich.table import Table
     from rich.text import Text
 
     console = render.out()
@@ -45,9 +46,18 @@ def tables(
         if i:
             console.print()
         title = Text(table.name, style="bold")
-        title.append(f"  {table.kind}, {len(table.columns)} columns", style="dim")
+        title.append(f"  {table.kind}, {render.counted(len(table.columns), 'column')}", style="dim")
         console.print(title)
+        # One line a column: name, type, what it holds (folded at spaces on a narrow terminal).
+        rows = Table(box=None, show_header=False, pad_edge=False, padding=(0, 2, 0, 0), collapse_padding=True)
+        rows.add_column(no_wrap=True)
+        rows.add_column(no_wrap=True, style="dim")
+        rows.add_column()
         for column in table.columns:
-            line = Text(f"  {render.cell(column.name).plain:<20}")
-            line.append(render.cell(column.type).plain, style="dim")
-            console.print(line)
+            rows.add_row(
+                Text("  ") + render.cell(column.name),
+                render.cell(column.type),
+                render.cell(column.description),
+            )
+        render.fit(console, rows)
+        console.print(rows)

@@ -11,7 +11,7 @@ import typer
 
 from tilelens import api
 from tilelens.commands.common import JSON_OPTION, state
-from tilelens.commands.replay import _show_many, _show_one
+from tilelens.commands.replay_report import show_many, show_one
 from tilelens.errors import LaunchNotFoundError, RunNotFoundError
 
 
@@ -65,7 +65,7 @@ def trace(
                 raise LaunchNotFoundError(f"no launches of {what} to trace")
         results = api.derive_traces(history, ids, **options)
     if len(results) == 1 and not batch:
-        _show_one(results[0], as_json)
+        show_one(results[0], as_json)
     else:
-        _show_many(results, as_json)
+        show_many(results, as_json)
     raise typer.Exit(max(r.exit_code for r in results))

@@ -5,7 +5,10 @@ Other modules import Triton internals only through here, so a new Triton release
 
 from __future__ import annotations
 
+import inspect
+import re
 import sys
+import textwrap
 from typing import Any, cast
 
 # `X as X` and the `tl` assignment mark these as re-exported (mypy's no_implicit_reexport): other modules
@@ -34,8 +37,14 @@ InterpreterError = _interpreter.InterpreterError
 # Triton 3.7 on register every JITFunction by "module:qualname"; 3.6 keeps no registry.
 jit_registry: dict[str, Any] | None = getattr(_jit, "_triton_jit_function_registry", None)
 
-# Triton 3.9 removed tl.make_block_ptr in favour of tensor descriptors.
+# Triton 3.9 removed block pointers in favour of tensor descriptors: ``tl.make_block_ptr`` and ``tl.advance``
+# are still there, but raise NotImplementedError ("Block pointers have been removed in favor of the tensor
+# descriptor API"); ``tl.load``/``tl.store`` lost ``boundary_check``/``padding_option`` for them.
 HAS_BLOCK_POINTERS = TRITON_VERSION < (3, 9)
+NO_BLOCK_POINTERS = (
+    f"Triton {triton.__version__} removed block pointers (tl.make_block_ptr and tl.advance raise "
+    "NotImplementedError; tensor descriptors replace them)"
+)
 
 # The autotune listener knob exists from Triton 3.8 on.
 HAS_AUTOTUNE_LISTENER = hasattr(knobs.autotuning, "listener")
@@ -127,10 +136,20 @@ def used_config(autotuner: Any, key: Any) -> Any:
 
 
 def jit_source(fn: Any) -> str:
+    """The source Triton compiles for a JIT function: its ``src`` (``_src`` in older releases). An
+    ``InterpretedFunction`` (what ``triton.jit`` returns under ``TRITON_INTERPRET=1``) keeps none: its
+    function's source, cut at ``def`` as ``JITFunction`` cuts it; "" when there is none to read."""
     src = getattr(fn, "src", None)
     if src is None:
-        src = getattr(fn, "_src", "")
-    return cast(str, src)
+        src = getattr(fn, "_src", None)
+    if src is None and isinstance(fn, InterpretedFunction):
+        try:
+            text = textwrap.dedent(inspect.getsource(fn.fn))
+        except (OSError, TypeError):
+            return ""
+        found = re.search(r"^def\s+\w+\s*\(", text, re.MULTILINE)
+        src = text[found.start() :] if found else ""
+    return cast(str, src or "")
 
 
 def runtime_interpret_scope() -> Any:
@@ -169,6 +188,7 @@ TritonSemantic = _semantic.TritonSemantic
 # Triton's own tuple value class (a block type's shape is one in 3.8); None where a release has none.
 tl_tuple: type | None = getattr(_tl.core, "tuple", None)
 TensorHandle = _interpreter.TensorHandle
+TensorDescHandle = _interpreter.TensorDescHandle
 ReduceOps = _interpreter.ReduceOps
 ScanOps = _interpreter.ScanOps
 is_builtin = tl.core.is_builtin
@@ -201,7 +221,6 @@ LIBDEVICE_BACKEND_MODULES = ("triton.language.extra.cuda.libdevice", "triton.lan
 
 
 def libdevice_modules() -> tuple[Any, ...]:
-    import sys
 
     names = (LIBDEVICE_STUB_MODULE, *LIBDEVICE_BACKEND_MODULES)
     return tuple(sys.modules[n] for n in names if n in sys.modules)
@@ -258,18 +277,65 @@ def gluon_descriptor_value(handle: Any, shape: Any, strides: Any, block_type: An
     return tma.tensor_descriptor(handle, shape, strides, block_type, layout)
 
 
-# The interpreter builder's memory methods: 3.9 folded the cache modifier and eviction policy into one
-# cache_policy argument.
-_LOAD_TAIL: tuple[Any, ...] = (None, False) if TRITON_VERSION >= (3, 9) else (None, None, False)
-_STORE_TAIL: tuple[Any, ...] = (None,) if TRITON_VERSION >= (3, 9) else (None, None)
+# The interpreter builder's memory methods (triton/runtime/interpreter.py; read in 3.6, 3.8 and 3.9). 3.6
+# through 3.8 take the cache modifier and the eviction policy as two arguments: ``create_load(ptr, _0, _1,
+# is_volatile)``, ``create_store(ptr, val, _0, _1)``, ``create_masked_load(ptrs, mask, other,
+# cache_modifier, eviction_policy, is_volatile)``, ``create_masked_store(ptrs, value, mask, cache_modifier,
+# eviction_policy)``, ``create_descriptor_load(desc, indices, cache_modifier, eviction_policy)``. 3.9 folds
+# them into one ``cache_policy`` (what ``get_cache_policy(cache_modifier, eviction_policy)`` gives: None in
+# the interpreter): ``create_load(ptr, cache_policy, is_volatile)``, ``create_store(ptr, val,
+# cache_policy)``, ``create_masked_load(ptrs, mask, other, cache_policy, is_volatile)``,
+# ``create_masked_store(ptrs, value, mask, cache_policy)``, ``create_descriptor_load(desc, indices,
+# cache_policy)``. Methods that wrap them take the leading operands by name and pass the rest through
+# (tests/unit/test_compat.py checks these signatures against the installed Triton).
+CACHE_POLICY_ARGUMENT = TRITON_VERSION >= (3, 9)
+# The arguments after the operands that the interpreter's own callers pass (no hints; not volatile).
+LOAD_HINTS: tuple[Any, ...] = (None, False) if CACHE_POLICY_ARGUMENT else (None, None, False)
+STORE_HINTS: tuple[Any, ...] = (None,) if CACHE_POLICY_ARGUMENT else (None, None)
+
+# The C++ memory functions behind them (``triton._C.libtriton.interpreter``'s ``load``, ``store``,
+# ``atomic_rmw``) take any integer mask in 3.6 through 3.8 (nonzero: active); 3.9's raise "mask has
+# unsupported dtype" for anything but a bool mask. The interpreter makes integer masks itself: ``binary_op``
+# types a comparison's handle with its left operand's type (a bool array under ``int32``), ``create_splat``
+# fills with the handle's type, so ``(offs < n) & (row < m)`` with a scalar ``row`` is an int32 mask, and
+# 3.9's stock interpreter fails there.
+MASKS_MUST_BE_BOOL = TRITON_VERSION >= (3, 9)
+
+# The interpreter's tensor descriptor, ``TensorDescHandle``: ``(base, shape, strides, block_shape, padding)``
+# in 3.6 through 3.8; 3.9 adds ``round_f32_to_tf32`` (its descriptor load rounds fp32 results to tf32 after
+# the masked load where set). ``materialize_pointers(offsets)`` (the descriptor load and store call it, then
+# the masked load / store) returns ``(pointers handle, mask)``, the same arithmetic in all three: the mask a
+# bare bool array in 3.6 through 3.8, a ``TensorHandle`` of ``tl.int1`` in 3.9.
+DESCRIPTOR_TF32 = TRITON_VERSION >= (3, 9)
+DESCRIPTOR_MASK_IS_HANDLE = TRITON_VERSION >= (3, 9)
+
+
+def descriptor_fields(desc: Any) -> tuple[Any, ...]:
+    """The arguments that construct a ``TensorDescHandle`` equal to ``desc``."""
+    fields = (desc.base, desc.shape, desc.strides, desc.block_shape, desc.padding)
+    return (*fields, desc.round_f32_to_tf32) if DESCRIPTOR_TF32 else fields
+
+
+def descriptor_mask(mask: Any) -> Any:
+    """The bool array ``mask`` as this release's ``materialize_pointers`` returns a mask."""
+    return TensorHandle(mask, _tl.int1) if DESCRIPTOR_MASK_IS_HANDLE else mask
+
+
+# 3.9 adds ``tl.atomic_load``/``atomic_store``/``atomic_poll``. Its builder's ``create_atomic_load(ptr, mask,
+# sem, scope)`` calls ``create_masked_load(ptr, mask, None, None, True)``, ``create_atomic_store(ptr, val,
+# mask, sem, scope)`` calls ``create_masked_store(ptr, val, mask, None)``, and ``create_atomic_poll(ptr,
+# expected, timeout_ns, sem, scope)`` loads each element with ``create_load(element, None, True)`` until it
+# equals ``expected`` (or the timeout passes): every access still ends in ``ACCESS_METHODS``.
+HAS_ATOMIC_LOAD_STORE = hasattr(_tl, "atomic_load")
+ATOMIC_LOAD_STORE_METHODS = ("create_atomic_load", "create_atomic_store", "create_atomic_poll")
 
 
 def interpreter_masked_load(builder: Any, ptrs: Any, mask: Any, other: Any) -> Any:
-    return builder.create_masked_load(ptrs, mask, other, *_LOAD_TAIL)
+    return builder.create_masked_load(ptrs, mask, other, *LOAD_HINTS)
 
 
 def interpreter_masked_store(builder: Any, ptrs: Any, value: Any, mask: Any) -> Any:
-    return builder.create_masked_store(ptrs, value, mask, *_STORE_TAIL)
+    return builder.create_masked_store(ptrs, value, mask, *STORE_HINTS)
 
 
 def interpreter_atomic_rmw(builder: Any, op: Any, ptrs: Any, value: Any, mask: Any) -> Any:
@@ -359,39 +425,3 @@ def compile_metadata(kernel: Any) -> dict[str, Any]:
 
 
 AUTOTUNER_BENCH = "_bench"  # Autotuner's per-config benchmark method, same name in 3.6 through 3.9
-
-
-# ``Autotuner.run`` (3.6 through 3.9) keeps what a compiled recording needs of a call in its own locals: ``self``
-# (the autotuner), ``key`` (the tuning key tuple, bound only when it has more than one config), and, only when
-# the call did not find its key in the cache, ``pruned_configs``; ``used_cached_result`` is then True when
-# Triton's disk cache answered, and ``benchmark`` (the closure that benchmarks) is bound unless the call took
-# its single pruned config without benchmarking (3.8 and 3.9). A launch made by the autotuner's own
-# ``self.fn.run`` runs with that frame as its caller's: the compiled launcher reads these there instead of
-# intercepting every autotuner call (``native_calls.cpp``, ``Tuner``; Python 3.11 on, where a frame's
-# variables are read without running its code). Verified on the function itself, so a Triton that renames
-# them leaves autotuner calls intercepted as before.
-AUTOTUNER_RUN_LOCALS = ("self", "key", "pruned_configs", "used_cached_result", "benchmark")
-
-
-def _autotuner_run_code() -> Any:
-    run = vars(Autotuner).get("run")
-    code = getattr(getattr(run, "__wrapped__", run), "__code__", None)
-    if code is None:
-        return None
-    names = set(code.co_varnames) | set(code.co_cellvars)
-    return code if names.issuperset(AUTOTUNER_RUN_LOCALS) else None
-
-
-AUTOTUNER_RUN_CODE: Any = _autotuner_run_code() if sys.version_info >= (3, 11) else None
-
-
-def autotune_call_tuning(caller: Any) -> tuple[bool, bool] | None:
-    """What the ``Autotuner.run`` frame ``caller`` did to its key: None when it found the key in the cache,
-    else (whether it benchmarked or read Triton's disk cache: the timings are the autotuner's
-    ``configs_timings``; whether Triton's disk cache answered)."""
-    found = caller.f_locals
-    if "pruned_configs" not in found:
-        return None
-    if "benchmark" not in found:  # one pruned config, taken as it is
-        return False, False
-    return True, bool(found.get("used_cached_result"))

@@ -11,7 +11,7 @@ from tilelens.replay.compare import default_tolerance, uses_dot, uses_tf32_dot
 from tilelens.replay.engine import parse_device, replay_launch, replay_launches
 from tilelens.replay.resolve import KernelResolver
 from tilelens.replay.result import ReplayFailure, ReplayResult, TensorDiff, TraceDiff, Writer
-from tilelens.store.launches import select_launches
+from tilelens.store.read.launches import select_launches
 
 __all__ = [
     "KernelResolver",

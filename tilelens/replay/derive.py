@@ -20,7 +20,7 @@ from tilelens.replay.engine import replay_launch
 from tilelens.replay.resolve import KernelResolver
 from tilelens.replay.result import ReplayResult
 from tilelens.store import History
-from tilelens.store.launches import LaunchSpec, load_launch
+from tilelens.store.read.launches import LaunchSpec, load_launch
 
 
 def derive_trace(

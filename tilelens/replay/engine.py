@@ -11,6 +11,7 @@ else is written (``tilelens.replay.derive`` stores a derived access trace itself
 from __future__ import annotations
 
 import functools
+import math
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -20,9 +21,9 @@ import pyarrow as pa
 import torch
 
 from tilelens.core import session
-from tilelens.core.arguments import span_copy
-from tilelens.core.interpreter import compiled_mode
-from tilelens.core.launch_context import recorded_reads
+from tilelens.core.engine.launch_context import recorded_reads
+from tilelens.core.kernel.arguments import span_copy
+from tilelens.core.patches import compiled_mode
 from tilelens.errors import StateError, UsageError
 from tilelens.records import LaunchRecord
 from tilelens.replay import oobreads
@@ -33,7 +34,14 @@ from tilelens.replay.result import ReplayFailure, ReplayResult, TensorDiff
 from tilelens.replay.traces import first_difference, last_writer
 from tilelens.replay.unknown import unknown_reads
 from tilelens.store import BlobError, History
-from tilelens.store.launches import LaunchSpec, load_launch
+from tilelens.store.read.launches import LaunchSpec, load_launch
+
+
+def check_tolerances(atol: float | None, rtol: float | None) -> None:
+    """A tolerance is a finite number >= 0 (a negative one would fail every comparison, NaN pass none)."""
+    for name, value in (("atol", atol), ("rtol", rtol)):
+        if value is not None and not (math.isfinite(value) and value >= 0):
+            raise UsageError(f"{name} must be a finite number >= 0, not {value!r}")
 
 
 def replay_launch(
@@ -59,15 +67,18 @@ def replay_launch(
     file) unless ``allow_changed``; ``from_history`` runs the recorded source
     instead of today's and, since that executes code read from the database, needs ``trust_source``.
 
-    Raises :class:`LaunchNotFoundError` for an unknown id; every other problem is an ``error`` result.
+    Raises :class:`LaunchNotFoundError` for an unknown id and :class:`UsageError` for a device that is not
+    here (a replay that never started stores nothing); every other problem is an ``error`` result.
     """
     if from_history and not trust_source:
         raise UsageError(
             "from_history runs kernel source read from the history database; pass trust_source=True to allow it"
         )
+    check_tolerances(atol, rtol)
     if session.active() is not None:
         raise StateError("TileLens cannot replay inside a tilelens.record() block; replay after it ends")
     started = time.perf_counter()
+    dev = parse_device(device)  # a replay that cannot start raises and stores nothing
     spec = load_launch(history, launch_id)
     result = ReplayResult(
         launch_id=spec.id,
@@ -82,12 +93,12 @@ def replay_launch(
         rtol=rtol,
         record_s=spec.duration_s,
     )
+    result.device = str(dev)
+    result.backend = "interpreter" if dev.type == "cpu" else "compiled"
     try:
-        dev = parse_device(device)
-        result.device = str(dev)
-        result.backend = "interpreter" if dev.type == "cpu" else "compiled"
         resolver = resolver or KernelResolver(_data_folders(history), allow_changed=allow_changed)
-        resolved = resolver.resolve(spec.kernel, from_history=from_history)
+        bundle = _bundle(history, spec) if from_history else None
+        resolved = resolver.resolve(spec.kernel, from_history=from_history, bundle=bundle)
         result.source_changed = resolved.source_changed
         result.file_changed = resolved.file_changed
         result.skipped = resolved.skipped
@@ -158,28 +169,43 @@ def replay_launches(
     return results
 
 
+def _bundle(history: History, spec: LaunchSpec) -> dict[str, Any] | None:
+    """The launch's recorded kernel bundle (``tilelens.core.kernel.bundle``), None when it keeps none."""
+    if spec.bundle_blob is None:
+        return None
+    import json
+
+    try:
+        text = history.blobs.get_table(spec.bundle_blob).column("bundle")[0].as_py()
+        loaded: dict[str, Any] = json.loads(text)
+    except (BlobError, KeyError, IndexError, ValueError) as exc:
+        raise ReplayFailure(f"launch {spec.id}: its kernel bundle cannot be read ({exc})") from None
+    return loaded
+
+
 def _data_folders(history: History) -> tuple[Path, ...]:
     """Folders that hold the history's data, never code: replay refuses to load a kernel from them."""
     return (history.location.blobs_dir,)
 
 
 def parse_device(text: str) -> torch.device:
+    """``cpu`` or an existing ``cuda[:N]``; anything else is a :class:`UsageError` naming what is wrong."""
     try:
         dev = torch.device(text)
     except (RuntimeError, ValueError):
-        raise ReplayFailure(f"unknown device {text!r}; use cpu or cuda[:N]") from None
+        raise UsageError(f"unknown device {text!r}; use cpu or cuda[:N]") from None
     if dev.type == "cpu":
         return torch.device("cpu")
     if dev.type != "cuda":
-        raise ReplayFailure(f"device {text!r} is not supported; use cpu or cuda[:N]")
+        raise UsageError(f"device {text!r} is not supported; use cpu or cuda[:N]")
     if not torch.cuda.is_available():
-        raise ReplayFailure(
+        raise UsageError(
             f"{text} requested but no CUDA device is available here (torch.cuda.is_available() is False)"
         )
     index = dev.index if dev.index is not None else torch.cuda.current_device()
     count = torch.cuda.device_count()
     if index >= count:
-        raise ReplayFailure(f"{text} requested but this machine has {count} CUDA device(s)")
+        raise UsageError(f"{text} requested but this machine has {count} CUDA device(s)")
     return torch.device("cuda", index)
 
 
@@ -346,6 +372,14 @@ def _conclude(spec: LaunchSpec, resolved: ResolvedKernel, result: ReplayResult) 
             "elements the recorded launch touched; they were rebuilt as zeros), outputs not judged: "
             + "; ".join(result.unknown_reads)
             + suffix
+        )
+        return
+    if result.replay_error is not None and resolved.load_failed:
+        # The kernel needed what a statement of its file's slice would have made: the load failed, not the kernel.
+        result.outcome = "error"
+        result.message = (
+            f"{prefix}{where}: the replay raised {result.replay_error}, and loading {spec.kernel.file} could not "
+            "run what the kernel needs: " + "; ".join(resolved.load_failed) + suffix
         )
         return
     problems = []

@@ -16,10 +16,10 @@ from typing import Any
 
 import numpy as np
 
-from tilelens.core.bounds import STRAY_READ_BYTES, RecordedReads
-from tilelens.store.launches import ArgSpec, LaunchSpec
-from tilelens.store.tensors import DTYPES
-from tilelens.store.traces import lane_offsets
+from tilelens.core.engine.bounds import STRAY_READ_BYTES, RecordedReads
+from tilelens.store.files.tensors import DTYPES
+from tilelens.store.files.traces import lane_offsets
+from tilelens.store.read.launches import ArgSpec, LaunchSpec
 
 # Room around every storage group on a GPU replay; a multiple of every element size.
 GPU_MARGIN_BYTES = STRAY_READ_BYTES

@@ -13,7 +13,7 @@ storage size (made before migration 0003), and storages far larger than what the
 guard after the last recorded byte instead: unmasked out-of-bounds reads then read zeros that belong to no
 argument, instead of whichever tensor the allocator happened to place next.
 
-A sparse snapshot (:mod:`tilelens.store.sparse`) holds only the elements the recorded launch touched: they are
+A sparse snapshot (:mod:`tilelens.store.files.sparse`) holds only the elements the recorded launch touched: they are
 written over zeros, after the group's whole spans, and the rest of the span is *unknown* (``RebuiltTensor.known``):
 the recorded launch neither read nor wrote it, so its expected after-value is what the rebuild put there, and a
 CPU replay that reads it is told apart (``tilelens.replay.unknown``).
@@ -30,12 +30,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from tilelens.core.arguments import span_copy
+from tilelens.core.kernel.arguments import span_copy
 from tilelens.replay.result import ReplayFailure
 from tilelens.store import BlobError, BlobStore
-from tilelens.store.launches import ArgSpec, LaunchSpec
-from tilelens.store.sparse import SparseSnapshot
-from tilelens.store.tensors import DTYPES
+from tilelens.store.files.sparse import SparseSnapshot
+from tilelens.store.files.tensors import DTYPES
+from tilelens.store.read.launches import ArgSpec, LaunchSpec
 
 GUARD_BYTES = 16 * 1024
 # A storage is rebuilt at its recorded size only when that costs at most this much beyond what its views reach.
@@ -286,8 +286,8 @@ def _maybe_reinterpret(launch: LaunchSpec, a: ArgSpec, view: torch.Tensor) -> An
 
 
 def _descriptor(launch: LaunchSpec, a: ArgSpec, view: torch.Tensor) -> Any:
-    """A TMA descriptor argument, rebuilt around its rebuilt tensor (``tilelens.core.descriptors``)."""
-    from tilelens.core import descriptors
+    """A TMA descriptor argument, rebuilt around its rebuilt tensor (``tilelens.core.kernel.descriptors``)."""
+    from tilelens.core.kernel import descriptors
 
     try:
         return descriptors.rebuild(view, dict(a.value["descriptor"]))
@@ -306,7 +306,7 @@ def decode_value(launch: LaunchSpec, name: str, value: Any) -> Any:
         return tuple(decode_value(launch, name, v) for v in value)
     if not isinstance(value, dict):
         return value
-    # "$float"/"$repr" since TileLens writes the README's tags everywhere; "float"/"repr" in older histories.
+    # "$float"/"$repr" since TileLens writes docs/sql.md's tags everywhere; "float"/"repr" in older histories.
     for tag in ("float", "$float"):
         if set(value) == {tag}:
             return float(value[tag])
@@ -335,7 +335,7 @@ def _triton_dtype(text: str) -> Any:
 
 
 def _gluon_layout(launch: LaunchSpec, name: str, value: dict[str, Any]) -> Any:
-    from tilelens.core.gluon.layouts import LayoutDecodeError, decode
+    from tilelens.core.kernel.layouts import LayoutDecodeError, decode
 
     try:
         return decode(value)

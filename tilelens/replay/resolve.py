@@ -24,8 +24,8 @@ from types import ModuleType
 from typing import Any
 
 from tilelens.core import compat
-from tilelens.core.identity import kernel_identity, source_sha256
-from tilelens.core.interpreter import compiled_mode, jit_registry_kept, shadow_jit
+from tilelens.core.kernel.identity import source_sha256
+from tilelens.core.patches import compiled_mode, jit_registry_kept, shadow_jit
 from tilelens.records import KernelIdentity
 from tilelens.replay import scriptload, trust
 from tilelens.replay.result import ReplayFailure
@@ -42,7 +42,10 @@ class ResolvedKernel:
     source_sha256: str
     recorded_sha256: str
     file_changed: bool = False  # the kernel's file differs from the one recorded (allowed by the caller)
-    skipped: str | None = None  # "skipped N top-level statements of F (lines ...)" for a reduced load
+    skipped: str | None = None  # "skipped N top-level statements of F (lines ...)" for a sliced load
+    # Statements of the kernel's slice that raised when it loaded ("line N: Error: ..."): what they would have
+    # made is missing, so a replay that then raises is an error of the load, not a mismatch of the kernel.
+    load_failed: tuple[str, ...] = ()
     _traced: Any = field(default=None, repr=False)
     _compiled: Any = field(default=None, repr=False)
 
@@ -53,7 +56,7 @@ class ResolvedKernel:
     def traced(self) -> Any:
         """A TritonTrace of the kernel, made once: it computes identity and rewrites the AST only once."""
         if self._traced is None:
-            from tilelens.core.trace import trace_class
+            from tilelens.core.interpreted.trace import trace_class
 
             # No tensor copies in its records: replay compares the rebuilt arguments themselves. A Gluon
             # kernel gets a GluonTrace: it runs in the Gluon simulator.
@@ -83,7 +86,11 @@ class KernelResolver:
         self.data_folders = data_folders
         self.allow_changed = allow_changed
 
-    def resolve(self, kernel: KernelIdentity, *, from_history: bool = False) -> ResolvedKernel:
+    def resolve(
+        self, kernel: KernelIdentity, *, from_history: bool = False, bundle: dict[str, Any] | None = None
+    ) -> ResolvedKernel:
+        """``bundle``: the launch's recorded bundle (``tilelens.core.kernel.bundle``), which ``from_history``
+        runs when there is one (the kernel and its jit callees as recorded), else the kernel's source alone."""
         key = (
             kernel.module,
             kernel.qualname,
@@ -91,10 +98,13 @@ class KernelResolver:
             kernel.source_sha256,
             kernel.file_sha256,
             from_history,
+            None if bundle is None or not from_history else id(bundle),
         )
         found = self._cache.get(key)
         if found is None:
-            if from_history:
+            if from_history and bundle is not None:
+                found = _from_bundle(kernel, bundle)
+            elif from_history:
                 found = _from_history(kernel, self.data_folders)
             else:
                 found = _from_code(kernel, self.data_folders, self.allow_changed)
@@ -107,19 +117,20 @@ def _from_code(kernel: KernelIdentity, data_folders: tuple[Path, ...], allow_cha
     for origin, kfile in _candidates(kernel, data_folders, reasons):
         _check_unchanged(kernel, origin, kfile, allow_changed)
         try:
-            module, skipped = _load(origin, kernel, kfile)
+            module, skipped, failed = _load(origin, kernel, kfile)
         except (Exception, SystemExit) as exc:
             reasons.append(f"{_what(origin, kernel, kfile)} cannot be loaded ({type(exc).__name__}: {exc})")
             continue
         try:
             obj = _walk(module, kernel.qualname)
         except AttributeError:
-            reasons.append(f"{_what(origin, kernel, kfile)} has no {kernel.qualname} once loaded")
+            why = f" ({skipped})" if skipped else ""
+            reasons.append(f"{_what(origin, kernel, kfile)} has no {kernel.qualname} once loaded{why}")
             continue
         fn = innermost(obj, kernel.name)
         file_changed = kernel.file_sha256 is not None and kfile.sha256 != kernel.file_sha256
         sha = current_sha256(fn)
-        return ResolvedKernel(fn, origin, sha, kernel.source_sha256, file_changed, skipped)
+        return ResolvedKernel(fn, origin, sha, kernel.source_sha256, file_changed, skipped, failed)
     raise ReplayFailure(f"cannot find kernel {kernel.name}: " + "; ".join(reasons))
 
 
@@ -190,12 +201,16 @@ def _check_unchanged(
         )
 
 
-def _load(origin: str, kernel: KernelIdentity, kfile: trust.KernelFile) -> tuple[ModuleType, str | None]:
-    """Import the module, or load the file's definitions; what the load skipped, said in words."""
+def _load(
+    origin: str, kernel: KernelIdentity, kfile: trust.KernelFile
+) -> tuple[ModuleType, str | None, tuple[str, ...]]:
+    """Import the module, or load the slice of the file the kernel needs; what the load skipped, said in
+    words, and the slice's statements that raised."""
     if origin == "module":
-        return importlib.import_module(kernel.module), None
-    loaded = scriptload.load_definitions(kfile)
-    return loaded.module, loaded.reduced.describe(kfile.path)
+        with trust.without_implicit_cwd():  # the module that was located, not one in the working directory
+            return importlib.import_module(kernel.module), None, ()
+    loaded = scriptload.load_definitions(kfile, kernel.qualname, as_main=kernel.module == "__main__")
+    return loaded.module, loaded.describe(), tuple(loaded.failed)
 
 
 def _walk(module: ModuleType, qualname: str) -> Any:
@@ -220,9 +235,8 @@ def innermost(obj: Any, name: str) -> Any:
 
 
 def current_sha256(fn: Any) -> str:
-    if isinstance(fn, compat.JITFunction):
-        return source_sha256(compat.jit_source(fn))
-    return kernel_identity(fn).source_sha256
+    jit = fn if isinstance(fn, compat.JITFunction) else shadow_jit(fn.fn)
+    return source_sha256(compat.jit_source(jit))
 
 
 def _from_history(kernel: KernelIdentity, data_folders: tuple[Path, ...]) -> ResolvedKernel:
@@ -257,6 +271,38 @@ def _from_history(kernel: KernelIdentity, data_folders: tuple[Path, ...]) -> Res
     return ResolvedKernel(fn, "history", sha, kernel.source_sha256, skipped=skipped)
 
 
+def _from_bundle(kernel: KernelIdentity, bundle: dict[str, Any]) -> ResolvedKernel:
+    """The kernel and its jit callees as the launch's bundle recorded them (``--from-history --trust-source``).
+
+    Before anything runs, every unit's source must be one plain definition (the rule for stored source, per
+    unit) and the entry's must hash to the recorded source_sha256; then each unit is defined in a namespace of
+    its own, its imports imported and its recorded values set (``repro_script.kernel_from_bundle``)."""
+    from tilelens.replay import repro_script
+
+    try:
+        units = list(bundle["units"])
+        entry = next(u for u in units if u["key"] == bundle["entry"])
+        for unit in units:
+            source = str(unit["source"])
+            sha = source_sha256(source) if unit is not entry else kernel.source_sha256
+            trust.check_stored_source(source, sha, str(unit["name"]), int(unit["line"]))
+    except (KeyError, TypeError, ValueError, StopIteration) as exc:
+        raise trust.UntrustedCode(
+            f"the recorded bundle of {kernel.name} is malformed ({type(exc).__name__})"
+        ) from None
+    try:
+        with compiled_mode():
+            fn = repro_script.kernel_from_bundle(bundle)
+    except Exception as exc:
+        raise ReplayFailure(
+            f"the recorded bundle of {kernel.name} cannot be run here ({type(exc).__name__}: {exc})"
+        ) from None
+    sha = current_sha256(fn)
+    if sha != kernel.source_sha256:
+        raise ReplayFailure(f"the recorded bundle of {kernel.name} does not reproduce its recorded hash")
+    return ResolvedKernel(fn, "history", sha, kernel.source_sha256)
+
+
 def _jit_like(module: ModuleType | None, qualname: str) -> Any:
     """``gluon.jit`` when the code base's kernel of this name is a Gluon kernel, else ``triton.jit``."""
     import triton
@@ -280,7 +326,8 @@ def _namespace_module(
     checked as always, and a module is imported only if it still defines the kernel."""
     for origin, kfile in _candidates(kernel, data_folders, [], need_kernel=False):
         try:
-            return _load(origin, kernel, kfile)
+            module, skipped, _failed = _load(origin, kernel, kfile)
+            return module, skipped
         except (Exception, SystemExit):
             continue
     return None, None

@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tilelens.replay.result import TraceDiff, Writer
-from tilelens.store.traces import lane_mask, lane_offsets
+from tilelens.store.files.traces import lane_mask, lane_offsets
 
 BLOCK_ROWS = 4096
 _MASK_FIELDS = ("mask", "oob_mask")

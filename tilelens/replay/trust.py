@@ -6,9 +6,14 @@ qualname, source, hashes); what runs must be found on this machine and checked a
 
 - A recorded file path must be absolute (TileLens records absolute paths; a relative one was edited in and is
   never resolved against the working directory), name an existing ``.py`` file, and lie outside the folders
-  that hold data: the blob folder and any ``.tilelens`` folder.
+  that hold data: the blob folder and any ``.tilelens`` folder. It is resolved (every symbolic link, step by
+  step) before any check and used resolved; a path that passes through ``/proc``, ``/dev`` or ``/sys`` on the
+  way (``/proc/self/cwd/x.py`` is the working directory's ``x.py``) is refused.
 - A module is located the way ``import`` would locate it (``sys.meta_path`` finders, parent packages' search
   paths) without executing anything, and must resolve to a ``.py`` source file too. ``__main__`` never does.
+  The working directory that ``python -m tilelens`` puts first on ``sys.path`` is left out (while locating
+  and importing), unless the user's own ``PYTHONPATH`` or another entry of ``sys.path`` names it too: a
+  module an edited history names is never picked up from the folder replay happens to run in.
 - The file is read once and parsed (never executed) to find the ``def`` at the recorded qualname, decorated as a
   Triton kernel (a decorator named ``*jit``, ``autotune``, ``heuristics`` or ``trace``). A module or file that
   does not define the kernel is never imported (``module='this'`` finds no kernel in ``this.py``).
@@ -23,6 +28,7 @@ replaying its kernels runs them (a kernel's body is Python code to the interpret
 from __future__ import annotations
 
 import ast
+import contextlib
 import hashlib
 import importlib.machinery
 import inspect
@@ -32,6 +38,7 @@ import re
 import sys
 import textwrap
 import tokenize
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -82,7 +89,7 @@ def source_sha256(source: str) -> str:
 
 
 def recorded_path(text: str, data_folders: tuple[Path, ...]) -> Path:
-    """The recorded file, if replay may read it at all; raises :class:`UntrustedCode` otherwise."""
+    """The recorded file, resolved, if replay may read it at all; raises :class:`UntrustedCode` otherwise."""
     if not text or text.startswith("<"):
         raise UntrustedCode(f"recorded file {text or '(none)'} does not exist")
     path = Path(text)
@@ -94,8 +101,51 @@ def recorded_path(text: str, data_folders: tuple[Path, ...]) -> Path:
     return checked_location(path, data_folders)
 
 
+PSEUDO_FILESYSTEMS = ("proc", "dev", "sys")
+_MAX_LINKS = 40
+
+
+def resolved(path: Path) -> Path:
+    """``path`` with every symbolic link resolved, one component at a time, refusing a path that passes
+    through ``/proc``, ``/dev`` or ``/sys`` at any step (their links lead to whatever a process has open, its
+    working directory included)."""
+
+    def refuse_pseudo(where: str) -> None:
+        parts = Path(os.path.normpath(where)).parts
+        if len(parts) > 1 and parts[1] in PSEUDO_FILESYSTEMS:
+            raise UntrustedCode(
+                f"{path} leads through /{parts[1]}; replay never reads code from a pseudo file system"
+            )
+
+    pending = list(Path(os.path.abspath(path)).parts[1:])
+    done = "/"
+    links = 0
+    while pending:
+        name = pending.pop(0)
+        if name in ("", "."):
+            continue
+        if name == "..":
+            done = os.path.dirname(done)
+            continue
+        candidate = os.path.join(done, name)
+        refuse_pseudo(candidate)
+        if os.path.islink(candidate):
+            links += 1
+            if links > _MAX_LINKS:
+                raise UntrustedCode(f"{path}: too many levels of symbolic links")
+            target = os.readlink(candidate)
+            if os.path.isabs(target):
+                done = "/"
+            refuse_pseudo(os.path.join(done, target))
+            pending = list(Path(target).parts[1:] if os.path.isabs(target) else Path(target).parts) + pending
+            continue
+        done = candidate
+    return Path(done)
+
+
 def checked_location(path: Path, data_folders: tuple[Path, ...]) -> Path:
-    """``path`` if it is an existing ``.py`` file outside the folders that hold data."""
+    """``path``, resolved, if it is an existing ``.py`` file outside the folders that hold data."""
+    path = resolved(path)
     if not path.is_file():
         raise UntrustedCode(f"recorded file {path} does not exist")
     if path.suffix != ".py":
@@ -118,6 +168,11 @@ def locate_module(name: str) -> Path | None:
     """
     if name == "__main__" or not _DOTTED.match(name):
         return None
+    with without_implicit_cwd():
+        return _locate(name)
+
+
+def _locate(name: str) -> Path | None:
     loaded = sys.modules.get(name)
     if loaded is not None:
         return _source_file(getattr(loaded, "__file__", None))
@@ -145,6 +200,36 @@ def locate_module(name: str) -> Path | None:
     return _source_file(spec.origin)
 
 
+def implicit_cwd_entry() -> int | None:
+    """The index of ``sys.path``'s first entry when it is the working directory that ``python -m`` or
+    ``python -c`` put there ('' or the folder itself), and nothing else of the user's names that folder
+    (``PYTHONPATH``, another ``sys.path`` entry); None otherwise."""
+    if not sys.path:
+        return None
+    first = sys.path[0]
+    cwd = os.path.realpath(os.getcwd())
+    if first != "" and os.path.realpath(first) != cwd:
+        return None
+    others = [*sys.path[1:], *os.environ.get("PYTHONPATH", "").split(os.pathsep)]
+    if any(p and os.path.realpath(p) == cwd for p in others):
+        return None
+    return 0
+
+
+@contextlib.contextmanager
+def without_implicit_cwd() -> Iterator[None]:
+    """``sys.path`` without :func:`implicit_cwd_entry` inside the block (the entry is put back after)."""
+    index = implicit_cwd_entry()
+    if index is None:
+        yield
+        return
+    entry = sys.path.pop(index)
+    try:
+        yield
+    finally:
+        sys.path.insert(index, entry)
+
+
 def _find_spec(name: str, path: list[str] | None) -> importlib.machinery.ModuleSpec | None:
     for finder in sys.meta_path:
         find = getattr(finder, "find_spec", None)
@@ -162,7 +247,10 @@ def _find_spec(name: str, path: list[str] | None) -> importlib.machinery.ModuleS
 def _source_file(origin: object) -> Path | None:
     if not isinstance(origin, str) or not origin.endswith(".py") or not os.path.isfile(origin):
         return None
-    return Path(origin)
+    try:
+        return resolved(Path(origin))
+    except UntrustedCode:
+        return None
 
 
 # -- what the code is ----------------------------------------------------------------------------------------

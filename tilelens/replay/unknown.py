@@ -1,6 +1,6 @@
 """Reads of unknown elements: what a replay of a sparse snapshot cannot vouch for.
 
-A sparse snapshot (:mod:`tilelens.store.sparse`) holds the elements the recorded launch read or wrote; the
+A sparse snapshot (:mod:`tilelens.store.files.sparse`) holds the elements the recorded launch read or wrote; the
 rebuilt tensor has zeros elsewhere. Replaying the recorded kernel reads only known elements. A kernel edited
 since (``allow_changed``) may read others: its result then rests on zeros the record never saw, so the replay's
 own access trace is checked, and each argument whose unknown elements were read is reported instead of a
@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 
 from tilelens.replay.rebuild import RebuiltTensor
-from tilelens.store.arrowbuild import column_numbers
+from tilelens.store.files.arrowbuild import column_numbers
 
 
 @dataclass(frozen=True)
@@ -39,7 +39,7 @@ def unknown_reads(trace: pa.Table | None, tensors: list[RebuiltTensor]) -> list[
     sparse = [rt for rt in tensors if rt.known is not None]
     if trace is None or trace.num_rows == 0 or not sparse:
         return []
-    from tilelens.store.lanes import LaneDecoder
+    from tilelens.store.files.lanes import LaneDecoder
 
     ops = trace.column("op").to_pylist()
     reads = np.array([op == "load" or op.startswith("atomic") for op in ops], dtype=bool)

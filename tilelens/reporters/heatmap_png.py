@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from tilelens.reporters.heatmap_layout import SWATCH, Layout
+from tilelens.reporters.heatmap_layout import SWATCH, TICKS, Layout
 from tilelens.reporters.palette import BACKGROUND, INK, cell_colors, color_table, rgb
 
 if TYPE_CHECKING:
@@ -43,14 +43,18 @@ def figure(lay: Layout) -> Figure:
     fig = Figure(figsize=(lay.width / DPI, lay.height / DPI), dpi=DPI, facecolor=BACKGROUND)
     fig.figimage(pixels(lay), xo=0, yo=0, origin="upper")
 
-    def text(x: int, top: int, value: str, size: float = 9, weight: str = "normal") -> None:
+    def text(x: int, top: int, value: str, size: float = 9, weight: str = "normal", ha: str = "left") -> None:
         # Pixel coordinates from the top left, as the layout's; matplotlib's figure fractions go upwards.
         fig.text(x / lay.width, 1 - top / lay.height, value, fontsize=size, color=INK, weight=weight,
-                 va="top", ha="left", family="DejaVu Sans")  # fmt: skip
+                 va="top", ha=ha, family="DejaVu Sans")  # fmt: skip
 
     text(12, 8, lay.title, 11, "bold")
     for p in lay.panels:
-        text(p.x, p.caption_y + 4, p.caption)
+        text(12, p.caption_y + 4, p.caption)
+        for c, label in p.col_ticks:  # above the grid, left-aligned on the labelled cell
+            text(p.x + c * p.cell, p.y - TICKS + 2, label, 7)
+        for r, label in p.row_ticks:  # in the left margin, right-aligned against the grid
+            text(p.x - 4, p.y + r * p.cell, label, 7, ha="right")
     for i, (_, label) in enumerate(lay.legend):
         text(12 + SWATCH + 8, lay.legend_y + i * (SWATCH + 6) - 1, label)
     return fig

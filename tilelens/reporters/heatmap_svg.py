@@ -63,6 +63,8 @@ def cell_text(p: Panel, row: int, col: int, grid: tuple[int, int, int], kinds: t
     ]
     if counts:
         text += ": " + ", ".join(counts)
+    if (h.bin_rows > 1 or h.bin_cols > 1) and h.peak[row, col]:
+        text += f"; busiest element {int(h.peak[row, col])} accesses" + ("" if h.peak_exact else " (mean)")
     program = int(h.program[row, col])
     if program >= 0:
         gx, gy = grid[0], grid[1]
@@ -83,7 +85,14 @@ def svg_lines(lay: Layout, grid: tuple[int, int, int], kinds: tuple[str, ...]) -
     for p in lay.panels:
         h = p.heatmap
         yield f'<g class="heatmap" data-arg={quoteattr(h.name)} data-position="{h.position}">'
-        yield f'<text x="{p.x}" y="{p.caption_y + 16}" fill="{INK}">{escape(p.caption)}</text>'
+        yield f'<text x="12" y="{p.caption_y + 16}" fill="{INK}">{escape(p.caption)}</text>'
+        for c, label in p.col_ticks:
+            yield f'<text class="col-tick" x="{p.x + c * p.cell}" y="{p.y - 3}" font-size="9" fill="{INK}">{label}</text>'
+        for r, label in p.row_ticks:
+            yield (
+                f'<text class="row-tick" x="{p.x - 4}" y="{p.y + r * p.cell + 9}" font-size="9" '
+                f'text-anchor="end" fill="{INK}">{label}</text>'
+            )
         colors = cell_colors(h, lay.mode)
         for r in range(h.grid_rows):
             for c in range(h.cols):

@@ -10,7 +10,7 @@ from tilelens.reporters.heatmap_layout import Layout, layout
 from tilelens.reporters.palette import check_mode
 
 if TYPE_CHECKING:
-    from tilelens.store.heatmaps import LaunchHeatmaps
+    from tilelens.store.read.heatmaps import LaunchHeatmaps
 
 FORMATS = (".png", ".svg")
 # Cells per argument each format draws before the data step bins elements together: a PNG pixel block is

@@ -6,8 +6,8 @@ Importing this package does not import torch; tensors are encoded only when one 
 from typing import Any
 
 _EXPORTS = {
-    "BlobRef": "tilelens.store.blobs",
-    "BlobStore": "tilelens.store.blobs",
+    "BlobRef": "tilelens.store.files.blobs",
+    "BlobStore": "tilelens.store.files.blobs",
     "BlobCorruptError": "tilelens.errors",
     "BlobError": "tilelens.errors",
     "BlobMissingError": "tilelens.errors",
@@ -16,9 +16,9 @@ _EXPORTS = {
     "NoHistoryError": "tilelens.errors",
     "NotAHistoryError": "tilelens.errors",
     "SchemaTooNewError": "tilelens.errors",
-    "History": "tilelens.store.history",
-    "HistoryStatus": "tilelens.store.history",
-    "inspect_history": "tilelens.store.history",
+    "History": "tilelens.store.write.history",
+    "HistoryStatus": "tilelens.store.write.history",
+    "inspect_history": "tilelens.store.write.history",
 }
 
 __all__ = sorted(_EXPORTS)
