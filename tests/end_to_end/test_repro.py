@@ -167,6 +167,27 @@ def test_replay_through_another_python_stores_both_versions(
         assert row.versions["recorded"]["triton"] == row.versions["triton"]  # here both are this Triton
 
 
+def test_a_relative_python_is_found_from_the_callers_folder(
+    recorded: Path, python_without_tilelens: str
+) -> None:
+    """CI's cross-Triton check names ``.venv-triton-3.6.0/bin/python``: the repro runs in a folder of its own,
+    so a relative path must be made absolute against the caller's folder first (not resolved: a venv's
+    interpreter is a link to a Python without that venv)."""
+    python = Path(python_without_tilelens)
+    where = ("--db", recorded / "h.db", "--blobs", recorded / "blobs")
+    relative = python.relative_to(python.parents[2])
+    proc = run_cli(*where, "replay", "1", "--python", relative, "--json", cwd=python.parents[2])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert json.loads(proc.stdout)["outcome"] == "match"
+    with History.open(str(recorded / "h.db"), recorded / "blobs") as h, h.session() as s:
+        from sqlalchemy import select
+
+        from tilelens.store.sql.models import Replay
+
+        row = s.execute(select(Replay).order_by(Replay.id.desc())).scalars().first()
+        assert row is not None and row.versions["python_path"] == str(python)
+
+
 def _replay_rows(recorded: Path) -> int:
     with History.open(str(recorded / "h.db"), recorded / "blobs") as h:
         return h.counts()["replays"]

@@ -214,6 +214,13 @@ def _has_oob_reads(history: History, spec: LaunchSpec) -> bool:
 # -- another Python ---------------------------------------------------------------------------------------------
 
 
+def absolute_python(python: str) -> str:
+    """``python`` made absolute against the caller's directory when it is a path (``.venv/bin/python``), since
+    the repro runs in a folder of its own; a bare name (``python3``) is left for ``PATH``. Not ``realpath``:
+    a venv's interpreter is a link whose target is a Python without that venv."""
+    return os.path.abspath(python) if os.sep in python else python
+
+
 def check_python(python: str) -> dict[str, str]:
     """The versions of ``python`` (a path to a Python with torch, Triton and numpy); refuses anything else."""
     code = "import json, platform, torch, triton, numpy; print(json.dumps({'python': platform.python_version(), 'torch': torch.__version__, 'triton': triton.__version__, 'numpy': numpy.__version__}))"
@@ -244,6 +251,7 @@ def replay_with_python(
 
     if not re.fullmatch(r"cpu|cuda(:[0-9]+)?", device):
         raise UsageError(f"unknown device {device!r}; use cpu or cuda[:N]")
+    python = absolute_python(python)
     versions = check_python(python)
     started = time.perf_counter()
     spec = load_launch(history, launch_id)
