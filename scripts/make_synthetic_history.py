@@ -20,6 +20,7 @@ import json
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -69,9 +70,17 @@ def _copy_rows(conn: Any, table: Any, batch: list[dict[str, Any]]) -> None:
             )
 
 
-def build(path: str, launches: int, runs: int, kernels: int, blobs: str | None = None) -> None:
+def build(
+    path: str,
+    launches: int,
+    runs: int,
+    kernels: int,
+    blobs: str | None = None,
+    seed: Callable[[str, str | None], None] = record_examples,
+) -> None:
+    """``seed(path, blobs)`` records the real launches every synthetic one copies (the examples by default)."""
     started = time.perf_counter()
-    record_examples(path, blobs)
+    seed(path, blobs)
     print(f"seed recording: {time.perf_counter() - started:.1f} s", file=sys.stderr)
 
     with History.open(path, blobs) as history, history.engine.begin() as conn:

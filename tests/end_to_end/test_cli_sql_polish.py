@@ -62,7 +62,7 @@ def test_tables_lists_tables_views_and_trace_events(examples_history: Recorded) 
     assert traces.kind == "traces"
     assert [(c.name, c.type) for c in traces.columns] == [
         (f.name, "bool" if str(f.type) == "bool" else str(f.type)) for f in LANE_SCHEMA
-    ]
+    ] + [("kernel", "string"), ("run_id", "int64")]
     listed = json.loads(examples_history.main("tables", "--json").stdout)
     assert [t["name"] for t in listed] == list(found)
     text = examples_history.main("tables", "oob_launches").stdout.splitlines()

@@ -15,12 +15,13 @@ from typing import Any
 from tilelens.store.sql.columns import describe
 from tilelens.store.sql.readonly import Reader
 
-#: The columns of ``trace_events``: ``tilelens.store.files.lanes.LANE_SCHEMA`` (a test keeps the two equal), named
-#: here so that listing them imports no pyarrow.
+#: The columns of ``trace_events``: ``tilelens.store.files.lanes.LANE_SCHEMA`` (``tilelens export``'s), then the
+#: launch's kernel and run (tests keep them equal to both and to what DuckDB answers), named here so that
+#: listing them imports no pyarrow.
 TRACE_COLUMNS = (
     ("launch_id", "int64"), ("pid_x", "int32"), ("pid_y", "int32"), ("pid_z", "int32"), ("event", "int32"),
     ("op", "string"), ("arg", "int16"), ("arg_name", "string"), ("line", "int32"), ("lane", "int32"),
-    ("offset", "int64"), ("active", "bool"), ("oob", "bool"),
+    ("offset", "int64"), ("active", "bool"), ("oob", "bool"), ("kernel", "string"), ("run_id", "int64"),
 )  # fmt: skip
 
 _SQLITE = (

@@ -463,6 +463,14 @@ class HistoryQuery:
 
     # -- traces -------------------------------------------------------------------------------------------
 
+    def trace_file(self, sha256: str) -> Path:
+        """A trace blob's file, for a reader of its own (DuckDB); its content hash verified first."""
+        from tilelens.store.files.blobs import BlobStore
+
+        blobs = BlobStore(self.location.blobs_dir)
+        blobs.verify(sha256)
+        return blobs.path(sha256)
+
     def trace_table(self, sha256: str) -> pa.Table:
         import pyarrow as pa
         import pyarrow.parquet as pq
@@ -547,7 +555,7 @@ class HistoryQuery:
         if _TRACE_EVENTS.search(query):  # across traces: DuckDB, see tilelens.store.read.tracesql
             from tilelens.store.read import tracesql
 
-            return tracesql.stream(self.reader, self.trace_table, query, timeout=timeout, cancel=cancel)
+            return tracesql.stream(self.reader, self.trace_file, query, timeout=timeout, cancel=cancel)
         try:
             return self.reader.stream(query, timeout=timeout, cancel=cancel)
         except QueryError as exc:

@@ -216,6 +216,8 @@ DESCRIPTIONS: dict[str, dict[str, str]] = {
         "offset": "element offset into the argument's view",
         "active": "the mask was on",
         "oob": "outside the argument's view",
+        "kernel": "the launch's kernel, module.qualname (as launch_overview.kernel)",
+        "run_id": "the launch's run (runs.id)",
     },
 }
 
