@@ -34,6 +34,7 @@ _HOMES: dict[str, str] = {
     "AccessStats": "tilelens.store.read.results",
     "ArgumentInfo": "tilelens.store.read.results",
     "ExportResult": "tilelens.store.read.results",
+    "DatasetExport": "tilelens.store.read.results",
     "LaunchDetail": "tilelens.store.read.results",
     "LaunchSummary": "tilelens.store.read.results",
     "RunSummary": "tilelens.store.read.results",

@@ -38,12 +38,19 @@ class Filter:
         return f"WHERE {' AND '.join(self.clauses)}" if self.clauses else ""
 
 
+def in_list(ids: Sequence[int], prefix: str = "i") -> tuple[str, dict[str, int]]:
+    """``:i0, :i1, ...`` and their values: an SQL ``IN (...)`` list as bound parameters (``prefix`` keeps two
+    lists of one statement apart)."""
+    params = {f"{prefix}{n}": int(value) for n, value in enumerate(ids)}
+    return ", ".join(f":{name}" for name in params), params
+
+
 def kernel_clause(f: Filter, ids: list[int], column: str) -> bool:
     """``column`` is one of the kernels ``ids``; False (nothing can match) when there are none."""
     if not ids:
         return False
-    names = {f"k{i}": kernel_id for i, kernel_id in enumerate(ids)}
-    f.add(f"{column} IN ({', '.join(':' + n for n in names)})", **names)
+    marks, params = in_list(ids, "k")
+    f.add(f"{column} IN ({marks})", **params)
     return True
 
 

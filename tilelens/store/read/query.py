@@ -37,11 +37,12 @@ from tilelens.errors import (
 from tilelens.records import RUN_STATUSES
 from tilelens.store.files.oobsample import sampled_events
 from tilelens.store.read.filters import Filter as _Filter
-from tilelens.store.read.filters import kernel_clause, launch_filter, test_summaries
+from tilelens.store.read.filters import in_list, kernel_clause, launch_filter, test_summaries
 from tilelens.store.read.results import (
     AccessStats,
     ArgumentInfo,
     AutotuneInfo,
+    DatasetExport,
     ExportResult,
     KernelInfo,
     LaunchDetail,
@@ -267,11 +268,11 @@ class HistoryQuery:
         runs = self._rows(sql, f.params)
         counts: dict[int, tuple[Any, ...]] = {}
         if runs:
-            ids = {f"r{i}": r[0] for i, r in enumerate(runs)}
+            marks, ids = in_list([r[0] for r in runs], "r")
             for row in self._rows(
                 "SELECT run_id, COUNT(*), COUNT(DISTINCT kernel_id), "
                 "SUM(CASE WHEN status = 'error' THEN 1 ELSE 0 END), SUM(oob_lanes) "
-                f"FROM launches WHERE run_id IN ({', '.join(':' + n for n in ids)}) GROUP BY run_id",
+                f"FROM launches WHERE run_id IN ({marks}) GROUP BY run_id",
                 ids,
             ):
                 counts[row[0]] = row[1:]
@@ -527,6 +528,16 @@ class HistoryQuery:
         rows = write_lanes(self.lane_batches(launch_id), path, format)
         return ExportResult(path=Path(path), format=format, rows=rows)
 
+    def export_dataset(
+        self, folder: str | Path, *, runs: Sequence[int] | None = None, force: bool = False
+    ) -> DatasetExport:
+        """The launches of ``runs`` (every run when None), their arguments and their trace lanes as a Hive-
+        partitioned Parquet dataset in ``folder`` (new or empty unless ``force``), by kernel and day: see
+        :mod:`tilelens.store.read.dataset`. The folder appears whole or not at all."""
+        from tilelens.store.read.dataset import export_dataset
+
+        return export_dataset(self.reader, self.trace_table, folder, runs=runs, force=force)
+
     # -- SQL ----------------------------------------------------------------------------------------------
 
     def tables(self) -> list[TableInfo]:
@@ -602,6 +613,7 @@ __all__ = [
     "AccessStats",
     "ArgumentInfo",
     "AutotuneInfo",
+    "DatasetExport",
     "ExportResult",
     "HistoryQuery",
     "KernelInfo",

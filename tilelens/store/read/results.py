@@ -332,6 +332,28 @@ class ExportResult:
     rows: int
 
 
+@dataclass
+class DatasetExport:
+    """What ``tilelens export --dataset DIR`` wrote (``as_dict()`` is its ``--json``).
+
+    ``rows`` and ``files`` are per table (launches, arguments, trace_lanes); ``partitions`` counts the
+    (kernel, day) pairs; ``traces_read`` the trace blobs read, each once however many launches share it.
+    """
+
+    path: Path
+    runs: list[int] | None  # None: every run
+    rows: dict[str, int]
+    files: dict[str, int]
+    kernels: int
+    partitions: int
+    traces_read: int
+
+    def as_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["path"] = str(self.path)
+        return out
+
+
 def kernel_line(kernel: KernelInfo, line: int) -> str | None:
     lines = kernel.source.splitlines()
     index = line - kernel.def_line

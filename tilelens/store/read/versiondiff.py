@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from tilelens.errors import UsageError
+from tilelens.store.read.filters import in_list
 from tilelens.store.read.results import decode_json
 
 if TYPE_CHECKING:
@@ -65,11 +66,9 @@ def diff_versions(q: HistoryQuery, kernel: str, sha_a: str, sha_b: str) -> Versi
     ids = q.kernel_ids(kernel)
     if not ids:
         raise UsageError(f"no kernel named {kernel!r} in history {q.reader.label}")
-    params = {f"k{i}": kernel_id for i, kernel_id in enumerate(ids)}
+    marks, params = in_list(ids, "k")
     rows = q.reader.execute(
-        "SELECT id, module, qualname, source_sha256, source FROM kernels "
-        f"WHERE id IN ({', '.join(':' + n for n in params)})",
-        params,
+        f"SELECT id, module, qualname, source_sha256, source FROM kernels WHERE id IN ({marks})", params
     ).rows
     (id_a, source_a), (id_b, source_b) = (_version(rows, kernel, prefix) for prefix in (sha_a, sha_b))
     stats_a, stats_b = _stats(q, id_a), _stats(q, id_b)
