@@ -64,6 +64,12 @@ _HOMES: dict[str, str] = {
     "parse_finding_kinds": "tilelens.analysis.findings",
     "check_lines": "tilelens.reporters.check",
     "check_summary": "tilelens.reporters.check",
+    # coverage of kernels' lines and masks over launches: numpy and pyarrow, neither torch nor Triton
+    "coverage": "tilelens.analysis.coverage",
+    "CoverageReport": "tilelens.analysis.coverage",
+    "KernelCoverage": "tilelens.analysis.coverage",
+    "coverage_lines": "tilelens.reporters.coverage",
+    "write_coverage_html": "tilelens.reporters.coverage_html",
     # writing, migrating, replaying: Alembic; replays also torch and Triton
     "History": "tilelens.store.write.history",
     "HistoryStatus": "tilelens.store.write.history",

@@ -8,6 +8,10 @@ whole session (launches, kernels, out-of-bounds lanes, the tests with out-of-bou
 ``--tilelens-fail-on-oob`` fails a session in which any lane was out of bounds. ``--tilelens-check`` (which
 records, as ``--tilelens`` does) checks each test's launches as ``tilelens check`` does, right after each phase of
 the test (set-up, call, tear-down), and fails the phase whose launches have findings, with them in its report.
+``--tilelens-coverage[=DIR]`` (which records, with each kernel's executed lines) prints ``tilelens coverage``'s
+table for the session's launches at the end, and writes its HTML report into DIR when given (an empty or new
+folder, or an earlier coverage report, which is replaced). Give DIR with ``=``: a bare word after the option
+is taken as DIR.
 
 Loaded in every pytest session once TileLens is installed, so importing it must cost nothing: it imports only
 pytest and :mod:`tilelens.core.session`; torch, Triton and the store load only when ``--tilelens`` is given.
@@ -26,6 +30,7 @@ from tilelens.core import session as recording
 _REC = pytest.StashKey[Any]()
 _TREE = pytest.StashKey[Any]()
 _FAILED_ON_OOB = pytest.StashKey[bool]()
+_COVERAGE = pytest.StashKey[list[str]]()  # the coverage summary's lines, for the terminal summary
 _CHECKED = pytest.StashKey[int]()  # on a test item: how many of the recording's launches were checked
 
 
@@ -60,10 +65,23 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="Record, and fail each test whose launches have races, hazards or out-of-bounds lanes "
         "(as `tilelens check` finds them).",
     )
+    group.addoption(
+        "--tilelens-coverage",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="DIR",
+        help="Record with each kernel's executed lines; at the end print kernel coverage (as `tilelens "
+        "coverage`) and, with =DIR, write its HTML report into DIR.",
+    )
 
 
 def _enabled(config: pytest.Config) -> bool:
-    return bool(config.getoption("tilelens", False) or _checking(config))
+    return bool(config.getoption("tilelens", False) or _checking(config) or _covering(config))
+
+
+def _covering(config: pytest.Config) -> bool:
+    return config.getoption("tilelens_coverage", None) is not None
 
 
 def _checking(config: pytest.Config) -> bool:
@@ -81,7 +99,11 @@ def pytest_configure(config: pytest.Config) -> None:
         if os.environ.get(children.ENV):
             child.start()  # a no-op where the start-up hook already began it
         return
-    if recording.active() is not None:  # `tilelens record -m pytest --tilelens`: that recording is the run
+    active = recording.active()
+    if active is not None:  # `tilelens record -m pytest --tilelens`: that recording is the run
+        if _covering(config) and hasattr(active, "coverage") and not active.coverage:
+            active.coverage = True
+            children.options_changed(active)  # xdist workers start after this: they capture lines too
         return
     from tilelens import api
 
@@ -92,6 +114,7 @@ def pytest_configure(config: pytest.Config) -> None:
         argv=["pytest", *config.invocation_params.args],
         follow_children=True,
         on_oob=config.getoption("tilelens_on_oob"),
+        coverage=_covering(config),
     )
     rec.__enter__()
     config.stash[_REC] = rec
@@ -169,6 +192,27 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if config.getoption("tilelens_fail_on_oob") and tree.oob_lanes and session.exitstatus == 0:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
         config.stash[_FAILED_ON_OOB] = True
+    if _covering(config):
+        config.stash[_COVERAGE] = _coverage_lines(rec.history.location, tree.run_ids, config)  # type: ignore[union-attr]
+
+
+def _coverage_lines(location: Any, run_ids: list[int], config: pytest.Config) -> list[str]:
+    """``tilelens coverage``'s lines for the session's runs, after writing the HTML report if asked; a failure
+    (nothing launched, a folder that cannot be written) is one line, never the session's error."""
+    from tilelens import api
+    from tilelens.errors import TileLensError
+
+    folder = config.getoption("tilelens_coverage") or None
+    try:
+        with api.open_query(location=location) as q:
+            report = api.coverage(q, runs=run_ids)
+        lines = api.coverage_lines(report)
+        if folder is not None:
+            api.write_coverage_html(report, folder)
+            lines.append(f"HTML report: {folder}/index.html")
+    except TileLensError as exc:
+        return [f"coverage: {exc}"]
+    return lines
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -204,6 +248,8 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
             f"{_n(t.oob_lanes, 'OOB lane')}",
             red=True,
         )
+    for line in config.stash.get(_COVERAGE, []):
+        tr.write_line(_printable(line))
     location = rec.history.location
     tr.write_line(f"history: {_printable(str(location.sqlite_path or location.display_url()))}")
     if config.stash.get(_FAILED_ON_OOB, False):

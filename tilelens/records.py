@@ -156,6 +156,9 @@ class LaunchRecord:
     seq: int = 0  # order within its run, assigned by the recorder
     test_nodeid: str | None = None  # the pytest test running when it launched (tilelens.core.session)
     gpu_name: str | None = None  # compiled launches on a GPU: the device's name
+    # The kernel function's executed source lines (absolute in its file, sorted), captured by interpreted
+    # launches of a coverage recording (tilelens.core.engine.lines); None: not captured.
+    lines: list[int] | None = None
 
 
 @dataclass

@@ -157,6 +157,8 @@ def test_the_plugin_passes_on_oob_to_the_sessions_recording(monkeypatch: pytest.
                 "tilelens_db": None,
                 "tilelens_tag": None,
                 "tilelens_on_oob": on_oob,
+                "tilelens_check": False,
+                "tilelens_coverage": None,
             }
             self.stash = pytest.Stash()
 

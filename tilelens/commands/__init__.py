@@ -21,6 +21,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "tilelens.commands.replay",
     "tilelens.commands.trace",
     "tilelens.commands.check",
+    "tilelens.commands.coverage",
     "tilelens.commands.repro",
     "tilelens.commands.gc",
     "tilelens.commands.serve",

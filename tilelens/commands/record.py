@@ -102,6 +102,11 @@ def record(
         min=0,
         help="compiled backend: stop taking snapshots once they would exceed BYTES.",
     ),
+    coverage: bool = typer.Option(
+        False,
+        "--coverage",
+        help="interpreter backend: also keep the lines of each kernel that ran, for `tilelens coverage`.",
+    ),
     snapshot_backlog: int | None = typer.Option(
         None,
         "--snapshot-backlog",
@@ -139,6 +144,7 @@ def record(
         "snapshot_kernels": tuple(snapshot_kernel or ()),
         "snapshot_budget": snapshot_budget,
         "snapshot_backlog_bytes": snapshot_backlog,
+        "coverage": coverage,
     }
     started = time.monotonic()
     # From here to the end a signal is recorded first and acted on where it cannot be lost (runner's docstring):

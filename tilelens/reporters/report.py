@@ -83,7 +83,7 @@ def write_report(
     folder = Path(folder)
     if max_pages < 0:
         raise UsageError(f"the number of launch pages is 0 or more, not {max_pages}")
-    _check_folder(folder, force)
+    check_folder(folder, force)
     found = query.runs(run=run, limit=1)
     if not found:
         label = query.reader.label
@@ -110,7 +110,7 @@ def write_report(
     for s in paged:
         detail = query.launch(s.id, oob_events=OOB_EVENTS, source=True)
         files[f"launch-{s.id}.html"] = launch_page(detail, _heatmap_svg(query, detail))
-    _write_folder(folder, files)
+    write_folder(folder, files)
     return Report(folder, r.id, r.launches, len(launches), tuple(s.id for s in paged), tuple(sorted(files)))
 
 
@@ -201,7 +201,9 @@ def launch_page(d: LaunchDetail, heatmap_svg: str) -> str:
     return document(f"launch {d.launch.id} {d.kernel.name}", body, nav)
 
 
-def _check_folder(folder: Path, force: bool) -> None:
+def check_folder(folder: Path, force: bool) -> None:
+    """Raise UsageError unless ``folder`` may receive a report: missing, empty, or (``force``) replaceable; the
+    folder holding the current directory never is."""
     if not folder.exists():
         return
     if folder.is_dir() and not any(folder.iterdir()):
@@ -213,7 +215,8 @@ def _check_folder(folder: Path, force: bool) -> None:
         raise UsageError(f"{folder} holds the current directory: it is never replaced, even with --force")
 
 
-def _write_folder(folder: Path, files: dict[str, str]) -> None:
+def write_folder(folder: Path, files: dict[str, str]) -> None:
+    """``files`` (name -> text) as ``folder``, written beside it and renamed into place: whole or not at all."""
     parent = folder.resolve().parent
     if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
         raise UsageError(f"cannot write into {parent}: not a writable folder")

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from tilelens.core.engine import bounds, fastmem
 from tilelens.core.engine.access import AccessCollector
+from tilelens.core.engine.lines import LineCapture
 from tilelens.core.engine.writelog import WriteLog
 
 if TYPE_CHECKING:
@@ -65,6 +66,9 @@ class LaunchContext:
         self.batch_patcher: Patching | None = None
         self.batch_lang: list[tuple[Any, str, Any]] = []
         self.engine: dict[str, Any] | None = None
+        # The kernel function's executed lines (tilelens.core.engine.lines.LineCapture), when the recording
+        # asks for coverage; None: not captured.
+        self.lines: LineCapture | None = None
 
 
 class ThreadState(threading.local):

@@ -14,6 +14,7 @@ from typing import Any
 
 from tilelens.core.engine.access import AccessCollector
 from tilelens.core.engine.launch_context import GluonLaunch
+from tilelens.core.engine.lines import LineCapture
 from tilelens.core.engine.writelog import WriteLog
 from tilelens.core.interpreted.touched import TouchedSnapshots, defer, forget_untouched
 from tilelens.core.kernel.arguments import (
@@ -53,6 +54,7 @@ def run_interpreted(
     gluon: bool = False,
     writes: WriteLog | None = None,
     early: Callable[[list[ArgumentRecord]], None] | None = None,
+    lines: bool = False,
 ) -> tuple[Any, LaunchRecord, BaseException | None]:
     """Interpret one launch; return (kernel result, record, the exception it raised or None).
 
@@ -61,6 +63,8 @@ def run_interpreted(
     simulator (``tilelens.core.engine.gluon``) with the launch's ``num_warps``. ``writes`` receives the old bytes of every
     lane the launch writes (:mod:`tilelens.core.engine.writelog`). ``early`` gets the argument records, with their
     before-snapshots, before the kernel runs (the recorder starts storing them then: ``Recording.store_early``).
+    ``lines`` captures the kernel function's executed lines into ``record.lines`` (:mod:`tilelens.core.engine.lines`;
+    not for Gluon launches, which the simulator runs).
     """
     with LAUNCH_LOCK:
         bound, options = bind(params, args, kwargs)
@@ -78,6 +82,7 @@ def run_interpreted(
         collector = AccessCollector()
         resolved: tuple[int, int, int] = (0, 0, 0)
         engine: dict[str, Any] = {"mode": "program", "fallback": "gluon" if gluon else "not run"}
+        capture = LineCapture() if lines and not gluon else None
 
         def capture_spans(*host_args: Any, **host_kwargs: Any) -> None:
             collector.set_spans(host_spans(params, host_args, host_kwargs))
@@ -87,6 +92,7 @@ def run_interpreted(
                 resolved = resolve_grid(grid, bound)
                 simulated = GluonLaunch(num_warps=int(options.get("num_warps") or 4)) if gluon else None
                 with launch_patches(collector, simulated, writes) as ctx:
+                    ctx.lines = capture
                     try:
                         result = interpreted.run(*args, grid=resolved, warmup=False, **kwargs)
                     finally:
@@ -114,6 +120,8 @@ def run_interpreted(
             config["heuristics"] = jsonable(meta.heuristics)
         if collector.shared.get("events"):
             config["shared_memory"] = dict(collector.shared)
+        if capture is not None and capture.failure is not None:  # the launch then has no line data
+            config["line_capture"] = capture.failure
         if collector.spans.aliased:
             config["aliased_args"] = [list(p) for p in collector.spans.aliased]
         if collector.cross:  # out-of-bounds lanes of one argument's events inside another argument's view
@@ -135,5 +143,6 @@ def run_interpreted(
             started_at=started,
             duration_s=duration,
             per_arg=collector.per_arg,
+            lines=capture.result() if capture is not None else None,
         )
         return result, record, error

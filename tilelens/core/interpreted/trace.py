@@ -133,6 +133,7 @@ class _InterpretedLeaf(compat.KernelInterface):  # type: ignore[misc]  # Triton 
             self.snapshots,
             gluon=self.gluon,
             early=self._early_store(sink),
+            lines=bool(getattr(sink, "coverage", False)),
         )
         self._accessed = frozenset(record.per_arg or ())
         handle = sink.write_launch(record)

@@ -60,6 +60,7 @@ def begin(spec: dict[str, Any]) -> None:
             follow_children=True,
             lazy_run=True,
             on_oob=spec.get("on_oob"),
+            coverage=bool(spec.get("coverage")),
             **kwargs,
         )
         _child["rec"] = rec

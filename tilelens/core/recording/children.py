@@ -79,6 +79,13 @@ def detach(rec: Any) -> None:
             os.environ[key] = value
 
 
+def options_changed(rec: Any) -> None:
+    """The recording's options changed after it started (``pytest --tilelens-coverage`` under ``tilelens record``
+    turns coverage on): children started from now on record as it now does."""
+    if rec.follow_children and _state["saved_env"] is not None:
+        _advertise(rec, rec.run_id)
+
+
 def run_started(rec: Any) -> None:
     """A run was begun: children started from now on link to it; a child's run is finished at its exit."""
     if rec.follow_children and _state["saved_env"] is not None:
@@ -100,6 +107,8 @@ def _advertise(rec: Any, run_id: int | None) -> None:
         "autotune": rec.autotune_policy,
     }
     spec["on_oob"] = rec.on_oob
+    if getattr(rec, "coverage", False):  # a child records executed lines as its parent does
+        spec["coverage"] = True
     if rec.backend == "compiled":  # a spawned child records as its parent does
         policy = rec.snapshot_policy
         spec.update(backend="compiled", snapshots=policy.mode, snapshot_kernels=list(policy.kernels))

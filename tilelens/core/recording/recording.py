@@ -58,6 +58,7 @@ class Recording:
         writer: str = "auto",
         snapshot_pool_bytes: int = 0,
         snapshot_backlog_bytes: int | None = None,
+        coverage: bool = False,
     ) -> None:
         if tag is None or autotune is None or on_oob is None or backend is None or snapshots is None:
             from tilelens.config import load_settings  # the project's: TILELENS_* or [tool.tilelens]
@@ -94,6 +95,8 @@ class Recording:
                 self._compiled.runner = runner
         self.autotune_policy: AutotunePolicy = autotune
         self.on_oob: OobPolicy = resolve_policy(on_oob)
+        # Interpreted launches also keep the kernel function's executed lines (``tilelens coverage``).
+        self.coverage = bool(coverage)
         self._db, self._blobs, self.tag = db, blobs, tag
         self._argv = list(sys.argv if argv is None else argv)
         self._history = history
@@ -479,6 +482,7 @@ def record(
     snapshot_pool_bytes: int = 0,
     snapshot_backlog_bytes: int | None = None,
     writer: str = "auto",
+    coverage: bool = False,
 ) -> Recording:
     """Record every Triton launch made inside the block.
 
@@ -507,6 +511,8 @@ def record(
     program waiting for the writer.
     ``writer="thread"`` writes ``snapshots="none"`` launches from a thread of this process instead of the
     writer process (``tilelens.core.compiled.writer.process``).
+    ``coverage=True`` also keeps, for each interpreted launch, the lines of the kernel function that ran
+    (``tilelens coverage``; see docs/coverage.md for what it costs).
     """
     return Recording(
         db,
@@ -521,4 +527,5 @@ def record(
         snapshot_pool_bytes=snapshot_pool_bytes,
         snapshot_backlog_bytes=snapshot_backlog_bytes,
         writer=writer,
+        coverage=coverage,
     )

@@ -9,11 +9,14 @@ the same columns. ``trace_events`` (see :mod:`tilelens.store.read.tracesql`) is 
 
 from __future__ import annotations
 
+import re
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from tilelens.errors import QueryError, ViewsMissingError
 from tilelens.store.sql.columns import describe
-from tilelens.store.sql.readonly import Reader
+from tilelens.store.sql.readonly import Reader, known_revisions
 
 #: The columns of ``trace_events``: ``tilelens.store.files.lanes.LANE_SCHEMA`` (``tilelens export``'s), then the
 #: launch's kernel and run (tests keep them equal to both and to what DuckDB answers), named here so that
@@ -73,3 +76,19 @@ def table_names(reader: Reader) -> list[str]:
     else:
         sql = "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema()"
     return [str(r[0]) for r in reader.execute(sql).rows]
+
+
+#: The views every head revision has (a missing one means the history is behind, or one was dropped by hand).
+VIEW_NAMES = ("launch_overview", "oob_launches", "autotune_choices", "run_overview")
+
+
+def views_missing(revisions: Sequence[str], exc: QueryError) -> ViewsMissingError | None:
+    """The error names one of the views and the history's schema (``revisions``) predates them: say so."""
+    match = re.search(r'no such table: (\w+)|relation "(\w+)" does not exist', str(exc))
+    name = match and (match.group(1) or match.group(2))
+    # Every view exists at this code's head revision, so ``db upgrade`` adds a missing one exactly when
+    # the history is behind it. At the head, a missing view was dropped by hand, and upgrading does nothing.
+    _, heads = known_revisions()
+    if name not in VIEW_NAMES or set(revisions) == set(heads):
+        return None
+    return ViewsMissingError(f"{exc} (this history predates the views)")

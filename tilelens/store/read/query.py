@@ -32,10 +32,10 @@ from tilelens.errors import (
     NoTraceError,
     QueryError,
     UsageError,
-    ViewsMissingError,
 )
 from tilelens.records import RUN_STATUSES
 from tilelens.store.files.oobsample import sampled_events
+from tilelens.store.read.coverage_rows import CoverageLaunch, coverage_launches, kernel_infos
 from tilelens.store.read.filters import Filter as _Filter
 from tilelens.store.read.filters import in_list, kernel_clause, launch_filter, test_summaries
 from tilelens.store.read.results import (
@@ -64,7 +64,6 @@ from tilelens.store.sql.readonly import (
     Reader,
     Result,
     RowStream,
-    known_revisions,
     open_reader,
     row_limit,
     storable_id,
@@ -76,7 +75,6 @@ if TYPE_CHECKING:
     from tilelens.store.read.catalog import TableInfo
 
 EXPORT_FORMATS = ("parquet", "csv")
-VIEW_NAMES = ("launch_overview", "oob_launches", "autotune_choices", "run_overview")
 ExportFormat = Literal["parquet", "csv"]
 # What is not a statement: comments (whitespace and ``;`` aside). A query of only these is refused as empty.
 _STATEMENT_TEXT = re.compile(r"--[^\n]*|/\*.*?\*/", re.DOTALL)
@@ -220,6 +218,25 @@ class HistoryQuery:
         """The pytest tests that launched kernels (of the launches the filters keep), most recent first."""
         f = self._launch_filter(kernel, run, status, oob, tag, None)
         return [] if f is None else test_summaries(self._rows, f, limit)
+
+    def coverage_launches(
+        self,
+        *,
+        kernel: str | None = None,
+        run: int | None = None,
+        test: str | None = None,
+        runs: Sequence[int] | None = None,
+    ) -> list[CoverageLaunch]:
+        """The program's launches (no autotune trials) the filters keep, oldest first, as coverage reads them:
+        kernel version, test, backend, trace and executed lines (``tilelens.analysis.coverage``). ``runs``:
+        launches of these runs only (a run and its child runs)."""
+        f = self._launch_filter(kernel, run, None, False, None, test)
+        has_lines = "executed_lines" in self._launch_columns
+        return [] if f is None else coverage_launches(self._rows, f, runs, has_lines)
+
+    def kernel_infos(self, kernel_ids: Sequence[int]) -> dict[int, KernelInfo]:
+        """Kernel versions by id, with their sources."""
+        return kernel_infos(self._rows, kernel_ids)
 
     def runs(
         self,
@@ -465,14 +482,14 @@ class HistoryQuery:
     # -- traces -------------------------------------------------------------------------------------------
 
     def trace_file(self, sha256: str) -> Path:
-        """A trace blob's file, for a reader of its own (DuckDB); its content hash verified first."""
+        """A trace blob's file, its content hash verified first: DuckDB reads it itself."""
         from tilelens.store.files.blobs import BlobStore
 
-        blobs = BlobStore(self.location.blobs_dir)
-        blobs.verify(sha256)
+        (blobs := BlobStore(self.location.blobs_dir)).verify(sha256)
         return blobs.path(sha256)
 
-    def trace_table(self, sha256: str) -> pa.Table:
+    def trace_table(self, sha256: str, columns: Sequence[str] | None = None) -> pa.Table:
+        """The trace blob ``sha256`` (only ``columns`` when given)."""
         import pyarrow as pa
         import pyarrow.parquet as pq
 
@@ -481,7 +498,9 @@ class HistoryQuery:
         # get_bytes verifies the content hash; ParquetFile reads it without pyarrow.dataset, whose import
         # alone (what pq.read_table pulls in) costs a sixth of show's time budget.
         data = BlobStore(self.location.blobs_dir).get_bytes(sha256)
-        return pq.ParquetFile(pa.BufferReader(data)).read(use_threads=False)
+        return pq.ParquetFile(pa.BufferReader(data)).read(
+            columns=list(columns) if columns is not None else None, use_threads=False
+        )
 
     def trace(self, launch_id: int) -> pa.Table:
         """The launch's access trace as recorded: one row per memory event (``TRACE_SCHEMA``)."""
@@ -570,21 +589,12 @@ class HistoryQuery:
         try:
             return self.reader.stream(query, timeout=timeout, cancel=cancel)
         except QueryError as exc:
-            views = self._views_missing(exc)
+            from tilelens.store.read.catalog import views_missing
+
+            views = views_missing(self.reader.revisions, exc)
             if views is None:
                 raise
             raise views from exc
-
-    def _views_missing(self, exc: QueryError) -> ViewsMissingError | None:
-        """The error names one of the views and the history's schema predates them: say how to get them."""
-        match = re.search(r'no such table: (\w+)|relation "(\w+)" does not exist', str(exc))
-        name = match and (match.group(1) or match.group(2))
-        # Every view exists at this code's head revision, so ``db upgrade`` adds a missing one exactly when
-        # the history is behind it. At the head, a missing view was dropped by hand, and upgrading does nothing.
-        _, heads = known_revisions()
-        if name not in VIEW_NAMES or set(self.reader.revisions) == set(heads):
-            return None
-        return ViewsMissingError(f"{exc} (this history predates the views)")
 
 
 _ARGS_SELECT = (

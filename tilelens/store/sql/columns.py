@@ -123,6 +123,7 @@ DESCRIPTIONS: dict[str, dict[str, str]] = {
         "trace_derived": "the trace came from `tilelens trace`, not the run",
         "oob_sample": "the first out-of-bounds events and their count, JSON",
         "bundle_blob": "sha256 of the kernel's bundle (sources and globals)",
+        "executed_lines": "kernel lines that ran, JSON array (record --coverage)",
         "started_at": "when it started (UTC)",
         "duration_s": "seconds the launch took while recorded",
         "created_at": _CREATED,

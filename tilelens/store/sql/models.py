@@ -195,6 +195,9 @@ class Launch(Base):
     # Migration 0015: the kernel's bundle (``tilelens.core.kernel.bundle``: its and its callees' sources and the
     # globals they read, a one-row Parquet blob) as recorded; None for launches recorded before 0015.
     bundle_blob: Mapped[str | None] = mapped_column(ForeignKey("blobs.sha256"))
+    # Migration 0016: the kernel function's executed source lines (absolute in its file, sorted: the trace's
+    # numbering), kept by interpreted launches of a coverage recording; None: not captured (tilelens coverage).
+    executed_lines: Mapped[list[Any] | None]
 
     started_at: Mapped[dt.datetime] = mapped_column(index=True)
     duration_s: Mapped[float] = mapped_column(Float)

@@ -133,6 +133,7 @@ def _rows_and_blobs(
         "trace_bytes": trace.size if trace else None,
         "gpu_name": getattr(rec, "gpu_name", None),
         "bundle_blob": bundle,
+        "executed_lines": getattr(rec, "lines", None),
         "oob_sample": oob_sample(rec.trace) if s_.oob_lanes else None,
         "started_at": rec.started_at,
         "duration_s": float(rec.duration_s),

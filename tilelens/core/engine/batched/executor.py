@@ -9,6 +9,10 @@ byte it wrote is put back (:class:`~tilelens.core.engine.writelog.WriteLog`), th
 this call and every later one run their program as the stock loop does. ``outcome`` says which happened and
 why, for the launch's record. ``TILELENS_BATCH_DEBUG=1`` prints the traceback of an attempt that gave up
 (to stderr; for developing the engine, never needed to use it).
+
+Executed lines (``ctx.lines``, under ``record --coverage``) are captured around each call of the kernel
+function: an attempt that succeeded ran every program's path at once (programs that disagree at a branch or a
+loop's trip count make it give up), and one that gave up leaves no lines behind.
 """
 
 from __future__ import annotations
@@ -83,7 +87,11 @@ class BatchedEntry:
             self._mode = self._attempt(args, kwargs)
         if self._mode == "batched":
             return None
-        return self.fn(*args, **kwargs)
+        lines = self.ctx.lines
+        if lines is None:
+            return self.fn(*args, **kwargs)
+        with lines.watching(self.__code__):  # one program's lines (record --coverage)
+            return self.fn(*args, **kwargs)
 
     def _attempt(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
         why = ineligible(self.ctx, self.fn)
@@ -97,8 +105,10 @@ class BatchedEntry:
         writes = self.ctx.writes if self.ctx.writes is not None else WriteLog()
         collector = self.ctx.collector
         collector.begin_batch(state.programs)
+        lines = self.ctx.lines
+        watch = lines.watching(self.__code__) if lines is not None else contextlib.nullcontext()
         try:
-            with self.install(state, writes):
+            with self.install(state, writes), watch:
                 self.fn(*args, **kwargs)
                 if depend.conflict(collector.batched):
                     raise Fallback("cross-program memory dependence")
@@ -108,6 +118,8 @@ class BatchedEntry:
             state.active = False
             writes.rollback()
             collector.reset()
+            if lines is not None:  # the programs rerun one by one and show their own lines
+                lines.discard()
             self.outcome = {"mode": "program", "fallback": reason_of(exc)}
             return "program"
         state.active = False
