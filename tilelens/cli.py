@@ -230,7 +230,10 @@ def main(argv: list[str] | None = None) -> int:
         if type(exc).__name__ != "NoArgsIsHelpError":  # else typer has printed the help already
             print(_usage_line(exc), file=sys.stderr)
         return int(getattr(exc, "exit_code", 2))
-    except typer.Abort:
+    except typer.Abort as exc:
+        if isinstance(exc.__cause__, KeyboardInterrupt):  # click < 8.2 turns Ctrl-C into Abort: still Ctrl-C
+            print("tilelens: interrupted", file=sys.stderr)
+            return 130
         print("tilelens: error: aborted", file=sys.stderr)
         return 1
     except TileLensError as exc:
